@@ -1,0 +1,183 @@
+"""The stream-event vocabulary every runner speaks.
+
+Runners translate their framework's native progress into these events; the
+tracing layer turns them into spans without knowing any framework. Each event is
+a pydantic model discriminated on its ``type`` literal and holds JSON-only
+fields, so a stream can be serialised, shipped and parsed back into the very
+same classes (see :data:`STREAM_EVENT_ADAPTER`).
+
+Pairing: ``message_id`` pairs a message or reasoning start with its end,
+``tool_call_id`` pairs a tool call's start, argument deltas, end and result, and
+``step_name`` (plus the optional ``step_index``) pairs a step start with its end.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+__all__ = [
+    "STREAM_EVENT_ADAPTER",
+    "EVENT_TYPES",
+    "MessageEnd",
+    "MessageStart",
+    "ReasoningDelta",
+    "ReasoningEnd",
+    "ReasoningStart",
+    "StepEnd",
+    "StepStart",
+    "StreamEvent",
+    "TextDelta",
+    "ToolCallArgs",
+    "ToolCallEnd",
+    "ToolCallResult",
+    "ToolCallStart",
+    "parse_event",
+]
+
+
+class _Event(BaseModel):
+    # Frozen: one event object is handed to hooks, tracers and consumers in turn;
+    # none of them may change what the others see.
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MessageStart(_Event):
+    """An assistant (model) message begins."""
+
+    type: Literal["message_start"] = "message_start"
+    message_id: str
+    role: Literal["assistant", "user", "system", "tool"] = "assistant"
+    model: str | None = None
+    provider: str | None = None
+
+
+class TextDelta(_Event):
+    """A chunk of the text of the message ``message_id``."""
+
+    type: Literal["text_delta"] = "text_delta"
+    message_id: str
+    delta: str
+
+
+class MessageEnd(_Event):
+    """The message ``message_id`` is complete; usage is reported here when known."""
+
+    type: Literal["message_end"] = "message_end"
+    message_id: str
+    finish_reason: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+    reasoning_output_tokens: int | None = None
+    response_model: str | None = None
+    response_id: str | None = None
+
+
+class ReasoningStart(_Event):
+    """A block of model reasoning begins (``message_id`` identifies the block)."""
+
+    type: Literal["reasoning_start"] = "reasoning_start"
+    message_id: str
+
+
+class ReasoningDelta(_Event):
+    type: Literal["reasoning_delta"] = "reasoning_delta"
+    message_id: str
+    delta: str
+
+
+class ReasoningEnd(_Event):
+    type: Literal["reasoning_end"] = "reasoning_end"
+    message_id: str
+
+
+class ToolCallStart(_Event):
+    """The model asked for a tool; ``parent_message_id`` names the asking message."""
+
+    type: Literal["tool_call_start"] = "tool_call_start"
+    tool_call_id: str
+    tool_name: str
+    parent_message_id: str | None = None
+
+
+class ToolCallArgs(_Event):
+    """A chunk of the JSON arguments of a tool call."""
+
+    type: Literal["tool_call_args"] = "tool_call_args"
+    tool_call_id: str
+    delta: str
+
+
+class ToolCallEnd(_Event):
+    """The tool call's arguments are complete; the tool runs next."""
+
+    type: Literal["tool_call_end"] = "tool_call_end"
+    tool_call_id: str
+
+
+class ToolCallResult(_Event):
+    """The tool finished; ``content`` is its (stringified) result."""
+
+    type: Literal["tool_call_result"] = "tool_call_result"
+    tool_call_id: str
+    content: str
+    message_id: str | None = None
+    is_error: bool = False
+
+
+class StepStart(_Event):
+    type: Literal["step_start"] = "step_start"
+    step_name: str
+    step_index: int | None = None
+
+
+class StepEnd(_Event):
+    type: Literal["step_end"] = "step_end"
+    step_name: str
+    step_index: int | None = None
+
+
+StreamEvent = Annotated[
+    MessageStart
+    | TextDelta
+    | MessageEnd
+    | ReasoningStart
+    | ReasoningDelta
+    | ReasoningEnd
+    | ToolCallStart
+    | ToolCallArgs
+    | ToolCallEnd
+    | ToolCallResult
+    | StepStart
+    | StepEnd,
+    Field(discriminator="type"),
+]
+
+STREAM_EVENT_ADAPTER: TypeAdapter[StreamEvent] = TypeAdapter(StreamEvent)
+
+EVENT_TYPES: frozenset[str] = frozenset(
+    cls.model_fields["type"].default
+    for cls in (
+        MessageStart,
+        TextDelta,
+        MessageEnd,
+        ReasoningStart,
+        ReasoningDelta,
+        ReasoningEnd,
+        ToolCallStart,
+        ToolCallArgs,
+        ToolCallEnd,
+        ToolCallResult,
+        StepStart,
+        StepEnd,
+    )
+)
+
+
+def parse_event(data: str | bytes | dict[str, Any]) -> StreamEvent:
+    """Parse JSON text or a dict back into the event class its ``type`` names."""
+    if isinstance(data, dict):
+        return STREAM_EVENT_ADAPTER.validate_python(data)
+    return STREAM_EVENT_ADAPTER.validate_json(data)

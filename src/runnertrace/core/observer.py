@@ -1,0 +1,62 @@
+"""The run-mode observer channel.
+
+In stream mode the tracing layer reads the events it passes through. In run mode
+nothing is yielded, so runners *report* the same events to a context-local sink
+that the tracing layer installs around ``base.run()``.
+
+A runner claims the sink once at the start of its run with :func:`claim_observer`.
+Claiming also hides the sink from code nested inside the run (a tool that calls
+another, untraced agent), so a nested run can never feed its events into the
+outer run's span tree. A nested *traced* run installs a sink of its own.
+
+Sinks are called synchronously on the runner's task and must be fast and never
+raise (the tracing sink guards itself).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from runnertrace.core.events import StreamEvent
+
+__all__ = ["EventSink", "claim_observer", "observing"]
+
+EventSink = Callable[[StreamEvent], None]
+
+_sink: contextvars.ContextVar[EventSink | None] = contextvars.ContextVar(
+    "runnertrace_event_sink", default=None
+)
+
+
+def _discard(event: StreamEvent) -> None:
+    """The sink used when nobody observes the run."""
+
+
+@contextmanager
+def observing(sink: EventSink) -> Iterator[None]:
+    """Install ``sink`` for the runner called inside the block."""
+    token = _sink.set(sink)
+    try:
+        yield
+    finally:
+        _sink.reset(token)
+
+
+@contextmanager
+def claim_observer() -> Iterator[EventSink]:
+    """Take the current sink for this run and hide it from nested runs.
+
+    Yields a callable that is never ``None`` (a no-op when nothing observes),
+    so runners can report unconditionally.
+    """
+    sink = _sink.get()
+    if sink is None:
+        yield _discard
+        return
+    token = _sink.set(None)
+    try:
+        yield sink
+    finally:
+        _sink.reset(token)

@@ -1,0 +1,208 @@
+"""The Runtime: hooks, session locking and persistence around a runner."""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from runnertrace.core.agent import Agent
+from runnertrace.core.context import ToolContext, run_scope
+from runnertrace.core.events import StreamEvent
+from runnertrace.core.models import AgentReply, AgentRequest, StreamChunk
+from runnertrace.core.session import InMemorySessionStore, Session, SessionStore
+
+if TYPE_CHECKING:
+    from runnertrace.core.config import Settings
+
+__all__ = ["AgentRegistry", "Runtime", "SessionRegistry"]
+
+_current_runtime: contextvars.ContextVar[Runtime | None] = contextvars.ContextVar(
+    "runnertrace_current_runtime", default=None
+)
+_default_runtime: Runtime | None = None
+
+
+class AgentRegistry:
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._agents: dict[str, Agent] = {}
+
+    def register(self, agent: Agent) -> Agent:
+        """Register ``agent``; wraps its runner for tracing when ``trace.enabled``."""
+        if agent.name in self._agents and self._agents[agent.name] is not agent:
+            raise ValueError(f"an agent named {agent.name!r} is already registered")
+        settings = self._runtime.settings
+        if settings.trace.enabled and not getattr(agent.runner, "is_tracing_runner", False):
+            from runnertrace.tracing import TracingRunner
+
+            agent.runner = TracingRunner(agent.runner, settings=settings.trace)
+        self._agents[agent.name] = agent
+        return agent
+
+    def get(self, name: str) -> Agent:
+        try:
+            return self._agents[name]
+        except KeyError:
+            known = ", ".join(sorted(self._agents)) or "none"
+            raise KeyError(f"no agent named {name!r}; registered: {known}") from None
+
+    def names(self) -> list[str]:
+        return list(self._agents)
+
+    def __iter__(self) -> Iterator[Agent]:
+        return iter(list(self._agents.values()))
+
+
+class SessionRegistry:
+    def __init__(self, store: SessionStore) -> None:
+        self.store = store
+
+    def get(self, session_id: str) -> Session | None:
+        return self.store.load(session_id)
+
+    def new(self, session_id: str) -> Session:
+        session = Session(session_id)
+        self.store.save(session)
+        return session
+
+    def get_or_new(self, session_id: str) -> Session:
+        return self.get(session_id) or self.new(session_id)
+
+
+class Runtime:
+    """Applies hooks, locks the session, calls the runner and persists the session.
+
+    ``settings`` defaults to :func:`runnertrace.core.config.load_settings` (the
+    YAML file plus ``RUNNERTRACE_*`` env vars), read lazily on first use.
+    """
+
+    def __init__(
+        self, settings: Settings | None = None, session_store: SessionStore | None = None
+    ) -> None:
+        self._settings = settings
+        self._store = session_store or InMemorySessionStore()
+        self._agents = AgentRegistry(self)
+        self._sessions = SessionRegistry(self._store)
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            from runnertrace.core.config import load_settings
+
+            self._settings = load_settings()
+        return self._settings
+
+    # -- registries ---------------------------------------------------------------
+    def agents(self) -> AgentRegistry:
+        return self._agents
+
+    def sessions(self) -> SessionRegistry:
+        return self._sessions
+
+    @classmethod
+    def current(cls) -> Runtime:
+        """The runtime activated in this context, else the process default (made lazily)."""
+        runtime = _current_runtime.get()
+        if runtime is not None:
+            return runtime
+        global _default_runtime
+        if _default_runtime is None:
+            _default_runtime = cls()
+        return _default_runtime
+
+    @contextmanager
+    def activate(self) -> Iterator[Runtime]:
+        """Make this runtime ``Runtime.current()`` inside the block."""
+        token = _current_runtime.set(self)
+        try:
+            yield self
+        finally:
+            _current_runtime.reset(token)
+
+    # -- execution ----------------------------------------------------------------
+    async def _apply_pre_hooks(
+        self, session: Session, agent: Agent, requests: list[AgentRequest]
+    ) -> list[AgentRequest] | AgentReply:
+        for hook in agent.pre_hooks:
+            result = await hook.on_run(session, agent, requests)
+            if not isinstance(result, list):
+                return result
+            requests = result
+        return requests
+
+    def _tool_context(self, agent: Agent, session: Session, requests: list[Any]) -> ToolContext:
+        return ToolContext(agent=agent, session=session, requests=requests, runtime=self)
+
+    async def run(
+        self, agent: Agent, session: Session, requests: Sequence[AgentRequest]
+    ) -> AgentReply:
+        """Run ``agent`` once. Exceptions from the runner propagate unchanged."""
+        with run_scope(agent, session):
+            async with self._store.lock(session.id):
+                try:
+                    prepared = await self._apply_pre_hooks(session, agent, list(requests))
+                    if not isinstance(prepared, list):
+                        return prepared
+                    with self._tool_context(agent, session, prepared).activate():
+                        reply = await agent.runner.run(agent, session, prepared)
+                    for hook in agent.post_hooks:
+                        reply = await hook.on_run(session, agent, prepared, reply)
+                    return reply
+                finally:
+                    session.end_run()
+                    self._store.save(session)
+
+    async def _post_process(
+        self, session: Session, agent: Agent, event: StreamEvent
+    ) -> list[StreamEvent]:
+        events: list[StreamEvent] = [event]
+        for hook in agent.post_hooks:
+            next_events: list[StreamEvent] = []
+            for ev in events:
+                out = await hook.on_stream_event(session, agent, ev)
+                if out is None:
+                    continue
+                if isinstance(out, Sequence):
+                    next_events.extend(out)
+                else:
+                    next_events.append(out)
+            events = next_events
+        return events
+
+    async def stream(
+        self, agent: Agent, session: Session, requests: Sequence[AgentRequest]
+    ) -> AsyncIterator[StreamChunk]:
+        """Stream ``agent``'s events as :class:`StreamChunk` after post-hook filtering.
+
+        A runner exception propagates to the consumer; the session is persisted
+        either way.
+        """
+        with run_scope(agent, session):
+            async with self._store.lock(session.id):
+                try:
+                    prepared = await self._apply_pre_hooks(session, agent, list(requests))
+                    if not isinstance(prepared, list):
+                        yield StreamChunk(session_id=session.id, done=True)
+                        return
+                    with self._tool_context(agent, session, prepared).activate():
+                        events = agent.runner.stream(agent, session, prepared)
+                        try:
+                            async for event in events:
+                                for out in await self._post_process(session, agent, event):
+                                    yield StreamChunk(
+                                        delta=getattr(out, "delta", None)
+                                        if out.type == "text_delta"
+                                        else None,
+                                        event=out,
+                                        session_id=session.id,
+                                    )
+                        finally:
+                            aclose = getattr(events, "aclose", None)
+                            if aclose is not None:
+                                await aclose()
+                    yield StreamChunk(session_id=session.id, done=True)
+                finally:
+                    session.end_run()
+                    self._store.save(session)
