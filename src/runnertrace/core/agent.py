@@ -62,9 +62,7 @@ class Agent:
         if validate is not None:
             validate(options)
 
-    def declare_run_options(
-        self, factory: RunOptionsFactory | None = None, **options: Any
-    ) -> None:
+    def declare_run_options(self, factory: RunOptionsFactory | None = None, **options: Any) -> None:
         """Merge ``options`` into the declared ones (later wins per key).
 
         Reserved keys are rejected here, at declaration, with a ``ValueError``.

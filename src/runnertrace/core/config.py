@@ -20,6 +20,14 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from runnertrace.exporters.cloudwatch_config import CloudWatchConfig
+from runnertrace.exporters.vendor_config import (
+    LangfuseConfig,
+    LogfireConfig,
+    OpenLLMetryConfig,
+    OtlpConfig,
+)
+
 __all__ = [
     "CONFIG_ENV_VAR",
     "ConfigError",
@@ -65,6 +73,11 @@ class TraceConfig(_Section):
     service_name: str | None = None
     user_id: str | None = None
     local: LocalConfig = Field(default_factory=LocalConfig)
+    otlp: OtlpConfig = Field(default_factory=OtlpConfig)
+    langfuse: LangfuseConfig = Field(default_factory=LangfuseConfig)
+    logfire: LogfireConfig = Field(default_factory=LogfireConfig)
+    openllmetry: OpenLLMetryConfig = Field(default_factory=OpenLLMetryConfig)
+    cloudwatch: CloudWatchConfig = Field(default_factory=CloudWatchConfig)
 
     @field_validator("type")
     @classmethod

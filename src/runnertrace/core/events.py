@@ -18,8 +18,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 __all__ = [
-    "STREAM_EVENT_ADAPTER",
     "EVENT_TYPES",
+    "STREAM_EVENT_ADAPTER",
     "MessageEnd",
     "MessageStart",
     "ReasoningDelta",

@@ -50,6 +50,4 @@ class Runner(ABC):
         for key in options:
             reason = cls.RESERVED_RUN_OPTIONS.get(key)
             if reason is not None:
-                raise ValueError(
-                    f"run option {key!r} is reserved by {cls.__name__}: {reason}"
-                )
+                raise ValueError(f"run option {key!r} is reserved by {cls.__name__}: {reason}")

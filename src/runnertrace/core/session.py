@@ -178,7 +178,7 @@ class SqliteSessionStore(SessionStore):
             row = db.execute("SELECT state FROM sessions WHERE id = ?", (session_id,)).fetchone()
         if row is None:
             return None
-        return Session.from_state(pickle.loads(row[0]))  # noqa: S301 - trusted local file
+        return Session.from_state(pickle.loads(row[0]))
 
     def save(self, session: Session) -> None:
         blob = pickle.dumps(session.to_state())

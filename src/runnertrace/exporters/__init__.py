@@ -11,6 +11,10 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "local": "runnertrace.exporters.local:LocalBackend",
     "console": "runnertrace.exporters.console:ConsoleBackend",
     "otlp": "runnertrace.exporters.otlp:OtlpBackend",
+    "langfuse": "runnertrace.exporters.langfuse:LangfuseBackend",
+    "logfire": "runnertrace.exporters.logfire:LogfireBackend",
+    "openllmetry": "runnertrace.exporters.openllmetry:OpenLLMetryBackend",
+    "cloudwatch": "runnertrace.exporters.cloudwatch:CloudWatchBackend",
 }
 
 

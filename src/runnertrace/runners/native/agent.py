@@ -183,7 +183,9 @@ class Agent:
         yield ev.MessageStart(
             message_id=message_id, model=self.model.model, provider=self.model.provider
         )
-        parts = self.model.stream(request) if streaming else _aiter(parts_of(await self.think(request)))
+        parts = (
+            self.model.stream(request) if streaming else _aiter(parts_of(await self.think(request)))
+        )
         reasoning_open = False
         open_calls: dict[int, str] = {}
         response: LlmResponse | None = None
@@ -209,7 +211,9 @@ class Agent:
                         parent_message_id=message_id,
                     )
                 if part.args_delta:
-                    yield ev.ToolCallArgs(tool_call_id=open_calls[part.index], delta=part.args_delta)
+                    yield ev.ToolCallArgs(
+                        tool_call_id=open_calls[part.index], delta=part.args_delta
+                    )
             else:
                 response = part
         if reasoning_open:
@@ -249,10 +253,14 @@ class Agent:
                 output = await found(context, **call.arguments)
             except Exception as exc:  # noqa: BLE001 - a tool error is data for the model
                 results.append(
-                    ToolResult(call.tool_call_id, call.name, "error", [f"{type(exc).__name__}: {exc}"])
+                    ToolResult(
+                        call.tool_call_id, call.name, "error", [f"{type(exc).__name__}: {exc}"]
+                    )
                 )
             else:
-                results.append(ToolResult(call.tool_call_id, call.name, "success", [_render(output)]))
+                results.append(
+                    ToolResult(call.tool_call_id, call.name, "success", [_render(output)])
+                )
         return results
 
 

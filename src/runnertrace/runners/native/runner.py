@@ -74,15 +74,15 @@ class NativeRunner(Runner):
             )
         return native
 
-    def _prepare(
-        self, session: Session
-    ) -> tuple[ExecutionContext, dict[str, Any] | None]:
+    def _prepare(self, session: Session) -> tuple[ExecutionContext, dict[str, Any] | None]:
         history: list[Event] = list(session.get(STATE_KEY) or [])
         loaded = session.load_framework_context()
         context = ExecutionContext(events=history, state=loaded if loaded is not None else {})
         return context, loaded
 
-    def _save(self, session: Session, context: ExecutionContext, loaded: dict[str, Any] | None) -> None:
+    def _save(
+        self, session: Session, context: ExecutionContext, loaded: dict[str, Any] | None
+    ) -> None:
         session.set(STATE_KEY, context.events)
         if loaded is not None:
             session.write_back_framework_context(loaded, context.state)

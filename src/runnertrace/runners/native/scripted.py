@@ -131,9 +131,7 @@ class ScriptedLlm(LlmClient):
     def _scripted(self, request: LlmRequest) -> LlmResponse:
         assert self._turns is not None
         if self._cursor >= len(self._turns):
-            raise RuntimeError(
-                f"ScriptedLlm ran out of turns after {len(self._turns)} responses"
-            )
+            raise RuntimeError(f"ScriptedLlm ran out of turns after {len(self._turns)} responses")
         turn = self._turns[self._cursor]
         self._cursor += 1
         if isinstance(turn, str):
@@ -152,14 +150,16 @@ class ScriptedLlm(LlmClient):
     # -- rule mode ---------------------------------------------------------------
     def _rule(self, request: LlmRequest) -> LlmResponse:
         prompt_index = max(
-            (i for i, c in enumerate(request.contents) if isinstance(c, Message) and c.role == "user"),
+            (
+                i
+                for i, c in enumerate(request.contents)
+                if isinstance(c, Message) and c.role == "user"
+            ),
             default=None,
         )
         prompt = request.contents[prompt_index].content if prompt_index is not None else ""  # type: ignore[union-attr]
         results = [
-            c
-            for c in request.contents[(prompt_index or 0) + 1 :]
-            if isinstance(c, ToolResult)
+            c for c in request.contents[(prompt_index or 0) + 1 :] if isinstance(c, ToolResult)
         ]
         calculator = next(
             (t for t in request.tools if "expression" in t.parameters.get("properties", {})),
@@ -167,16 +167,25 @@ class ScriptedLlm(LlmClient):
         )
         plan = plan_arithmetic(prompt)
         if plan is None or calculator is None:
-            return self._answer(request, f'I am a scripted offline model. You said: "{prompt}"', None)
+            return self._answer(
+                request, f'I am a scripted offline model. You said: "{prompt}"', None
+            )
         if results and results[-1].status == "error":
-            return self._answer(request, f"The calculator reported an error: {results[-1].text}", None)
+            return self._answer(
+                request, f"The calculator reported an error: {results[-1].text}", None
+            )
         value, ops = plan
         if results:
             value = results[-1].text
         if len(results) < len(ops):
             op, operand = ops[len(results)]
-            call = ToolCall(new_id("call"), calculator.name, {"expression": f"{value} {op} {operand}"})
-            return LlmResponse(content=[ToolCall(call.tool_call_id, call.name, call.arguments)], finish_reason="tool_calls")
+            call = ToolCall(
+                new_id("call"), calculator.name, {"expression": f"{value} {op} {operand}"}
+            )
+            return LlmResponse(
+                content=[ToolCall(call.tool_call_id, call.name, call.arguments)],
+                finish_reason="tool_calls",
+            )
         return self._answer(request, f"The answer is {value}.", value)
 
     def _answer(self, request: LlmRequest, sentence: str, value: str | None) -> LlmResponse:

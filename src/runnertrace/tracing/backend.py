@@ -1,0 +1,79 @@
+"""The backend contract: config, exporter, attribute mapping and ``check()``.
+
+A backend maps our vendor-neutral spans onto what one vendor renders and ships
+them. Mapping happens on a *copy* of each span at export time (see
+:class:`~runnertrace.tracing.export.MappedSpanExporter`), so in a fan-out every
+other backend still sees the plain span.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.util.types import AttributeValue
+
+if TYPE_CHECKING:
+    from runnertrace.core.config import TraceConfig
+
+__all__ = ["Backend", "Check"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One finding of ``runnertrace doctor``. ``fix`` says what to do; never holds secrets."""
+
+    backend: str
+    name: str
+    status: Literal["ok", "warn", "fail"]
+    detail: str
+    fix: str = ""
+
+
+class Backend(ABC):
+    """Base class for every backend (built-in or user-supplied via a dotted path).
+
+    Subclasses implement :meth:`exporter`; most also override
+    :meth:`map_attributes` and :meth:`check`. Constructing a backend must not
+    touch the network.
+    """
+
+    name: ClassVar[str] = "custom"
+
+    def __init__(self, config: TraceConfig) -> None:
+        self.trace_config = config
+
+    @abstractmethod
+    def exporter(self) -> SpanExporter:
+        """The exporter that ships (already mapped) spans."""
+
+    def map_attributes(self, span: ReadableSpan) -> Mapping[str, AttributeValue] | None:
+        """Extra attributes for this backend's copy of ``span`` (``None``: no change)."""
+        return None
+
+    def resource_attributes(self) -> Mapping[str, AttributeValue]:
+        """Extra resource attributes for this backend's copy of each span."""
+        return {}
+
+    def processors(self) -> list[SpanProcessor]:
+        """The span processors to add to the provider: by default one bounded batch queue."""
+        from runnertrace.tracing.export import BoundedBatchSpanProcessor, MappedSpanExporter
+
+        exporter = self.exporter()
+        if type(self).map_attributes is not Backend.map_attributes or self.resource_attributes():
+            exporter = MappedSpanExporter(exporter, self)
+        return [
+            BoundedBatchSpanProcessor(
+                exporter,
+                name=self.name,
+                export_timeout_s=self.trace_config.flush_timeout_s,
+            )
+        ]
+
+    def check(self) -> list[Check]:
+        """Diagnose configuration for ``runnertrace doctor``; must not print secrets."""
+        return [Check(self.name, "configured", "ok", "no checks defined")]

@@ -1,0 +1,114 @@
+"""What content may go onto spans: capture switch, truncation and redaction.
+
+Private by default: prompts, outputs and tool arguments/results are recorded
+only when ``trace.capture_content`` is true or, when that is unset,
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` allows it. Captured text
+is truncated; image and file bytes are never recorded. The redaction hook runs
+on every string attribute we write, so nothing unredacted leaves the process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from runnertrace.core.config import ConfigError, TraceConfig
+
+__all__ = ["ContentPolicy", "redact_secrets_and_emails"]
+
+CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+# EVENT_ONLY asks for content on log events, which we do not emit; spans stay clean.
+_CAPTURE_ON_SPANS = {"span_only", "span_and_event", "true", "1", "yes"}
+
+
+def capture_from_env() -> bool:
+    return os.environ.get(CAPTURE_ENV, "").strip().lower() in _CAPTURE_ON_SPANS
+
+
+Redactor = Callable[[str], str]
+
+_SECRET_PATTERNS = [
+    re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{16,}"),
+    re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"),
+    re.compile(r"\bxox[abpr]-[A-Za-z0-9-]{10,}\b"),
+    re.compile(r"\b(?:pk|sk)-lf-[A-Za-z0-9-]{8,}\b"),
+    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/-]{16,}=*"),
+]
+_EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
+
+
+def redact_secrets_and_emails(text: str) -> str:
+    """A ready-made redactor: API keys, tokens and e-mail addresses become placeholders.
+
+    Use it with ``trace.redact: runnertrace.tracing.content.redact_secrets_and_emails``.
+    """
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub("[REDACTED_SECRET]", text)
+    return _EMAIL.sub("[REDACTED_EMAIL]", text)
+
+
+def load_redactor(path: str | None) -> Redactor | None:
+    if not path:
+        return None
+    from runnertrace._internal.imports import import_dotted
+
+    try:
+        fn = import_dotted(path)
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(f"trace.redact: cannot load {path!r}: {exc}") from exc
+    if not callable(fn):
+        raise ConfigError(f"trace.redact: {path!r} is not callable; expected (str) -> str")
+    return fn  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class ContentPolicy:
+    capture: bool
+    max_length: int
+    redactor: Redactor | None
+
+    @classmethod
+    def from_config(cls, config: TraceConfig) -> ContentPolicy:
+        capture = (
+            config.capture_content if config.capture_content is not None else capture_from_env()
+        )
+        return cls(capture, config.max_content_length, load_redactor(config.redact))
+
+    def truncate(self, text: str) -> str:
+        if self.max_length and len(text) > self.max_length:
+            return text[: self.max_length] + f"...[truncated {len(text) - self.max_length} chars]"
+        return text
+
+    def text(self, value: Any) -> str:
+        """Content as a truncated string (redaction happens when the attribute is set)."""
+        text = (
+            value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+        )
+        return self.truncate(text)
+
+
+def request_parts(requests: Any) -> list[dict[str, Any]]:
+    """Requests as GenAI message parts, never carrying image or file bytes."""
+    parts: list[dict[str, Any]] = []
+    for request in requests or ():
+        kind = getattr(request, "type", None)
+        if kind == "text":
+            parts.append({"type": "text", "content": request.prompt})
+        elif kind in ("image", "file"):
+            parts.append(
+                {
+                    "type": "blob",
+                    "modality": "image" if kind == "image" else "file",
+                    "mime_type": getattr(request, "mime_type", None),
+                    "name": getattr(request, "name", None),
+                    "content": "[bytes omitted]",
+                }
+            )
+        elif kind == "any":
+            parts.append({"type": "text", "content": json.dumps(request.content, default=str)})
+    return parts

@@ -1,0 +1,237 @@
+"""Export plumbing: a bounded, dropping batch processor and a mapping exporter."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from runnertrace._internal.errors import internal_log, report_internal_error
+
+if TYPE_CHECKING:
+    from runnertrace.tracing.backend import Backend
+
+__all__ = ["BoundedBatchSpanProcessor", "MappedSpanExporter", "run_with_timeout"]
+
+
+def run_with_timeout(fn: object, timeout_s: float, what: str) -> bool:
+    """Call ``fn()`` in a daemon thread; give up after ``timeout_s``.
+
+    Vendor exporters do not all honour their own timeouts (Logfire's flush was
+    seen taking 10 s with a 3 s timeout), so every flush and shutdown we do is
+    bounded here, independently of the exporter. Returns ``False`` on timeout.
+    """
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            fn()  # type: ignore[operator]
+        except Exception as exc:  # noqa: BLE001 - exporter fault, reported below
+            internal_log.warning(what, "runnertrace: %s failed: %r", what, exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name=f"runnertrace-{what}", daemon=True).start()
+    if not done.wait(timeout_s):
+        internal_log.warning(
+            f"{what}-timeout", "runnertrace: %s did not finish within %.1fs", what, timeout_s
+        )
+        return False
+    return True
+
+
+class MappedSpanExporter(SpanExporter):
+    """Applies a backend's attribute mapping to a copy of each span, then exports."""
+
+    def __init__(self, inner: SpanExporter, backend: Backend) -> None:
+        self.inner = inner
+        self.backend = backend
+        self._resources: dict[int, Resource] = {}
+
+    def _resource(self, resource: Resource) -> Resource:
+        extra = self.backend.resource_attributes()
+        if not extra:
+            return resource
+        cached = self._resources.get(id(resource))
+        if cached is None:
+            cached = self._resources[id(resource)] = resource.merge(Resource(dict(extra)))
+        return cached
+
+    def map_span(self, span: ReadableSpan) -> ReadableSpan:
+        extra = self.backend.map_attributes(span)
+        resource = self._resource(span.resource)
+        if not extra and resource is span.resource:
+            return span
+        attributes = dict(span.attributes or {})
+        if extra:
+            attributes.update(extra)
+        return ReadableSpan(
+            name=span.name,
+            context=span.context,
+            parent=span.parent,
+            resource=resource,
+            attributes=attributes,
+            events=span.events,
+            links=span.links,
+            kind=span.kind,
+            status=span.status,
+            start_time=span.start_time,
+            end_time=span.end_time,
+            instrumentation_scope=span.instrumentation_scope,
+        )
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        mapped: list[ReadableSpan] = []
+        for span in spans:
+            try:
+                mapped.append(self.map_span(span))
+            except Exception as exc:  # noqa: BLE001 - a mapping fault drops one span only
+                report_internal_error(f"{self.backend.name} mapping", exc)
+        return self.inner.export(mapped)
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+class BoundedBatchSpanProcessor(SpanProcessor):
+    """Batches finished spans to an exporter on a daemon thread.
+
+    * ``on_end`` never blocks: when the queue is full the span is dropped and
+      counted (``dropped``), and the drop is logged once (rate-limited).
+    * An export that fails or raises counts its spans as dropped.
+    * ``force_flush`` and ``shutdown`` return within their timeout even when the
+      exporter hangs; the worker is a daemon, so it cannot hold the process open.
+    """
+
+    def __init__(
+        self,
+        exporter: SpanExporter,
+        *,
+        name: str = "exporter",
+        max_queue_size: int = 2048,
+        max_batch_size: int = 512,
+        schedule_delay_s: float = 1.0,
+        export_timeout_s: float = 5.0,
+    ) -> None:
+        self.exporter = exporter
+        self.name = name
+        self.max_queue_size = max_queue_size
+        self.max_batch_size = max_batch_size
+        self.schedule_delay_s = schedule_delay_s
+        self.export_timeout_s = export_timeout_s
+        self.dropped = 0
+        self.exported = 0
+        self._queue: deque[ReadableSpan] = deque()
+        self._cond = threading.Condition()
+        self._flush_requests = 0
+        self._flushed = 0
+        self._shutdown = False
+        self._exporting = False
+        self._worker = threading.Thread(
+            target=self._work, name=f"runnertrace-export-{name}", daemon=True
+        )
+        self._worker.start()
+
+    # -- SpanProcessor ------------------------------------------------------------------
+    def on_start(self, span: object, parent_context: object = None) -> None:
+        return None
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self._shutdown or not span.context.trace_flags.sampled:
+            return
+        with self._cond:
+            if len(self._queue) >= self.max_queue_size:
+                self.dropped += 1
+                drop = True
+            else:
+                self._queue.append(span)
+                drop = False
+                if len(self._queue) >= self.max_batch_size:
+                    self._cond.notify()
+        if drop:
+            internal_log.warning(
+                f"queue-full-{self.name}",
+                "runnertrace: %s export queue is full (%d spans); dropping spans "
+                "(%d dropped so far)",
+                self.name,
+                self.max_queue_size,
+                self.dropped,
+            )
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        deadline = time.monotonic() + timeout_millis / 1000
+        with self._cond:
+            self._flush_requests += 1
+            ticket = self._flush_requests
+            self._cond.notify()
+            while self._flushed < ticket:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._worker.is_alive():
+                    return False
+                self._cond.wait(remaining)
+        return True
+
+    def shutdown(self, timeout_s: float | None = None) -> None:
+        timeout = self.export_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        if self._shutdown:
+            return
+        self.force_flush(int(timeout * 1000))
+        with self._cond:
+            self._shutdown = True
+            self._cond.notify()
+        remaining = max(0.0, deadline - time.monotonic())
+        run_with_timeout(self.exporter.shutdown, max(remaining, 0.1), f"{self.name} shutdown")
+
+    # -- worker -----------------------------------------------------------------------
+    def _take_batch(self) -> list[ReadableSpan]:
+        batch: list[ReadableSpan] = []
+        while self._queue and len(batch) < self.max_batch_size:
+            batch.append(self._queue.popleft())
+        return batch
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                if not self._queue and self._flushed == self._flush_requests and not self._shutdown:
+                    self._cond.wait(self.schedule_delay_s)
+                if self._shutdown and not self._queue:
+                    self._flushed = self._flush_requests
+                    self._cond.notify_all()
+                    return
+                batch = self._take_batch()
+                target = self._flush_requests
+            if batch:
+                self._export(batch)
+            with self._cond:
+                if not self._queue:
+                    self._flushed = max(self._flushed, target)
+                    self._cond.notify_all()
+
+    def _export(self, batch: list[ReadableSpan]) -> None:
+        try:
+            result = self.exporter.export(batch)
+        except Exception as exc:  # noqa: BLE001 - exporter faults never reach the host
+            result = SpanExportResult.FAILURE
+            internal_log.warning(
+                f"export-error-{self.name}", "runnertrace: %s export raised %r", self.name, exc
+            )
+        if result is SpanExportResult.SUCCESS:
+            self.exported += len(batch)
+            return
+        self.dropped += len(batch)
+        internal_log.warning(
+            f"export-failed-{self.name}",
+            "runnertrace: %s export failed; %d spans dropped so far",
+            self.name,
+            self.dropped,
+        )

@@ -1,0 +1,198 @@
+"""``TracingRunner``: wraps any runner and turns its events into spans.
+
+It delegates ``run()`` and ``stream()`` to the base runner and changes nothing
+the caller sees: the same reply object, the same event objects in the same
+order, the same exception object. Run options, hooks and attributes of the base
+runner pass through untouched (``__getattr__`` delegates).
+
+* **Stream mode**: each event is recorded *before* it is yielded onward, so a
+  consumer that stops right after an event still finds that event's span ended.
+* **Run mode**: the base reports events through the observer channel
+  (:mod:`runnertrace.core.observer`); a runner that reports nothing still gets
+  its run span.
+* The run span is made the OTel current span only while the base runs, and
+  only within one step of our code at a time (attach and detach never straddle
+  a ``yield``), so spans a framework emits itself nest under ours and no context
+  token is ever detached in the wrong context.
+* A nested traced run (agent-as-tool) finds the outer run through a context
+  variable and nests under the outer run's open tool span.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+from opentelemetry import context as otel_context
+
+from runnertrace._internal.errors import handle_internal_errors
+from runnertrace.core.config import TraceConfig
+from runnertrace.core.observer import observing
+from runnertrace.tracing.content import ContentPolicy
+from runnertrace.tracing.setup import TracingSetup, get_tracing_setup
+from runnertrace.tracing.state import RunTracer
+
+__all__ = ["TracingRunner", "traced"]
+
+_active_run: contextvars.ContextVar[RunTracer | None] = contextvars.ContextVar(
+    "runnertrace_active_run", default=None
+)
+_setup_override: contextvars.ContextVar[TracingSetup | None] = contextvars.ContextVar(
+    "runnertrace_setup_override", default=None
+)
+
+
+class TracingRunner:
+    """Wraps ``base`` (anything with the runner's ``run``/``stream``) and traces it.
+
+    ``settings`` is the ``trace`` config section (defaults to a fresh
+    :class:`TraceConfig`); keyword overrides are applied on top, e.g.
+    ``TracingRunner(base, capture_content=True, type="console")``.
+    """
+
+    is_tracing_runner = True
+
+    def __init__(self, base: Any, settings: TraceConfig | None = None, **overrides: Any) -> None:
+        if not callable(getattr(base, "run", None)):
+            raise TypeError(f"{base!r} has no run() method to trace")
+        config = settings if settings is not None else TraceConfig()
+        if overrides:
+            config = config.model_copy(update=overrides)
+            config = TraceConfig.model_validate(config.model_dump())
+        self.base = base
+        self.settings = config
+        self.policy = ContentPolicy.from_config(config)
+        self._deltas_as_events = config.deltas == "events"
+        self._lambda = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
+
+    def __repr__(self) -> str:
+        return f"TracingRunner({self.base!r})"
+
+    def __getattr__(self, name: str) -> Any:
+        # Everything else (framework, RESERVED_RUN_OPTIONS, validate_run_options,
+        # adapter-specific helpers) is the base runner's.
+        return getattr(self.base, name)
+
+    @property
+    def supports_streaming(self) -> bool:
+        return bool(getattr(self.base, "supports_streaming", True))
+
+    @property
+    def setup(self) -> TracingSetup:
+        override = _setup_override.get()
+        return override if override is not None else get_tracing_setup(self.settings)
+
+    # -- span bookkeeping (all guarded) -------------------------------------------------------
+    def _begin(self, agent: Any, session: Any, requests: Any, mode: str) -> RunTracer | None:
+        with handle_internal_errors("starting the run span"):
+            setup = self.setup
+            if setup.disabled:
+                return None
+            outer = _active_run.get()
+            parent = outer.nesting_context() if outer is not None else None
+            return RunTracer(
+                setup.tracer,
+                self.policy,
+                agent_name=str(getattr(agent, "name", None) or type(agent).__name__),
+                framework=str(getattr(self.base, "framework", None) or type(self.base).__name__),
+                session_id=getattr(session, "id", None),
+                user_id=self.settings.user_id,
+                mode=mode,
+                deltas_as_events=self._deltas_as_events,
+                parent=parent,
+                requests=requests,
+                instructions=getattr(getattr(agent, "native", None), "instructions", None) or None,
+            )
+        return None
+
+    def _end(self, run: RunTracer, **outcome: Any) -> None:
+        run.finish(**outcome)
+        if self._lambda:
+            with handle_internal_errors("flush after run (AWS Lambda)"):
+                self.setup.flush()
+
+    # -- run mode ---------------------------------------------------------------------------
+    async def run(self, agent: Any, session: Any, requests: Any) -> Any:
+        run = self._begin(agent, session, requests, "run")
+        if run is None:
+            return await self.base.run(agent, session, requests)
+        active = _active_run.set(run)
+        token = otel_context.attach(run.run.context())
+        try:
+            with observing(run.handle):
+                reply = await self.base.run(agent, session, requests)
+        except BaseException as exc:
+            self._end(run, error=exc)
+            raise
+        finally:
+            otel_context.detach(token)
+            _active_run.reset(active)
+        self._end(run, reply=reply)
+        return reply
+
+    # -- stream mode ----------------------------------------------------------------------------
+    async def stream(self, agent: Any, session: Any, requests: Any) -> AsyncIterator[Any]:
+        run = self._begin(agent, session, requests, "stream")
+        if run is None:
+            async for event in self.base.stream(agent, session, requests):
+                yield event
+            return
+        try:
+            events = self.base.stream(agent, session, requests).__aiter__()
+        except BaseException as exc:
+            self._end(run, error=exc)
+            raise
+        exhausted = False
+        try:
+            while True:
+                # Make our run current only while the base produces the next event;
+                # set and restore happen in this same step, whatever the consumer does.
+                previous = _active_run.get()
+                _active_run.set(run)
+                token = otel_context.attach(run.run.context())
+                try:
+                    event = await events.__anext__()
+                except StopAsyncIteration:
+                    exhausted = True
+                    break
+                finally:
+                    otel_context.detach(token)
+                    _active_run.set(previous)
+                run.handle(event)
+                yield event
+        except GeneratorExit:
+            # The consumer stopped early (aclose, break, or the loop finalising an
+            # abandoned stream): not an error, but nothing may stay open.
+            self._end(run, cancelled=True)
+            raise
+        except BaseException as exc:
+            self._end(run, error=exc, cancelled=_is_cancellation(exc))
+            raise
+        else:
+            self._end(run)
+        finally:
+            if not exhausted:
+                await _close(events)
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    import asyncio
+
+    return isinstance(exc, asyncio.CancelledError)
+
+
+async def _close(events: Any) -> None:
+    # A fault in the base's own cleanup is the base's, not ours: it propagates,
+    # exactly as it would to a consumer closing the base stream directly.
+    aclose = getattr(events, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+def traced(runner: Any, settings: TraceConfig | None = None, **overrides: Any) -> TracingRunner:
+    """Wrap ``runner`` for tracing; returns it unchanged if it is already traced."""
+    if getattr(runner, "is_tracing_runner", False):
+        return runner  # type: ignore[no-any-return]
+    return TracingRunner(runner, settings, **overrides)

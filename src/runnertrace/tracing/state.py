@@ -1,0 +1,576 @@
+"""The event -> span state machine: one :class:`RunTracer` per traced run.
+
+Events are dispatched on their ``type`` string through ``_HANDLERS`` (so any
+object with the right ``type`` and fields is traced: foreign runners are
+duck-typed). Every handler is synchronous, allocation-light and never touches
+the OTel *current* context: parents are passed explicitly, so no context token
+can ever be detached in the wrong context.
+
+Malformed streams (an end without a start, a duplicate id, events after the
+run's final message) are tolerated: the event is skipped for tracing, counted in
+``runnertrace.stream.anomalies`` on the run span, and one warning is logged per
+run. Whatever is still open when the run ends is closed then.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry import trace as trace_api
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from runnertrace._internal.errors import internal_log, report_internal_error
+from runnertrace.tracing import attributes as A
+from runnertrace.tracing.content import ContentPolicy, request_parts
+
+__all__ = ["RunTracer"]
+
+logger = logging.getLogger("runnertrace")
+
+_INTERNAL = SpanKind.INTERNAL
+_CLIENT = SpanKind.CLIENT
+
+
+class _Open:
+    """An open span plus what we aggregate for it until it ends."""
+
+    __slots__ = ("ctx", "deltas", "first_ns", "kind", "meta", "owner", "parts", "span", "start_ns")
+
+    def __init__(self, span: Span, kind: str, start_ns: int) -> None:
+        self.span = span
+        self.kind = kind
+        self.start_ns = start_ns
+        self.ctx: Context | None = None
+        self.deltas = 0
+        self.first_ns = 0
+        self.parts: list[str] | None = None
+        self.meta: dict[str, Any] | None = None
+        self.owner: _Open | None = None
+
+    def context(self) -> Context:
+        if self.ctx is None:
+            self.ctx = trace_api.set_span_in_context(self.span)
+        return self.ctx
+
+
+def _error_type(exc: BaseException) -> str:
+    return type(exc).__qualname__ or "_OTHER"
+
+
+class RunTracer:
+    """Turns one run's events into spans. Not thread-safe: one run, one task."""
+
+    def __init__(
+        self,
+        tracer: trace_api.Tracer,
+        policy: ContentPolicy,
+        *,
+        agent_name: str,
+        framework: str,
+        session_id: str | None,
+        user_id: str | None,
+        mode: str,
+        deltas_as_events: bool,
+        parent: Context | None,
+        requests: Any = None,
+        instructions: str | None = None,
+    ) -> None:
+        self.tracer = tracer
+        self.policy = policy
+        self.capture = policy.capture
+        self.redactor = policy.redactor
+        self.deltas_as_events = deltas_as_events
+        self.mode = mode
+        common: dict[str, Any] = {A.AGENT_NAME: agent_name}
+        if session_id:
+            common[A.SESSION_ID] = session_id
+            common[A.CONVERSATION_ID] = session_id
+        if user_id:
+            common[A.USER_ID] = user_id
+        self.common = self._clean(common)
+        self.steps: list[tuple[tuple[str, Any], _Open]] = []
+        self.messages: dict[str, _Open] = {}
+        self.reasoning: dict[str, _Open] = {}
+        self.tools: dict[str, _Open] = {}
+        self.seen_ids: set[str] = set()
+        self.anomalies = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.finished = False
+        self.model: str | None = None
+        now = time.time_ns()
+        attrs = {
+            **self.common,
+            A.SPAN_TYPE: "run",
+            A.OPERATION: "invoke_agent",
+            A.AGENT_ID: agent_name,
+            A.OPENINFERENCE_KIND: "AGENT",
+            A.FRAMEWORK: framework,
+            A.MODE: mode,
+        }
+        if self.capture and requests is not None:
+            parts = request_parts(requests)
+            messages = [{"role": "user", "parts": parts}]
+            attrs[A.INPUT_MESSAGES] = policy.text(messages)
+            attrs[A.INPUT_VALUE] = policy.text(
+                "\n".join(p["content"] for p in parts if p["type"] == "text")
+            )
+            if instructions:
+                attrs[A.SYSTEM_INSTRUCTIONS] = policy.text(
+                    [{"type": "text", "content": instructions}]
+                )
+        self.run = _Open(
+            tracer.start_span(
+                f"invoke_agent {agent_name}",
+                context=parent,
+                kind=_INTERNAL,
+                attributes=self._clean(attrs),
+                start_time=now,
+            ),
+            "run",
+            now,
+        )
+
+    # -- helpers ------------------------------------------------------------------------
+    def _clean(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        redact = self.redactor
+        if redact is None:
+            return attrs
+        return {k: redact(v) if isinstance(v, str) else v for k, v in attrs.items()}
+
+    def _set(self, span: Span, key: str, value: Any) -> None:
+        if self.redactor is not None and isinstance(value, str):
+            value = self.redactor(value)
+        span.set_attribute(key, value)
+
+    def _anomaly(self, what: str) -> None:
+        self.anomalies += 1
+        if self.anomalies == 1:
+            internal_log.warning(
+                "malformed-stream",
+                "runnertrace: malformed event stream in run %r: %s (further anomalies in this "
+                "run are counted on the span, not logged)",
+                self.common.get(A.AGENT_NAME),
+                what,
+            )
+
+    def _container(self) -> _Open:
+        """Where a message or tool call nests: the innermost open step, else the run."""
+        return self.steps[-1][1] if self.steps else self.run
+
+    def _start(
+        self,
+        name: str,
+        kind: str,
+        parent: _Open,
+        attrs: dict[str, Any],
+        span_kind: SpanKind = _INTERNAL,
+    ) -> _Open:
+        now = time.time_ns()
+        attrs.update(self.common)
+        attrs[A.SPAN_TYPE] = kind
+        span = self.tracer.start_span(
+            name,
+            context=parent.context(),
+            kind=span_kind,
+            attributes=self._clean(attrs),
+            start_time=now,
+        )
+        return _Open(span, kind, now)
+
+    def nesting_context(self) -> Context:
+        """Parent for a run nested in this one: the newest open tool, else step, else run."""
+        if self.tools:
+            return next(reversed(self.tools.values())).context()
+        return self._container().context()
+
+    # -- dispatch ---------------------------------------------------------------------
+    def handle(self, event: Any) -> None:
+        """Record ``event``; a fault here is logged once and never reaches the host."""
+        try:
+            handler = _HANDLERS.get(getattr(event, "type", None))
+            if handler is None:
+                self._anomaly(f"unknown event type {getattr(event, 'type', None)!r}")
+                return
+            if self.finished:
+                self._anomaly(f"{event.type} after the run ended")
+                return
+            handler(self, event)
+        except Exception as exc:  # noqa: BLE001 - telemetry boundary
+            report_internal_error("span state machine", exc)
+
+    # -- steps --------------------------------------------------------------------------
+    def _on_step_start(self, event: Any) -> None:
+        name = event.step_name
+        index = getattr(event, "step_index", None)
+        attrs: dict[str, Any] = {A.OPENINFERENCE_KIND: "CHAIN", A.STEP_NAME: name}
+        if index is not None:
+            attrs[A.STEP_INDEX] = index
+        self.steps.append(
+            ((name, index), self._start(f"agent_step {name}", "step", self._container(), attrs))
+        )
+
+    def _on_step_end(self, event: Any) -> None:
+        key = (event.step_name, getattr(event, "step_index", None))
+        for pos in range(len(self.steps) - 1, -1, -1):
+            if self.steps[pos][0] == key:
+                break
+        else:
+            self._anomaly(f"step_end for {key} without a step_start")
+            return
+        popped = [item for _, item in self.steps[pos:]]
+        del self.steps[pos:]
+        if len(popped) > 1:
+            self._anomaly(f"step {key} ended while {len(popped) - 1} inner step(s) were open")
+        for step in reversed(popped):
+            self._close_children(step)
+            self._close(step, incomplete=step is not popped[0])
+
+    def _close_children(self, step: _Open) -> None:
+        """End what a step left open. A tool still waiting for its result ends normally
+        (some frameworks never report results); an open message or reasoning block is
+        incomplete."""
+        for table in (self.reasoning, self.messages, self.tools):
+            for key in [k for k, v in table.items() if v.owner is step]:
+                item = table.pop(key)
+                if item.kind != "tool":
+                    self._anomaly(f"{item.kind} {key!r} still open when its step ended")
+                self._close(item, incomplete=item.kind != "tool")
+
+    # -- messages -----------------------------------------------------------------------
+    def _on_message_start(self, event: Any) -> None:
+        mid = event.message_id
+        if mid in self.messages:
+            self._anomaly(f"duplicate message_start {mid!r}")
+            self._close(self.messages.pop(mid), incomplete=True)
+        model = getattr(event, "model", None)
+        provider = getattr(event, "provider", None)
+        attrs: dict[str, Any] = {
+            A.OPERATION: "chat",
+            A.OPENINFERENCE_KIND: "LLM",
+            A.REQUEST_STREAM: self.mode == "stream",
+        }
+        if model:
+            attrs[A.REQUEST_MODEL] = model
+            self.model = model
+        if provider:
+            attrs[A.PROVIDER] = provider
+            attrs[A.SYSTEM] = provider
+        item = self._start(
+            f"chat {model}" if model else "chat", "message", self._container(), attrs, _CLIENT
+        )
+        if self.capture:
+            item.parts = []
+        self.messages[mid] = item
+        self._own(item)
+
+    def _on_text_delta(self, event: Any) -> None:
+        item = self.messages.get(event.message_id)
+        if item is None:
+            self._anomaly(f"text_delta for unknown message {event.message_id!r}")
+            return
+        self._delta(item, event.delta)
+
+    def _delta(self, item: _Open, delta: str) -> None:
+        item.deltas += 1
+        if not item.first_ns:
+            item.first_ns = time.time_ns()
+        if item.parts is not None:
+            item.parts.append(delta)
+        if self.deltas_as_events:
+            attrs: dict[str, Any] = {"length": len(delta)}
+            if self.capture:
+                attrs["content"] = self.policy.truncate(delta)
+            item.span.add_event("gen_ai.content.delta", self._clean(attrs))
+        else:
+            item.meta = item.meta or {}
+            item.meta["chars"] = item.meta.get("chars", 0) + len(delta)
+
+    def _finish_deltas(self, item: _Open) -> None:
+        span = item.span
+        span.set_attribute(A.DELTA_COUNT, item.deltas)
+        if item.meta and "chars" in item.meta:
+            span.set_attribute(A.DELTA_CHARS, item.meta["chars"])
+        if item.first_ns:
+            ttfc = (item.first_ns - item.start_ns) / 1e9
+            span.set_attribute(A.TTFC, ttfc)
+            span.set_attribute(A.TTFC_LOGFIRE, ttfc)
+
+    def _on_message_end(self, event: Any) -> None:
+        item = self.messages.pop(event.message_id, None)
+        if item is None:
+            self._anomaly(f"message_end for unknown message {event.message_id!r}")
+            return
+        span = item.span
+        self._finish_deltas(item)
+        finish = getattr(event, "finish_reason", None)
+        if finish:
+            span.set_attribute(A.FINISH_REASONS, [finish])
+        for key, field in _USAGE_FIELDS:
+            value = getattr(event, field, None)
+            if value is not None:
+                span.set_attribute(key, value)
+        self.input_tokens += getattr(event, "input_tokens", None) or 0
+        self.output_tokens += getattr(event, "output_tokens", None) or 0
+        for key, field in ((A.RESPONSE_MODEL, "response_model"), (A.RESPONSE_ID, "response_id")):
+            value = getattr(event, field, None)
+            if value:
+                self._set(span, key, value)
+        if item.parts is not None:
+            parts: list[dict[str, Any]] = []
+            text = "".join(item.parts)
+            if text:
+                parts.append({"type": "text", "content": text})
+            for call in (item.meta or {}).get("calls", ()):
+                parts.append(call)
+            message = {"role": "assistant", "parts": parts, "finish_reason": _finish(finish)}
+            self._set(span, A.OUTPUT_MESSAGES, self.policy.text([message]))
+        span.end()
+
+    # -- reasoning --------------------------------------------------------------------
+    def _on_reasoning_start(self, event: Any) -> None:
+        rid = event.message_id
+        if rid in self.reasoning:
+            self._anomaly(f"duplicate reasoning_start {rid!r}")
+            self._close(self.reasoning.pop(rid), incomplete=True)
+        parent = next(reversed(self.messages.values())) if self.messages else self._container()
+        item = self._start("reasoning", "reasoning", parent, {})
+        if self.capture:
+            item.parts = []
+        self.reasoning[rid] = item
+        self._own(item)
+
+    def _on_reasoning_delta(self, event: Any) -> None:
+        item = self.reasoning.get(event.message_id)
+        if item is None:
+            self._anomaly(f"reasoning_delta for unknown block {event.message_id!r}")
+            return
+        self._delta(item, event.delta)
+
+    def _on_reasoning_end(self, event: Any) -> None:
+        item = self.reasoning.pop(event.message_id, None)
+        if item is None:
+            self._anomaly(f"reasoning_end for unknown block {event.message_id!r}")
+            return
+        self._finish_deltas(item)
+        if item.parts is not None:
+            message = {
+                "role": "assistant",
+                "parts": [{"type": "reasoning", "content": "".join(item.parts)}],
+            }
+            self._set(item.span, A.OUTPUT_MESSAGES, self.policy.text([message]))
+        item.span.end()
+
+    # -- tool calls -------------------------------------------------------------------
+    def _on_tool_call_start(self, event: Any) -> None:
+        cid = event.tool_call_id
+        if cid in self.tools:
+            self._anomaly(f"duplicate tool_call_start {cid!r}")
+            self._close(self.tools.pop(cid), incomplete=True)
+        name = event.tool_name
+        attrs = {
+            A.OPERATION: "execute_tool",
+            A.TOOL_NAME: name,
+            A.TOOL_CALL_ID: cid,
+            A.TOOL_TYPE: "function",
+            A.OPENINFERENCE_KIND: "TOOL",
+            A.LEGACY_TOOL_NAME: name,
+        }
+        item = self._start(f"execute_tool {name}", "tool", self._container(), attrs)
+        item.meta = {"name": name, "parent": getattr(event, "parent_message_id", None)}
+        if self.capture:
+            item.parts = []
+        self.tools[cid] = item
+        self._own(item)
+
+    def _on_tool_call_args(self, event: Any) -> None:
+        item = self.tools.get(event.tool_call_id)
+        if item is None:
+            self._anomaly(f"tool_call_args for unknown call {event.tool_call_id!r}")
+            return
+        item.deltas += 1
+        if item.parts is not None:
+            item.parts.append(event.delta)
+
+    def _on_tool_call_end(self, event: Any) -> None:
+        item = self.tools.get(event.tool_call_id)
+        if item is None:
+            self._anomaly(f"tool_call_end for unknown call {event.tool_call_id!r}")
+            return
+        item.span.set_attribute(A.DELTA_COUNT, item.deltas)
+        if item.parts is None:
+            return
+        arguments = "".join(item.parts)
+        text = self.policy.truncate(arguments)
+        self._set(item.span, A.TOOL_ARGUMENTS, text)
+        self._set(item.span, A.INPUT_VALUE, text)
+        assert item.meta is not None
+        asking = self.messages.get(item.meta["parent"] or "")
+        if asking is not None and asking.parts is not None:
+            try:
+                parsed: Any = json.loads(arguments) if arguments else {}
+            except ValueError:
+                parsed = arguments
+            asking.meta = asking.meta or {}
+            asking.meta.setdefault("calls", []).append(
+                {
+                    "type": "tool_call",
+                    "id": event.tool_call_id,
+                    "name": item.meta["name"],
+                    "arguments": parsed,
+                }
+            )
+
+    def _on_tool_call_result(self, event: Any) -> None:
+        item = self.tools.pop(event.tool_call_id, None)
+        if item is None:
+            self._anomaly(f"tool_call_result for unknown call {event.tool_call_id!r}")
+            return
+        span = item.span
+        if self.capture:
+            text = self.policy.text(event.content)
+            self._set(span, A.TOOL_RESULT, text)
+            self._set(span, A.OUTPUT_VALUE, text)
+        if getattr(event, "is_error", False):
+            span.set_attribute(A.ERROR_TYPE, "tool_error")
+            span.set_status(Status(StatusCode.ERROR, "tool returned an error"))
+        span.end()
+
+    def _own(self, item: _Open) -> None:
+        """Remember the step a child started in, so the step's end can close it."""
+        if self.steps:
+            item.owner = self.steps[-1][1]
+
+    # -- closing -------------------------------------------------------------------------
+    def _close(
+        self,
+        item: _Open,
+        *,
+        incomplete: bool,
+        error: BaseException | None = None,
+        cancelled: bool = False,
+    ) -> None:
+        span = item.span
+        if not span.is_recording():
+            return
+        if item.kind in ("message", "reasoning"):
+            self._finish_deltas(item)
+        if incomplete:
+            span.set_attribute(A.INCOMPLETE, True)
+        if cancelled:
+            span.set_attribute(A.CANCELLED, True)
+        if error is not None:
+            span.set_attribute(A.ERROR_TYPE, _error_type(error))
+            span.set_status(Status(StatusCode.ERROR, self._message(error)))
+        span.end()
+
+    def _message(self, error: BaseException) -> str:
+        text = f"{type(error).__name__}: {error}"
+        return self.redactor(text) if self.redactor else text
+
+    def finish(
+        self, reply: Any = None, error: BaseException | None = None, cancelled: bool = False
+    ) -> None:
+        """End the run: close every open span, then the run span. Idempotent."""
+        if self.finished:
+            return
+        self.finished = True
+        try:
+            dangling = [*self.reasoning.values(), *self.messages.values(), *self.tools.values()]
+            dangling += [step for _, step in reversed(self.steps)]
+            if dangling and error is None and not cancelled:
+                self._anomaly(f"{len(dangling)} span(s) still open when the run ended")
+            for item in dangling:
+                self._close(item, incomplete=True, error=error, cancelled=cancelled)
+            self.reasoning.clear()
+            self.messages.clear()
+            self.tools.clear()
+            self.steps.clear()
+            span = self.run.span
+            if self.input_tokens or self.output_tokens:
+                span.set_attribute(A.AGG_INPUT_TOKENS, self.input_tokens)
+                span.set_attribute(A.AGG_OUTPUT_TOKENS, self.output_tokens)
+            if self.model:
+                span.set_attribute(A.REQUEST_MODEL, self.model)
+            if self.anomalies:
+                span.set_attribute(A.MALFORMED, self.anomalies)
+            if reply is not None:
+                self._record_reply(span, reply)
+            if cancelled:
+                span.set_attribute(A.CANCELLED, True)
+            if error is not None:
+                span.set_attribute(A.ERROR_TYPE, _error_type(error))
+                self._record_exception(span, error)
+                span.set_status(Status(StatusCode.ERROR, self._message(error)))
+            span.end()
+        except Exception as exc:  # noqa: BLE001 - telemetry boundary
+            report_internal_error("span state machine (finish)", exc)
+
+    def _record_exception(self, span: Span, error: BaseException) -> None:
+        if self.redactor is None:
+            span.record_exception(error)
+            return
+        # The default stack trace ends with the message, so redact all three fields.
+        trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        attrs = {
+            "exception.type": type(error).__qualname__,
+            "exception.message": str(error),
+            "exception.stacktrace": trace,
+        }
+        span.add_event("exception", self._clean(attrs))
+
+    def _record_reply(self, span: Span, reply: Any) -> None:
+        kind = getattr(reply, "type", None)
+        if kind:
+            span.set_attribute(A.REPLY_TYPE, str(kind))
+        if not self.capture:
+            return
+        text = self.policy.text(str(reply))
+        message = {
+            "role": "assistant",
+            "parts": [{"type": "text", "content": text}],
+            "finish_reason": "stop",
+        }
+        self._set(span, A.OUTPUT_MESSAGES, self.policy.text([message]))
+        self._set(span, A.OUTPUT_VALUE, text)
+
+
+def _finish(reason: str | None) -> str:
+    if reason in (None, "", "stop", "end_turn"):
+        return "stop"
+    if reason in ("tool_calls", "tool_call", "tool_use", "function_call"):
+        return "tool_call"
+    if reason in ("length", "max_tokens"):
+        return "length"
+    if reason == "content_filter":
+        return "content_filter"
+    return "error" if reason == "error" else str(reason)
+
+
+_USAGE_FIELDS = (
+    (A.INPUT_TOKENS, "input_tokens"),
+    (A.OUTPUT_TOKENS, "output_tokens"),
+    (A.CACHE_READ_TOKENS, "cache_read_input_tokens"),
+    (A.REASONING_TOKENS, "reasoning_output_tokens"),
+)
+
+_HANDLERS: dict[Any, Callable[[RunTracer, Any], None]] = {
+    "step_start": RunTracer._on_step_start,
+    "step_end": RunTracer._on_step_end,
+    "message_start": RunTracer._on_message_start,
+    "text_delta": RunTracer._on_text_delta,
+    "message_end": RunTracer._on_message_end,
+    "reasoning_start": RunTracer._on_reasoning_start,
+    "reasoning_delta": RunTracer._on_reasoning_delta,
+    "reasoning_end": RunTracer._on_reasoning_end,
+    "tool_call_start": RunTracer._on_tool_call_start,
+    "tool_call_args": RunTracer._on_tool_call_args,
+    "tool_call_end": RunTracer._on_tool_call_end,
+    "tool_call_result": RunTracer._on_tool_call_result,
+}
