@@ -73,6 +73,8 @@ class CloudWatchConfig(BaseModel):
     wants large content kept off spans (applied on top of ``trace.max_content_length``)."""
     metrics_queue_size: int = Field(256, ge=1)
     """Runs whose metrics may wait to be sent; beyond this they are dropped and counted."""
+    timeout_s: float | None = Field(None, gt=0)
+    """Bounds one export or API request; unset: ``trace.flush_timeout_s``."""
 
     @field_validator("region")
     @classmethod

@@ -25,13 +25,15 @@ def run_with_timeout(fn: object, timeout_s: float, what: str) -> bool:
 
     Vendor exporters do not all honour their own timeouts (Logfire's flush was
     seen taking 10 s with a 3 s timeout), so every flush and shutdown we do is
-    bounded here, independently of the exporter. Returns ``False`` on timeout.
+    bounded here, independently of the exporter. Returns ``False`` on timeout,
+    on a fault, or when ``fn`` itself returns ``False``.
     """
     done = threading.Event()
+    outcome: list[bool] = []
 
     def target() -> None:
         try:
-            fn()  # type: ignore[operator]
+            outcome.append(fn() is not False)  # type: ignore[operator]
         except Exception as exc:  # noqa: BLE001 - exporter fault, reported below
             internal_log.warning(what, "runnertrace: %s failed: %r", what, exc)
         finally:
@@ -43,7 +45,7 @@ def run_with_timeout(fn: object, timeout_s: float, what: str) -> bool:
             f"{what}-timeout", "runnertrace: %s did not finish within %.1fs", what, timeout_s
         )
         return False
-    return True
+    return bool(outcome) and outcome[0]
 
 
 class MappedSpanExporter(SpanExporter):

@@ -54,9 +54,9 @@ class TracingSetup:
         timeout = self.flush_timeout_s if timeout_s is None else timeout_s
         processors = list(self.processors)
 
-        def flush_all() -> None:
-            for processor in processors:
-                processor.force_flush(int(timeout * 1000))
+        def flush_all() -> bool:
+            results = [processor.force_flush(int(timeout * 1000)) for processor in processors]
+            return all(results)
 
         return run_with_timeout(flush_all, timeout, "flush")
 

@@ -77,7 +77,10 @@ class NativeRunner(Runner):
     def _prepare(self, session: Session) -> tuple[ExecutionContext, dict[str, Any] | None]:
         history: list[Event] = list(session.get(STATE_KEY) or [])
         loaded = session.load_framework_context()
-        context = ExecutionContext(events=history, state=loaded if loaded is not None else {})
+        # The agent edits its own top-level dict, so keys it deletes survive the
+        # write-back, which merges what it produced over ``loaded``.
+        state = dict(loaded) if loaded is not None else {}
+        context = ExecutionContext(events=history, state=state)
         return context, loaded
 
     def _save(

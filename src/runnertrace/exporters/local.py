@@ -1,0 +1,106 @@
+"""``local``: the default backend, a SQLite file read by ``runnertrace traces/show/report``.
+
+It needs no account and no network, so tracing works on a fresh clone. Spans
+reach the file through the standard bounded batch processor, so a slow disk
+adds no latency to runs and a full queue drops (and counts) spans instead of
+growing without bound.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from opentelemetry.sdk.trace import SpanProcessor
+from opentelemetry.sdk.trace.export import SpanExporter
+
+from runnertrace.exporters.local_store import SpanStore, SqliteSpanExporter, StoreError
+from runnertrace.tracing.backend import Backend, Check
+from runnertrace.tracing.export import BoundedBatchSpanProcessor
+
+__all__ = ["LocalBackend"]
+
+
+class LocalBackend(Backend):
+    """Stores spans in ``trace.local.path`` (default ``.runnertrace/traces.db``)."""
+
+    name = "local"
+
+    @property
+    def path(self) -> Path:
+        """The store file, resolved against the working directory now."""
+        return SpanStore(self.trace_config.local.path).path
+
+    def exporter(self) -> SpanExporter:
+        return SqliteSpanExporter(self.path)
+
+    def processors(self) -> list[SpanProcessor]:
+        processors = super().processors()
+        for processor in processors:
+            if isinstance(processor, BoundedBatchSpanProcessor):
+                processor.max_queue_size = self.trace_config.local.max_queue_size
+        return processors
+
+    def check(self) -> list[Check]:
+        path = self.path
+        checks = [_writable(path)]
+        if path.is_file():
+            try:
+                spans, traces = SpanStore(path).count()
+            except StoreError as exc:
+                checks.append(
+                    Check(
+                        self.name,
+                        "store",
+                        "fail",
+                        str(exc),
+                        fix=f"move {path} aside; runnertrace creates a new store on the next run",
+                    )
+                )
+            else:
+                checks.append(
+                    Check(self.name, "store", "ok", f"{traces} traces, {spans} spans in {path}")
+                )
+        return checks
+
+
+def _writable(path: Path) -> Check:
+    """Can the store (and SQLite's -wal/-shm files beside it) be written, without creating it?"""
+    if path.exists():
+        if path.is_dir():
+            return Check(
+                "local",
+                "path",
+                "fail",
+                f"{path} is a directory",
+                fix="set trace.local.path to a file path, e.g. .runnertrace/traces.db",
+            )
+        if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)):
+            return Check(
+                "local",
+                "path",
+                "fail",
+                f"{path} is not writable",
+                fix=f"fix the permissions of {path} and its directory, or set trace.local.path",
+            )
+        return Check("local", "path", "ok", f"writing spans to {path}")
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return Check(
+            "local",
+            "path",
+            "fail",
+            f"cannot create {path}: {ancestor} is not a directory",
+            fix="set trace.local.path to a location under a writable directory",
+        )
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return Check(
+            "local",
+            "path",
+            "fail",
+            f"cannot create {path}: {ancestor} is not writable",
+            fix="set trace.local.path to a location under a writable directory",
+        )
+    return Check("local", "path", "ok", f"{path} will be created on the first traced run")

@@ -1,0 +1,507 @@
+"""The embedded span store behind the ``local`` backend: one SQLite file.
+
+Why SQLite: it needs no server, no account and no network, survives process
+restarts, and lets several processes (an app and ``runnertrace traces`` in
+another terminal) share one file. WAL mode lets readers look while a writer
+appends; a busy timeout serialises concurrent writers instead of failing them.
+
+Writing: :class:`SqliteSpanExporter` turns finished spans into rows (ids as
+hex, attributes/events/resource as JSON). It runs on the batch processor's
+worker thread, never on the agent's task.
+
+Reading: :class:`SpanStore` lists recent runs (one per trace), returns a
+trace's spans, and resolves ``last`` or an id prefix to a full trace id. The
+CLI and the HTML report are built on these calls only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from runnertrace._internal.errors import internal_log
+from runnertrace.tracing import attributes as attr
+
+__all__ = [
+    "RunSummary",
+    "SpanStore",
+    "SqliteSpanExporter",
+    "StoreError",
+    "StoreNotFoundError",
+    "StoredSpan",
+    "TraceNotFoundError",
+    "span_tree",
+]
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS spans (
+    trace_id           TEXT    NOT NULL,
+    span_id            TEXT    NOT NULL,
+    parent_span_id     TEXT,
+    is_root            INTEGER NOT NULL,
+    name               TEXT    NOT NULL,
+    kind               TEXT    NOT NULL,
+    span_type          TEXT,
+    start_ns           INTEGER NOT NULL,
+    end_ns             INTEGER NOT NULL,
+    status_code        TEXT    NOT NULL,
+    status_description TEXT,
+    input_tokens       INTEGER NOT NULL DEFAULT 0,
+    output_tokens      INTEGER NOT NULL DEFAULT 0,
+    attributes         TEXT    NOT NULL,
+    events             TEXT    NOT NULL,
+    resource           TEXT    NOT NULL,
+    scope              TEXT,
+    PRIMARY KEY (trace_id, span_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS spans_by_start ON spans (start_ns);
+"""
+
+_COLUMNS = (
+    "trace_id, span_id, parent_span_id, is_root, name, kind, span_type, start_ns, end_ns, "
+    "status_code, status_description, input_tokens, output_tokens, attributes, events, "
+    "resource, scope"
+)
+_INSERT = f"INSERT OR REPLACE INTO spans ({_COLUMNS}) VALUES ({', '.join('?' * 17)})"
+_SELECT = f"SELECT {_COLUMNS} FROM spans"
+
+_HEX_PREFIX = re.compile(r"[0-9a-f]{1,32}")
+
+
+class StoreError(RuntimeError):
+    """The store cannot be opened or read; the message names the file and the cause."""
+
+
+class StoreNotFoundError(StoreError):
+    """There is no store file yet (nothing has been traced to ``local``)."""
+
+
+class TraceNotFoundError(LookupError):
+    """``last`` or an id (prefix) matches no trace, or a prefix matches several."""
+
+
+# -- records -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StoredSpan:
+    """One span as read back from the store (plain data, JSON-ready)."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    kind: str
+    start_ns: int
+    end_ns: int
+    status_code: str
+    status_description: str | None
+    attributes: dict[str, Any] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    resource: dict[str, Any] = field(default_factory=dict)
+    scope: str | None = None
+    is_root: bool = False
+
+    @property
+    def duration_ns(self) -> int:
+        return max(0, self.end_ns - self.start_ns)
+
+    @property
+    def span_type(self) -> str | None:
+        value = self.attributes.get(attr.SPAN_TYPE)
+        return value if isinstance(value, str) else None
+
+    @property
+    def is_error(self) -> bool:
+        return self.status_code == "ERROR"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trace_id": self.trace_id,
+            "span_id": self.span_id,
+            "parent_span_id": self.parent_span_id,
+            "name": self.name,
+            "kind": self.kind,
+            "type": self.span_type,
+            "start_ns": self.start_ns,
+            "end_ns": self.end_ns,
+            "status_code": self.status_code,
+            "status_description": self.status_description,
+            "attributes": self.attributes,
+            "events": self.events,
+            "resource": self.resource,
+            "scope": self.scope,
+        }
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One row of ``runnertrace traces``: a trace, described by its top span and run span."""
+
+    trace_id: str
+    name: str
+    start_ns: int
+    end_ns: int
+    span_count: int
+    error_count: int
+    input_tokens: int
+    output_tokens: int
+    status: str
+    """``ok``, ``error``, ``cancelled``, or ``incomplete`` (the top span was never stored)."""
+    agent: str | None = None
+    framework: str | None = None
+    mode: str | None = None
+    session_id: str | None = None
+
+    @property
+    def duration_ns(self) -> int:
+        return max(0, self.end_ns - self.start_ns)
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+def _json_default(value: object) -> object:
+    # Bytes never go into the store: a size note is all a viewer needs.
+    if isinstance(value, bytes | bytearray):
+        return f"<{len(value)} bytes>"
+    return str(value)
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, default=_json_default, ensure_ascii=False, separators=(",", ":"))
+
+
+def _tokens(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def span_row(span: ReadableSpan) -> tuple[object, ...]:
+    """The database row for one finished span."""
+    context = span.context
+    if context is None:
+        raise ValueError(f"span {span.name!r} has no context")
+    parent = span.parent
+    attributes = dict(span.attributes or {})
+    events = [
+        {"name": e.name, "time_ns": e.timestamp, "attributes": dict(e.attributes or {})}
+        for e in span.events
+    ]
+    start = span.start_time or 0
+    span_type = attributes.get(attr.SPAN_TYPE)
+    return (
+        format(context.trace_id, "032x"),
+        format(context.span_id, "016x"),
+        format(parent.span_id, "016x") if parent is not None else None,
+        1 if parent is None or parent.is_remote else 0,
+        span.name,
+        span.kind.name,
+        span_type if isinstance(span_type, str) else None,
+        start,
+        span.end_time or start,
+        span.status.status_code.name,
+        span.status.description,
+        _tokens(attributes.get(attr.INPUT_TOKENS)),
+        _tokens(attributes.get(attr.OUTPUT_TOKENS)),
+        _dumps(attributes),
+        _dumps(events),
+        _dumps(dict(span.resource.attributes)),
+        span.instrumentation_scope.name if span.instrumentation_scope else None,
+    )
+
+
+def _stored(row: Sequence[Any]) -> StoredSpan:
+    return StoredSpan(
+        trace_id=row[0],
+        span_id=row[1],
+        parent_span_id=row[2],
+        is_root=bool(row[3]),
+        name=row[4],
+        kind=row[5],
+        start_ns=row[7],
+        end_ns=row[8],
+        status_code=row[9],
+        status_description=row[10],
+        attributes=json.loads(row[13]),
+        events=json.loads(row[14]),
+        resource=json.loads(row[15]),
+        scope=row[16],
+    )
+
+
+def span_tree(spans: Iterable[StoredSpan]) -> list[tuple[StoredSpan, int]]:
+    """Spans in depth-first order with their depth; children sorted by start time.
+
+    A span whose parent is not in the list (a remote parent, or a parent that
+    was dropped) is shown at the top level rather than hidden.
+    """
+    spans = sorted(spans, key=lambda s: (s.start_ns, s.name, s.span_id))
+    ids = {s.span_id for s in spans}
+    children: dict[str | None, list[StoredSpan]] = {}
+    for span in spans:
+        parent = span.parent_span_id if span.parent_span_id in ids else None
+        children.setdefault(parent, []).append(span)
+    ordered: list[tuple[StoredSpan, int]] = []
+    stack = [(s, 0) for s in reversed(children.get(None, []))]
+    seen: set[str] = set()
+    while stack:
+        span, depth = stack.pop()
+        if span.span_id in seen:  # a malformed store with a parent cycle
+            continue
+        seen.add(span.span_id)
+        ordered.append((span, depth))
+        stack.extend((c, depth + 1) for c in reversed(children.get(span.span_id, [])))
+    # Spans caught in a parent cycle are unreachable from the top; show them flat.
+    ordered.extend((s, 0) for s in spans if s.span_id not in seen)
+    return ordered
+
+
+# -- the store ----------------------------------------------------------------------------
+class SpanStore:
+    """A SQLite span file: thread-safe writes and the read API of the CLI and report.
+
+    The file and its directory are created on the first write, never on reads
+    (a read of a missing store raises :class:`StoreNotFoundError`). Relative
+    paths are resolved once, against the working directory at construction.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 10.0) -> None:
+        self.path = Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
+        self.busy_timeout_s = busy_timeout_s
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"SpanStore({str(self.path)!r})"
+
+    # -- connection -------------------------------------------------------------------
+    def _connection(self, *, create: bool) -> sqlite3.Connection:
+        if self._conn is not None:
+            return self._conn
+        if create:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        elif not self.path.is_file():
+            raise StoreNotFoundError(
+                f"no trace store at {self.path}; run `runnertrace demo`, or enable tracing "
+                "(trace.enabled: true, trace.type: local) and run an agent"
+            )
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout_s,
+                isolation_level=None,  # autocommit; transactions are explicit
+                check_same_thread=False,  # guarded by self._lock
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open trace store {self.path}: {exc}") from exc
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"trace store {self.path} has schema version {version}, newer than this "
+                    f"runnertrace understands ({SCHEMA_VERSION}); upgrade runnertrace"
+                )
+            if version < SCHEMA_VERSION:
+                # One script, one transaction: two processes creating the file at
+                # once serialise on BEGIN IMMEDIATE and the loser's IF NOT EXISTS is a no-op.
+                conn.executescript(
+                    f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
+                )
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreError(f"cannot use trace store {self.path}: {exc}") from exc
+        except StoreError:
+            conn.close()
+            raise
+        self._conn = conn
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def _query(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
+        with self._lock:
+            conn = self._connection(create=False)
+            try:
+                return conn.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot read trace store {self.path}: {exc}") from exc
+
+    # -- writing ----------------------------------------------------------------------
+    def write(self, spans: Sequence[ReadableSpan]) -> int:
+        """Store ``spans`` in one transaction (a re-exported span replaces its row)."""
+        rows = [span_row(span) for span in spans]
+        if not rows:
+            return 0
+        with self._lock:
+            conn = self._connection(create=True)
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(_INSERT, rows)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        return len(rows)
+
+    # -- reading ----------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def count(self) -> tuple[int, int]:
+        """(spans, traces) in the store."""
+        row = self._query("SELECT COUNT(*), COUNT(DISTINCT trace_id) FROM spans")[0]
+        return int(row[0]), int(row[1])
+
+    def list_runs(self, limit: int = 20) -> list[RunSummary]:
+        """The ``limit`` most recent traces, newest first, each summarised as one run."""
+        traces = self._query(
+            "SELECT trace_id, MIN(start_ns) AS first, MAX(end_ns), COUNT(*), "
+            "SUM(status_code = 'ERROR'), SUM(input_tokens), SUM(output_tokens) "
+            "FROM spans GROUP BY trace_id ORDER BY first DESC, trace_id LIMIT ?",
+            (max(0, limit),),
+        )
+        return [self._summary(*row) for row in traces]
+
+    def _summary(
+        self,
+        trace_id: str,
+        first: int,
+        last: int,
+        count: int,
+        errors: int,
+        input_tokens: int,
+        output_tokens: int,
+    ) -> RunSummary:
+        top_rows = self._query(
+            f"{_SELECT} WHERE trace_id = ? ORDER BY is_root DESC, start_ns LIMIT 1", (trace_id,)
+        )
+        run_rows = self._query(
+            f"{_SELECT} WHERE trace_id = ? AND span_type = 'run' ORDER BY start_ns LIMIT 1",
+            (trace_id,),
+        )
+        top = _stored(top_rows[0])
+        run = _stored(run_rows[0]) if run_rows else top
+        if not top.is_root:
+            status = "incomplete"
+        elif top.is_error or run.is_error:
+            status = "error"
+        elif run.attributes.get(attr.CANCELLED) or top.attributes.get(attr.CANCELLED):
+            status = "cancelled"
+        else:
+            status = "ok"
+
+        def text(key: str) -> str | None:
+            value = run.attributes.get(key)
+            return value if isinstance(value, str) else None
+
+        return RunSummary(
+            trace_id=trace_id,
+            name=top.name,
+            start_ns=top.start_ns if top.is_root else first,
+            end_ns=top.end_ns if top.is_root else last,
+            span_count=count,
+            error_count=errors,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            status=status,
+            agent=text(attr.AGENT_NAME),
+            framework=text(attr.FRAMEWORK),
+            mode=text(attr.MODE),
+            session_id=text(attr.SESSION_ID),
+        )
+
+    def get_run(self, trace_id: str) -> RunSummary:
+        rows = self._query(
+            "SELECT trace_id, MIN(start_ns), MAX(end_ns), COUNT(*), SUM(status_code = 'ERROR'), "
+            "SUM(input_tokens), SUM(output_tokens) FROM spans WHERE trace_id = ? "
+            "GROUP BY trace_id",
+            (trace_id,),
+        )
+        if not rows:
+            raise TraceNotFoundError(f"no trace {trace_id} in {self.path}")
+        return self._summary(*rows[0])
+
+    def get_trace(self, trace_id: str) -> list[StoredSpan]:
+        """Every stored span of ``trace_id`` (a full id), ordered by start time."""
+        rows = self._query(f"{_SELECT} WHERE trace_id = ? ORDER BY start_ns, span_id", (trace_id,))
+        if not rows:
+            raise TraceNotFoundError(f"no trace {trace_id} in {self.path}")
+        return [_stored(row) for row in rows]
+
+    def resolve(self, ref: str) -> str:
+        """The full trace id for ``last``, a full id, or a unique hex prefix of one."""
+        wanted = ref.strip().lower().removeprefix("0x")
+        if wanted == "last":
+            runs = self.list_runs(1)
+            if not runs:
+                raise TraceNotFoundError(f"the trace store {self.path} holds no traces yet")
+            return runs[0].trace_id
+        if not _HEX_PREFIX.fullmatch(wanted):
+            raise TraceNotFoundError(
+                f"{ref!r} is not a trace id: use 'last', or 1-32 hex digits of a trace id"
+            )
+        # A range scan on the primary key: every hex id starting with the prefix
+        # sorts between the prefix and the prefix followed by 'g'.
+        rows = self._query(
+            "SELECT DISTINCT trace_id FROM spans WHERE trace_id >= ? AND trace_id < ? "
+            "ORDER BY trace_id LIMIT 6",
+            (wanted, wanted + "g"),
+        )
+        if not rows:
+            raise TraceNotFoundError(f"no trace id starts with {wanted!r} in {self.path}")
+        if len(rows) > 1:
+            shown = ", ".join(r[0] for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
+            raise TraceNotFoundError(
+                f"{wanted!r} matches several traces ({shown}); give more digits"
+            )
+        return str(rows[0][0])
+
+
+# -- the exporter -----------------------------------------------------------------------------
+class SqliteSpanExporter(SpanExporter):
+    """Writes finished spans to a :class:`SpanStore`; failures are logged, never raised."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.store = SpanStore(path)
+        self._shutdown = False
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._shutdown:
+            return SpanExportResult.FAILURE
+        try:
+            self.store.write(spans)
+        except (sqlite3.Error, StoreError, OSError) as exc:
+            # A full disk or a read-only directory must not break the host; the
+            # batch processor counts the dropped spans.
+            internal_log.warning(
+                f"local-store-write:{self.store.path}",
+                "runnertrace: cannot write spans to %s: %s",
+                self.store.path,
+                exc,
+            )
+            return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        self._shutdown = True
+        self.store.close()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True  # every export commits before it returns

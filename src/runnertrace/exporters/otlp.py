@@ -1,0 +1,378 @@
+"""``otlp``: spans to any OTLP/HTTP endpoint, plus the OTLP plumbing every vendor backend shares.
+
+Langfuse, Logfire and Traceloop all accept OTLP/HTTP protobuf; what differs is
+the URL, the auth header and the attribute mapping. So each vendor backend is a
+:class:`OtlpHttpBackend` that says where and with which headers, and this module
+builds the one kind of exporter they all use (:func:`otlp_http_exporter`) and
+the one reachability probe ``runnertrace doctor`` runs (:func:`probe_endpoint`).
+
+Two OTel defaults are wrong for a vendor and are switched off there: the
+OTLP exporter adds ``OTEL_EXPORTER_OTLP_HEADERS`` and the ``OTEL_EXPORTER_OTLP_*``
+TLS files to every request. Those are meant for the user's collector; sent to a
+vendor they would leak the collector's credentials or break TLS. The ``otlp``
+backend keeps them, as any OTel exporter would.
+
+Endpoint for ``otlp``: ``trace.otlp.endpoint``, else
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, else ``OTEL_EXPORTER_OTLP_ENDPOINT`` +
+``/v1/traces``, else ``http://localhost:4318/v1/traces``.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
+
+import requests
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.util.re import parse_env_headers
+from pydantic import SecretStr
+
+from runnertrace.core.config import ConfigError
+from runnertrace.tracing.backend import Backend, Check
+
+__all__ = [
+    "DEFAULT_OTLP_ENDPOINT",
+    "OtlpBackend",
+    "OtlpHttpBackend",
+    "ScopedSession",
+    "Setting",
+    "lookup",
+    "otlp_http_exporter",
+    "probe_endpoint",
+    "safe_url",
+    "validate_url",
+]
+
+DEFAULT_OTLP_ENDPOINT = "http://localhost:4318/v1/traces"
+PROBE_TIMEOUT_S = 3.0
+
+_COMPRESSION = {"gzip": Compression.Gzip, "none": Compression.NoCompression}
+# Headers the OTLP client itself sets; everything else must be ours.
+_PROTOCOL_HEADERS = frozenset({"content-type", "content-encoding", "user-agent"})
+
+
+# -- settings: config value, else the vendor's env var, else a default ----------------------
+@dataclass(frozen=True)
+class Setting:
+    """One resolved setting and where it came from (for error messages and ``doctor``)."""
+
+    key: str
+    env: tuple[str, ...]
+    value: str | None
+    source: str | None
+
+    def required(self) -> str:
+        """The value, or a :class:`ConfigError` naming the key and both ways to set it."""
+        if self.value is None:
+            raise ConfigError(
+                f"{self.key} is not set; set it in runnertrace.yaml or {' / '.join(self.env)}"
+            )
+        return self.value
+
+
+def lookup(
+    key: str, configured: str | SecretStr | None, *env: str, default: str | None = None
+) -> Setting:
+    """Resolve ``key``: the config value, else the first non-empty env var, else ``default``."""
+    if isinstance(configured, SecretStr):
+        configured = configured.get_secret_value()
+    if configured:
+        return Setting(key, env, configured, "runnertrace.yaml")
+    for name in env:
+        value = os.environ.get(name, "").strip()
+        if value:
+            return Setting(key, env, value, name)
+    return Setting(key, env, default, "default" if default is not None else None)
+
+
+def safe_url(url: str) -> str:
+    """``url`` without userinfo or query, so that it can be printed."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    netloc = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{netloc}{parts.path}" if parts.scheme else url.split("?")[0]
+
+
+def validate_url(setting: Setting, example: str) -> str:
+    """The setting as an ``http(s)://host[:port][/path]`` URL without a trailing slash.
+
+    An endpoint becomes a connection target, so it is checked before anything
+    is sent; the error names the key, where the bad value came from, and a
+    well-formed example.
+    """
+    url = setting.required().strip()
+    problem = None
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError as exc:
+        problem = str(exc)
+    else:
+        if parts.scheme not in ("http", "https"):
+            problem = "the scheme must be http or https"
+        elif not parts.hostname:
+            problem = "it has no host"
+        elif any(c.isspace() for c in url):
+            problem = "it contains whitespace"
+    if problem:
+        raise ConfigError(
+            f"{setting.key} is not a valid URL ({problem}): {safe_url(url)!r} "
+            f"(from {setting.source}); expected something like {example}"
+        )
+    return url.rstrip("/")
+
+
+# -- the exporter ---------------------------------------------------------------------------
+class ScopedSession(requests.Session):
+    """A requests session that sends only the headers it was built for.
+
+    ``OTLPSpanExporter`` merges ``OTEL_EXPORTER_OTLP_HEADERS`` and the OTLP TLS
+    env vars into every request; a vendor backend must not forward those, so
+    this session drops any header it was not told about and verifies TLS with
+    the default trust store (``REQUESTS_CA_BUNDLE`` still applies). Subclass it
+    to add request signing (override ``send``).
+    """
+
+    def __init__(self, headers: Mapping[str, str]) -> None:
+        super().__init__()
+        self.allowed_headers = frozenset(k.lower() for k in headers) | _PROTOCOL_HEADERS
+
+    def request(  # type: ignore[override]
+        self, method: str, url: str, *args: Any, **kwargs: Any
+    ) -> requests.Response:
+        headers = kwargs.get("headers") or {}
+        kwargs["headers"] = {k: v for k, v in headers.items() if k.lower() in self.allowed_headers}
+        kwargs["verify"] = True
+        self.cert = None
+        return super().request(method, url, *args, **kwargs)
+
+
+def otlp_http_exporter(
+    endpoint: str,
+    headers: Mapping[str, str],
+    *,
+    timeout_s: float | None,
+    compression: Literal["gzip", "none"] | None = "gzip",
+    scoped: bool = True,
+    session: requests.Session | None = None,
+) -> OTLPSpanExporter:
+    """The OTLP/HTTP protobuf exporter every network backend uses.
+
+    ``scoped`` (for vendors) sends exactly ``headers`` through a
+    :class:`ScopedSession` (or the given ``session``, which should be one);
+    unscoped behaves like a stock OTel exporter and honours the ``OTEL_*`` env
+    vars. ``compression=None`` and ``timeout_s=None`` defer to those env vars.
+    """
+    if scoped and session is None:
+        session = ScopedSession(headers)
+    return OTLPSpanExporter(
+        endpoint=endpoint,
+        headers=dict(headers),
+        timeout=timeout_s,
+        compression=_COMPRESSION[compression] if compression else None,
+        session=session,
+    )
+
+
+# -- doctor -----------------------------------------------------------------------------------
+def probe_endpoint(
+    backend: str,
+    endpoint: str,
+    headers: Mapping[str, str],
+    *,
+    timeout_s: float = PROBE_TIMEOUT_S,
+    session: requests.Session | None = None,
+) -> Check:
+    """POST an empty OTLP export (no spans) to ``endpoint`` and classify the answer.
+
+    An empty ``ExportTraceServiceRequest`` is valid OTLP, so this exercises the
+    exact URL, auth and protocol the exporter uses without sending data. The
+    request is bounded by ``timeout_s``; neither headers nor credentials appear
+    in the finding.
+    """
+    where = safe_url(endpoint)
+    send = session or requests.Session()
+    try:
+        response = send.post(
+            endpoint,
+            data=b"",
+            headers={**headers, "Content-Type": "application/x-protobuf"},
+            timeout=timeout_s,
+            allow_redirects=False,
+        )
+    except requests.Timeout:
+        return Check(
+            backend,
+            "reachable",
+            "fail",
+            f"{where} did not answer within {timeout_s:.0f}s",
+            fix="check that the endpoint is up and reachable from this machine",
+        )
+    except requests.RequestException as exc:
+        return Check(
+            backend,
+            "reachable",
+            "fail",
+            f"cannot connect to {where} ({type(exc).__name__})",
+            fix="check the host name and port, and any proxy settings",
+        )
+    finally:
+        if session is None:
+            send.close()
+    status = response.status_code
+    if 200 <= status < 300:
+        return Check(
+            backend, "reachable", "ok", f"{where} accepted an empty export (HTTP {status})"
+        )
+    if status in (401, 403):
+        return Check(
+            backend,
+            "reachable",
+            "fail",
+            f"{where} rejected the credentials (HTTP {status})",
+            fix="check the keys for this project and region",
+        )
+    if status == 404:
+        return Check(
+            backend,
+            "reachable",
+            "fail",
+            f"{where} has no OTLP traces endpoint (HTTP 404)",
+            fix="check the host/base URL setting",
+        )
+    return Check(backend, "reachable", "warn", f"{where} is reachable but answered HTTP {status}")
+
+
+# -- the backends -----------------------------------------------------------------------------
+class OtlpHttpBackend(Backend):
+    """A backend that ships OTLP/HTTP protobuf: it only says where and with which headers.
+
+    Resolving the settings is lazy (construction never fails or touches the
+    network); :meth:`exporter` raises :class:`ConfigError` for a missing key or
+    a malformed URL, and :meth:`check` reports the same problems as findings.
+    """
+
+    scoped: ClassVar[bool] = True
+
+    @abstractmethod
+    def credentials(self) -> list[Setting]:
+        """The settings that hold credentials (checked for presence by ``doctor``)."""
+
+    @abstractmethod
+    def traces_endpoint(self) -> str:
+        """The full traces URL; raises :class:`ConfigError` when unset or malformed."""
+
+    @abstractmethod
+    def headers(self) -> dict[str, str]:
+        """The headers to send (auth included); raises :class:`ConfigError` on a missing key."""
+
+    def compression(self) -> Literal["gzip", "none"] | None:
+        """Vendors get gzip (what their own SDKs send); ``None`` defers to the OTel env vars."""
+        return "gzip"
+
+    def timeout_s(self) -> float | None:
+        section = getattr(self.trace_config, self.name, None)
+        configured = getattr(section, "timeout_s", None)
+        return configured if configured is not None else self.trace_config.flush_timeout_s
+
+    def exporter(self) -> SpanExporter:
+        return otlp_http_exporter(
+            self.traces_endpoint(),
+            self.headers(),
+            timeout_s=self.timeout_s(),
+            compression=self.compression(),
+            scoped=self.scoped,
+        )
+
+    def probe_headers(self) -> dict[str, str]:
+        """The headers the exporter will really send (``otlp`` adds the env ones)."""
+        return self.headers()
+
+    def check(self) -> list[Check]:
+        checks: list[Check] = []
+        missing = [s for s in self.credentials() if s.value is None]
+        if missing:
+            for setting in missing:
+                checks.append(
+                    Check(
+                        self.name,
+                        "credentials",
+                        "fail",
+                        f"{setting.key} is not set",
+                        fix=f"set {setting.key} in runnertrace.yaml or {' / '.join(setting.env)}",
+                    )
+                )
+        elif self.credentials():
+            sources = ", ".join(f"{s.key} from {s.source}" for s in self.credentials())
+            checks.append(Check(self.name, "credentials", "ok", f"found {sources}"))
+        try:
+            endpoint = self.traces_endpoint()
+        except ConfigError as exc:
+            checks.append(
+                Check(self.name, "endpoint", "fail", str(exc), fix="fix the URL as described")
+            )
+            return checks
+        checks.append(Check(self.name, "endpoint", "ok", safe_url(endpoint)))
+        if missing:
+            return checks
+        try:
+            headers = self.probe_headers()
+        except ConfigError as exc:
+            checks.append(Check(self.name, "credentials", "fail", str(exc)))
+            return checks
+        timeout = min(PROBE_TIMEOUT_S, self.trace_config.flush_timeout_s)
+        checks.append(probe_endpoint(self.name, endpoint, headers, timeout_s=timeout))
+        return checks
+
+
+class OtlpBackend(OtlpHttpBackend):
+    """Any OTLP/HTTP receiver (a collector, Phoenix, Jaeger, ...); spans go unmapped."""
+
+    name = "otlp"
+    scoped = False
+
+    def compression(self) -> Literal["gzip", "none"] | None:
+        return self.trace_config.otlp.compression
+
+    def credentials(self) -> list[Setting]:
+        return []
+
+    def timeout_s(self) -> float | None:
+        # None lets the exporter read OTEL_EXPORTER_OTLP_(TRACES_)TIMEOUT.
+        return self.trace_config.otlp.timeout_s
+
+    def traces_endpoint(self) -> str:
+        config = self.trace_config.otlp
+        setting = lookup(
+            "trace.otlp.endpoint", config.endpoint, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+        )
+        if setting.value is None:
+            base = lookup("trace.otlp.endpoint", None, "OTEL_EXPORTER_OTLP_ENDPOINT")
+            if base.value is not None:
+                return validate_url(base, "http://collector:4318") + "/v1/traces"
+            setting = Setting(setting.key, setting.env, DEFAULT_OTLP_ENDPOINT, "default")
+        return validate_url(setting, "http://collector:4318/v1/traces")
+
+    def headers(self) -> dict[str, str]:
+        return dict(self.trace_config.otlp.headers)
+
+    def probe_headers(self) -> dict[str, str]:
+        raw = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or os.environ.get(
+            "OTEL_EXPORTER_OTLP_HEADERS", ""
+        )
+        merged = {k.lower(): v for k, v in parse_env_headers(raw, liberal=True).items()}
+        merged.update({k.lower(): v for k, v in self.headers().items()})
+        return merged
+
+    def check(self) -> list[Check]:
+        names = sorted(self.probe_headers())
+        detail = f"headers: {', '.join(names)}" if names else "no headers (none needed)"
+        return [Check(self.name, "headers", "ok", detail), *super().check()]

@@ -1,0 +1,70 @@
+"""``import runnertrace`` stays light: no framework, vendor SDK or model client is loaded.
+
+One thing is outside our control: logfire registers a *pydantic plugin* (entry
+point group ``pydantic``), and pydantic imports it the first time any model
+class is defined, in any package. With logfire installed, defining our event
+models therefore loads logfire. The main check disables that plugin so it sees
+only what runnertrace itself imports; a second check pins down that the plugin
+is the one and only route by which anything heavy arrives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+HEAVY = (
+    "openai",
+    "agents",
+    "langgraph",
+    "langchain_core",
+    "pydantic_ai",
+    "langfuse",
+    "logfire",
+    "boto3",
+    "botocore",
+    "traceloop",
+)
+
+PROBE = """
+import json, sys
+import runnertrace, runnertrace.core, runnertrace.runners.native
+from runnertrace.runners.native import Agent, NativeModule, ScriptedLlm, calculator
+{extra}
+heavy = {heavy!r}
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in heavy)))
+"""
+
+
+def loaded_after(extra: str = "", *, pydantic_plugins: bool = False) -> list[str]:
+    env = dict(os.environ)
+    env.pop("PYDANTIC_DISABLE_PLUGINS", None)
+    if not pydantic_plugins:
+        env["PYDANTIC_DISABLE_PLUGINS"] = "logfire-plugin"
+    code = PROBE.format(heavy=HEAVY, extra=extra)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    return list(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def test_import_loads_no_framework_or_vendor_sdk() -> None:
+    assert loaded_after() == []
+
+
+def test_only_the_logfire_pydantic_plugin_brings_anything_heavy() -> None:
+    loaded = loaded_after(pydantic_plugins=True)
+    assert {m.split(".")[0] for m in loaded} <= {"logfire"}
+    if loaded:
+        assert "logfire.integrations.pydantic" in loaded
+
+
+def test_the_probe_notices_a_heavy_import() -> None:
+    """Touching the lazy OpenAI client does load openai, so the probe can fail."""
+    extra = (
+        "from runnertrace.runners.native import OpenAICompatibleLlm\n"
+        "OpenAICompatibleLlm('m', base_url='http://127.0.0.1:9/v1').client"
+    )
+    assert "openai" in loaded_after(extra)

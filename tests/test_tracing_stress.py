@@ -1,0 +1,213 @@
+"""TracingRunner under stress: cancellation at every index, concurrency, malformed streams."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runnertrace import traced
+from runnertrace.core import events as ev
+from runnertrace.testing import CapturedSpans, capture_spans
+from tests.tracing_helpers import (
+    ForeignAgent,
+    ForeignRunner,
+    ForeignSession,
+    OpenSpanTracker,
+    scripted_events,
+)
+
+N_EVENTS = len(scripted_events())
+
+
+def no_detach_failures(caplog: pytest.LogCaptureFixture) -> None:
+    bad = [r for r in caplog.records if "Failed to detach context" in r.getMessage()]
+    assert not bad, bad
+
+
+@pytest.fixture
+def tracked() -> Any:
+    with capture_spans() as captured:
+        tracker = OpenSpanTracker()
+        captured.provider.add_span_processor(tracker)
+        yield captured, tracker
+
+
+@pytest.mark.parametrize("index", range(N_EVENTS))
+async def test_aclose_at_every_index_leaves_nothing_open(
+    index: int, tracked: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    captured, tracker = tracked
+    base = ForeignRunner()
+    stream = traced(base).stream(ForeignAgent(), ForeignSession(), [])
+    for _ in range(index + 1):
+        await stream.__anext__()
+    await stream.aclose()
+    assert tracker.started > 0
+    assert tracker.open == {}
+    assert base.closed  # the base stream was closed too
+    root = captured.by_name("invoke_agent foreign")[0]
+    assert (root.attributes or {})["runnertrace.cancelled"] is True
+    no_detach_failures(caplog)
+
+
+@pytest.mark.parametrize("index", range(N_EVENTS))
+async def test_cancelled_consumer_task_at_every_index(
+    index: int, tracked: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    captured, tracker = tracked
+    reached = asyncio.Event()
+
+    async def consume() -> None:
+        count = 0
+        async for _ in traced(ForeignRunner(pause=0.001)).stream(
+            ForeignAgent(), ForeignSession(), []
+        ):
+            count += 1
+            if count == index + 1:
+                reached.set()
+                await asyncio.sleep(10)  # cancelled here, mid-stream
+
+    task = asyncio.create_task(consume())
+    await reached.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    gc.collect()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    root = captured.by_name("invoke_agent foreign")[0]
+    assert (root.attributes or {})["runnertrace.cancelled"] is True
+    assert tracker.open == {}
+    no_detach_failures(caplog)
+
+
+@pytest.mark.parametrize("index", range(N_EVENTS))
+async def test_abandoned_stream_closed_later_by_the_loop(
+    index: int, tracked: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    captured, tracker = tracked
+
+    async def consume_some() -> None:
+        stream = traced(ForeignRunner()).stream(ForeignAgent(), ForeignSession(), [])
+        for _ in range(index + 1):
+            await stream.__anext__()
+        # dropped without aclose: the event loop's async-generator finaliser closes it
+
+    await asyncio.create_task(consume_some())
+    gc.collect()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert tracker.open == {}
+    no_detach_failures(caplog)
+
+
+async def test_timeout_mid_stream_ends_every_span(tracked: Any) -> None:
+    captured, tracker = tracked
+
+    async def consume() -> None:
+        async for _ in traced(ForeignRunner(pause=0.05)).stream(
+            ForeignAgent(), ForeignSession(), []
+        ):
+            pass
+
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(consume(), timeout=0.12)
+    assert tracker.open == {}
+    root = captured.by_name("invoke_agent foreign")[0]
+    assert (root.attributes or {})["error.type"] == "CancelledError"
+
+
+@pytest.mark.parametrize("mode", ["run", "stream"])
+async def test_a_thousand_concurrent_runs_never_cross_link(
+    mode: str, captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    runner = traced(ForeignRunner(pause=0.0))
+
+    class Sleepy(ForeignRunner):
+        async def stream(self, agent: Any, session: Any, requests: Any) -> Any:
+            for event in scripted_events(prefix=session.id):
+                await asyncio.sleep(0)  # interleave every run with every other
+                yield event
+
+        async def run(self, agent: Any, session: Any, requests: Any) -> Any:
+            from runnertrace.core.observer import claim_observer
+
+            with claim_observer() as report:
+                for event in scripted_events(prefix=session.id):
+                    await asyncio.sleep(0)
+                    report(event)
+            return self.reply
+
+    runner = traced(Sleepy())
+
+    async def one(i: int) -> None:
+        session = ForeignSession(id=f"s{i}")
+        if mode == "run":
+            await runner.run(ForeignAgent(), session, [])
+        else:
+            async for _ in runner.stream(ForeignAgent(), session, []):
+                pass
+
+    await asyncio.gather(*(one(i) for i in range(1000)))
+    by_trace: dict[int, list[Any]] = defaultdict(list)
+    for span in captured_spans.spans:
+        by_trace[span.context.trace_id].append(span)
+    assert len(by_trace) == 1000
+    for spans in by_trace.values():
+        assert len(spans) == 7
+        assert len({(s.attributes or {})["session.id"] for s in spans}) == 1
+        ids = {s.context.span_id for s in spans}
+        roots = [s for s in spans if s.parent is None]
+        assert len(roots) == 1
+        assert all(s.parent.span_id in ids for s in spans if s.parent is not None)
+    no_detach_failures(caplog)
+
+
+EVENT_IDS = st.sampled_from(["a", "b", "c"])
+RANDOM_EVENT = st.one_of(
+    st.builds(ev.StepStart, step_name=EVENT_IDS, step_index=st.none() | st.integers(0, 2)),
+    st.builds(ev.StepEnd, step_name=EVENT_IDS, step_index=st.none() | st.integers(0, 2)),
+    st.builds(ev.MessageStart, message_id=EVENT_IDS, model=st.none() | st.just("m")),
+    st.builds(ev.TextDelta, message_id=EVENT_IDS, delta=st.text(max_size=5)),
+    st.builds(ev.MessageEnd, message_id=EVENT_IDS, input_tokens=st.none() | st.integers(0, 9)),
+    st.builds(ev.ReasoningStart, message_id=EVENT_IDS),
+    st.builds(ev.ReasoningDelta, message_id=EVENT_IDS, delta=st.text(max_size=5)),
+    st.builds(ev.ReasoningEnd, message_id=EVENT_IDS),
+    st.builds(ev.ToolCallStart, tool_call_id=EVENT_IDS, tool_name=st.just("t")),
+    st.builds(ev.ToolCallArgs, tool_call_id=EVENT_IDS, delta=st.text(max_size=5)),
+    st.builds(ev.ToolCallEnd, tool_call_id=EVENT_IDS),
+    st.builds(ev.ToolCallResult, tool_call_id=EVENT_IDS, content=st.text(max_size=5)),
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(events=st.lists(RANDOM_EVENT, max_size=30), mode=st.sampled_from(["run", "stream"]))
+def test_malformed_streams_pass_through_and_every_span_ends(events: list[Any], mode: str) -> None:
+    async def go() -> list[Any]:
+        runner = traced(ForeignRunner(events))
+        if mode == "run":
+            await runner.run(ForeignAgent(), ForeignSession(), [])
+            return events
+        return [e async for e in runner.stream(ForeignAgent(), ForeignSession(), [])]
+
+    with capture_spans() as captured:
+        tracker = OpenSpanTracker()
+        captured.provider.add_span_processor(tracker)
+        received = asyncio.run(go())
+        assert len(received) == len(events)
+        assert all(a is b for a, b in zip(received, events, strict=True))
+        assert tracker.open == {}
+        assert len(captured.by_name("invoke_agent foreign")) == 1
