@@ -75,7 +75,7 @@ class Session:
     def load_framework_context(self) -> dict[str, Any] | None:
         """A deep copy of the stored context, for a runner to inject natively."""
         ctx = self.get_framework_context()
-        return ctx
+        return copy.deepcopy(ctx) if ctx is not None else None
 
     def write_back_framework_context(
         self, loaded: dict[str, Any], produced: dict[str, Any]

@@ -74,7 +74,7 @@ import json
 import logging
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import aclosing, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -124,7 +124,7 @@ from runnertrace.core.models import (  # noqa: E402
     prompt_of,
 )
 from runnertrace.core.module import Module  # noqa: E402
-from runnertrace.core.observer import EventSink, claim_observer  # noqa: E402
+from runnertrace.core.observer import claim_observer  # noqa: E402
 from runnertrace.core.runner import Runner  # noqa: E402
 from runnertrace.core.session import Session  # noqa: E402
 
@@ -374,7 +374,9 @@ class _EventMapper:
         """Run mode: a function tool returned normally (errors are settled at step end)."""
         if self._streaming:
             return
-        part = ToolReturnPart(tool_name=call.tool_name, content=result, tool_call_id=call.tool_call_id)
+        part = ToolReturnPart(
+            tool_name=call.tool_name, content=result, tool_call_id=call.tool_call_id
+        )
         call_id = self._aliases.get(call.tool_call_id, call.tool_call_id)
         if call_id in self._pending_calls:
             self._result(call_id, part.model_response_str(), False)
@@ -603,15 +605,15 @@ class PydanticAIRunner(Runner):
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """The native call's keyword arguments, and the loaded framework context."""
         options = await agent.resolve_run_options(session, requests)
-        if streaming and options.pop("event_stream_handler", None) is not None:
-            if not self._warned_stream_handler:
-                self._warned_stream_handler = True
-                logger.warning(
-                    "runnertrace: run option 'event_stream_handler' of agent %r is ignored in "
-                    "stream mode (the runner consumes the event stream itself); "
-                    "use a capability to observe events in both modes",
-                    agent.name,
-                )
+        dropped = streaming and options.pop("event_stream_handler", None) is not None
+        if dropped and not self._warned_stream_handler:
+            self._warned_stream_handler = True
+            logger.warning(
+                "runnertrace: run option 'event_stream_handler' of agent %r is ignored in "
+                "stream mode (the runner consumes the event stream itself); "
+                "use a capability to observe events in both modes",
+                agent.name,
+            )
         capabilities = list(options.get("capabilities") or [])
         if _inside_traced_run():
             capabilities.append(_silenced_instrumentation())
@@ -655,9 +657,7 @@ class PydanticAIRunner(Runner):
             content = {"output": content}
         return AgentReplyAny(content=content, prompt=prompt)
 
-    async def run(
-        self, agent: Agent, session: Session, requests: list[AgentRequest]
-    ) -> AgentReply:
+    async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:
         native = self._native(agent)
         with claim_observer() as report:
             observer = _Observer(_EventMapper(report, agent.name, streaming=False))
@@ -682,8 +682,11 @@ class PydanticAIRunner(Runner):
                 agent, session, requests, observer, streaming=True
             )
             result: AgentRunResult[Any] | None = None
-            async with native.run_stream_events(**options) as native_events:
-                async for item in _drain(native_events, queue):
+            async with (
+                native.run_stream_events(**options) as native_events,
+                aclosing(_drain(native_events, queue)) as drained,
+            ):
+                async for item in drained:
                     if isinstance(item, AgentRunResultEvent):
                         result = item.result
                     else:
