@@ -11,7 +11,7 @@ from runnertrace.core.hooks import PostHook, PreHook
 from runnertrace.core.models import AgentRequest
 
 if TYPE_CHECKING:
-    from runnertrace.core.runner import Runner
+    from runnertrace.core.runner import RunnerLike
     from runnertrace.core.session import Session
 
 __all__ = ["Agent", "RunOptionsFactory"]
@@ -32,7 +32,7 @@ class Agent:
     def __init__(
         self,
         name: str,
-        runner: Runner,
+        runner: RunnerLike,
         native: Any = None,
         *,
         description: str = "",
@@ -94,7 +94,6 @@ class Agent:
                 f"run-options factory for agent {self.name!r} returned "
                 f"{type(produced).__name__}, expected a mapping"
             )
-        self._validate(produced)
         options.update(produced)
         return options
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -131,16 +132,16 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: ErrorDetails) -> str:
     key = ".".join(str(p) for p in error["loc"]) or "<root>"
     value = error.get("input")
-    ctx = error.get("ctx") or {}
-    kind = error.get("type", "")
+    ctx: dict[str, Any] = dict(error.get("ctx") or {})
+    kind = error["type"]
     if kind == "extra_forbidden":
         return f"{key}: unknown key (value {value!r}); check the spelling"
     if kind == "literal_error" and "expected" in ctx:
         return f"{key}: invalid value {value!r}; expected {ctx['expected']}"
-    message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+    message = error["msg"].removeprefix("Value error, ")
     return f"{key}: invalid value {value!r}: {message}"
 
 

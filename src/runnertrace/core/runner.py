@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from runnertrace.core.events import StreamEvent
 from runnertrace.core.models import AgentReply, AgentRequest
@@ -13,7 +13,20 @@ if TYPE_CHECKING:
     from runnertrace.core.agent import Agent
     from runnertrace.core.session import Session
 
-__all__ = ["Runner"]
+__all__ = ["Runner", "RunnerLike"]
+
+
+@runtime_checkable
+class RunnerLike(Protocol):
+    """What the Runtime and the tracing layer need of a runner: ``run`` and ``stream``.
+
+    Our :class:`Runner` subclasses satisfy it, and so do wrappers such as
+    ``TracingRunner`` and runners written without our base class.
+    """
+
+    async def run(self, agent: Any, session: Any, requests: Any) -> Any: ...
+
+    def stream(self, agent: Any, session: Any, requests: Any) -> AsyncIterator[Any]: ...
 
 
 class Runner(ABC):

@@ -146,7 +146,7 @@ class Runtime:
                     if not isinstance(prepared, list):
                         return prepared
                     with self._tool_context(agent, session, prepared).activate():
-                        reply = await agent.runner.run(agent, session, prepared)
+                        reply: AgentReply = await agent.runner.run(agent, session, prepared)
                     for hook in agent.post_hooks:
                         reply = await hook.on_run(session, agent, prepared, reply)
                     return reply

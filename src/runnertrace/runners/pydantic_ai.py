@@ -73,7 +73,14 @@ import binascii
 import json
 import logging
 from collections import deque
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Iterator,
+    Sequence,
+)
 from contextlib import aclosing, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -86,7 +93,7 @@ require("pydantic_ai", "pydantic-ai")
 import pydantic_core  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 from pydantic_ai import Agent as PydanticAgent  # noqa: E402
-from pydantic_ai.agent import AbstractAgent, AgentRunResultEvent  # noqa: E402
+from pydantic_ai.agent import AbstractAgent  # noqa: E402
 from pydantic_ai.capabilities.abstract import (  # noqa: E402
     AbstractCapability,
     AgentNode,
@@ -109,7 +116,7 @@ from pydantic_ai.messages import (  # noqa: E402
     UserContent,
 )
 from pydantic_ai.models import ModelRequestContext  # noqa: E402
-from pydantic_ai.run import AgentRunResult  # noqa: E402
+from pydantic_ai.run import AgentRunResult, AgentRunResultEvent  # noqa: E402
 from pydantic_ai.tools import RunContext  # noqa: E402
 
 from runnertrace.core import events as ev  # noqa: E402
@@ -698,7 +705,7 @@ class PydanticAIRunner(Runner):
 
 async def _drain(
     native_events: AsyncIterator[Any], queue: _Queue
-) -> AsyncIterator[ev.StreamEvent | AgentRunResultEvent[Any]]:
+) -> AsyncGenerator[ev.StreamEvent | AgentRunResultEvent[Any], None]:
     """Yield queued events as soon as they exist while pulling the native stream.
 
     The native stream must be pulled for the run to advance (it hands over one

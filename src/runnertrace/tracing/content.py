@@ -63,7 +63,7 @@ def load_redactor(path: str | None) -> Redactor | None:
         raise ConfigError(f"trace.redact: cannot load {path!r}: {exc}") from exc
     if not callable(fn):
         raise ConfigError(f"trace.redact: {path!r} is not callable; expected (str) -> str")
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 @dataclass(frozen=True)

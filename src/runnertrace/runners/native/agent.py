@@ -93,8 +93,9 @@ class Agent:
             yield event
 
     def result_of(self, context: ExecutionContext) -> AgentResult:
-        stop = "final" if context.final_result is not None else "max_steps"
-        return AgentResult(output=context.final_result, context=context, stop_reason=stop)
+        if context.final_result is None:
+            return AgentResult(output=None, context=context, stop_reason="max_steps")
+        return AgentResult(output=context.final_result, context=context, stop_reason="final")
 
     async def execute(
         self,

@@ -260,7 +260,7 @@ def to_chat_messages(request: LlmRequest) -> list[dict[str, Any]]:
 
 def _message_of(item: ContentItem) -> dict[str, Any]:
     if isinstance(item, ToolResult):
-        return {"role": "tool", "content": item.text}
+        return {"role": "tool", "tool_call_id": item.tool_call_id, "content": item.text}
     if isinstance(item, Message):
         return {"role": item.role, "content": item.content}
     raise TypeError(f"cannot send {type(item).__name__} to a chat-completions model")

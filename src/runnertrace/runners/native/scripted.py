@@ -157,7 +157,8 @@ class ScriptedLlm(LlmClient):
             ),
             default=None,
         )
-        prompt = request.contents[prompt_index].content if prompt_index is not None else ""  # type: ignore[union-attr]
+        last_user = request.contents[prompt_index] if prompt_index is not None else None
+        prompt = last_user.content if isinstance(last_user, Message) else ""
         results = [
             c for c in request.contents[(prompt_index or 0) + 1 :] if isinstance(c, ToolResult)
         ]

@@ -101,7 +101,7 @@ class FunctionTool(BaseTool):
             from pydantic import Field
 
             fields[pname] = (annotation, Field(default, description=doc_params.get(pname)))
-        self.arguments_model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+        self.arguments_model: type[BaseModel] = create_model(
             f"{self.name}_arguments",
             __config__=ConfigDict(extra="forbid"),
             **fields,

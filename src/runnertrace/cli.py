@@ -1,0 +1,458 @@
+"""The ``runnertrace`` command: a traced offline demo, the local trace viewer, and doctor.
+
+Subcommands:
+
+* ``demo [--stream]``: runs the native agent on a few tasks, offline, traced to
+  the configured backends (``local`` by default), then shows each run's span
+  tree and writes an HTML report.
+* ``traces``, ``show``, ``report``: read the ``local`` backend's SQLite store.
+* ``doctor``: builds the configured backends and prints their ``check()`` findings.
+* ``dashboards cloudwatch``: deploys the CloudWatch dashboard.
+
+Exit codes: 0 success, 1 a failure (missing store or trace, a failing check),
+2 invalid configuration (the message says which key and what is allowed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from runnertrace import __version__
+from runnertrace.core.config import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE, ConfigError
+
+if TYPE_CHECKING:
+    from runnertrace.core.config import Settings
+    from runnertrace.exporters.local_store import RunSummary, SpanStore, StoredSpan
+    from runnertrace.tracing.backend import Check
+
+__all__ = ["main"]
+
+DEMO_TASKS = (
+    "What is 1234 * 5678, plus 17?",
+    "What is 100 divided by 0?",
+    "Hello! What can you do?",
+)
+
+_TYPE_STYLES = {
+    "run": "bold magenta",
+    "step": "cyan",
+    "message": "blue",
+    "reasoning": "purple",
+    "tool": "yellow",
+}
+_STATUS_STYLES = {"ok": "green", "error": "bold red", "cancelled": "yellow", "incomplete": "yellow"}
+_CHECK_STYLES = {"ok": "green", "warn": "yellow", "fail": "bold red"}
+
+
+class CommandError(Exception):
+    """A user-facing failure: printed without a traceback, exit code 1."""
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def _console(stderr: bool = False) -> Console:
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        # Piped output (CI logs, files): wide enough for a full trace id column.
+        console.width = 140
+    return console
+
+
+def load_cli_settings() -> Settings:
+    """Load the configuration, turning every way a config file can be bad into ConfigError."""
+    import yaml
+
+    from runnertrace.core.config import load_settings
+
+    source = os.environ.get(CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE)
+    try:
+        return load_settings()
+    except ConfigError:
+        raise
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"cannot parse {source}: {exc}") from None
+    except ValueError as exc:  # e.g. a YAML file whose top level is not a mapping
+        raise ConfigError(f"invalid runnertrace configuration in {source}: {exc}") from None
+
+
+def _open_store(db: str | None) -> SpanStore:
+    from runnertrace.exporters.local_store import SpanStore
+
+    path = db if db is not None else load_cli_settings().trace.local.path
+    return SpanStore(path)
+
+
+def format_duration(ns: int) -> str:
+    if ns < 1_000_000:
+        return f"{ns / 1_000:.0f} µs"
+    if ns < 1_000_000_000:
+        return f"{ns / 1_000_000:.1f} ms"
+    return f"{ns / 1_000_000_000:.2f} s"
+
+
+def _display_path(path: Path) -> str:
+    """``path`` relative to the working directory when it is inside it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _span_label(span: StoredSpan) -> Text:
+    label = Text()
+    label.append(span.name, style=_TYPE_STYLES.get(span.span_type or "", "white"))
+    label.append(f"  {format_duration(span.duration_ns)}", style="dim")
+    attrs = span.attributes
+    tokens_in, tokens_out = attrs.get("gen_ai.usage.input_tokens"), attrs.get(
+        "gen_ai.usage.output_tokens"
+    )
+    if tokens_in is not None or tokens_out is not None:
+        label.append(f"  {tokens_in or 0}→{tokens_out or 0} tok", style="dim")
+    if span.is_error:
+        label.append("  ✗ error", style="bold red")
+        if span.status_description:
+            label.append(f": {span.status_description}", style="red")
+    elif attrs.get("runnertrace.cancelled"):
+        label.append("  cancelled", style="yellow")
+    else:
+        label.append("  ✓", style="green")
+    return label
+
+
+def render_trace_tree(spans: Sequence[StoredSpan], run: RunSummary | None = None) -> Tree:
+    """A rich tree of one trace: a header line, then the spans nested as they ran."""
+    from runnertrace.exporters.local_store import span_tree
+
+    header = Text()
+    header.append("trace ", style="dim")
+    header.append(spans[0].trace_id, style="bold")
+    if run is not None:
+        facts = [run.agent, run.framework, run.mode, format_duration(run.duration_ns)]
+        header.append("  " + " · ".join(f for f in facts if f), style="dim")
+        header.append(f"  {run.status}", style=_STATUS_STYLES.get(run.status, ""))
+    tree = Tree(header, guide_style="dim")
+    stack: list[Tree] = []
+    for span, depth in span_tree(spans):
+        del stack[depth:]
+        parent = stack[-1] if stack else tree
+        stack.append(parent.add(_span_label(span)))
+    return tree
+
+
+def _runs_table(runs: Sequence[RunSummary], title: str) -> Table:
+    table = Table(title=title, title_justify="left", header_style="bold")
+    table.add_column("time", no_wrap=True)
+    table.add_column("agent")
+    table.add_column("framework")
+    table.add_column("duration", justify="right", no_wrap=True)
+    table.add_column("spans", justify="right")
+    table.add_column("status", no_wrap=True)
+    table.add_column("tokens", justify="right")
+    table.add_column("trace id", no_wrap=True, style="dim")
+    for run in runs:
+        status = run.status
+        if run.status == "ok" and run.error_count:
+            status = f"ok ({run.error_count} err)"
+        table.add_row(
+            datetime.fromtimestamp(run.start_ns / 1e9).strftime("%Y-%m-%d %H:%M:%S"),
+            run.agent or run.name,
+            run.framework or "-",
+            format_duration(run.duration_ns),
+            str(run.span_count),
+            Text(status, style=_STATUS_STYLES.get(run.status, "")),
+            str(run.tokens) if run.tokens else "-",
+            run.trace_id,
+        )
+    return table
+
+
+# -- traces / show / report ------------------------------------------------------------------
+def cmd_traces(args: argparse.Namespace, out: Console) -> int:
+    store = _open_store(args.db)
+    runs = store.list_runs(args.n)
+    if not runs:
+        out.print(f"No traces in {_display_path(store.path)} yet.")
+        return 0
+    out.print(_runs_table(runs, f"Recent runs in {_display_path(store.path)}"))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, out: Console) -> int:
+    store = _open_store(args.db)
+    trace_id = store.resolve(args.trace)
+    out.print(render_trace_tree(store.get_trace(trace_id), store.get_run(trace_id)))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace, out: Console) -> int:
+    from runnertrace.report import write_report
+
+    store = _open_store(args.db)
+    trace_id = store.resolve(args.trace)
+    target = args.output or f"report-{trace_id[:8]}.html"
+    path = write_report(store, trace_id, target)
+    out.print(f"Wrote {path.resolve()}")
+    return 0
+
+
+# -- demo --------------------------------------------------------------------------------------
+def cmd_demo(args: argparse.Namespace, out: Console) -> int:
+    settings = load_cli_settings()
+    settings.trace.enabled = True  # the demo exists to show a traced run
+    return asyncio.run(_demo(settings, stream=args.stream, out=out))
+
+
+async def _demo(settings: Settings, *, stream: bool, out: Console) -> int:
+    from runnertrace.core import Runtime, Session
+    from runnertrace.core.models import AgentRequestText
+    from runnertrace.exporters.local_store import SpanStore
+    from runnertrace.report import write_report
+    from runnertrace.runners.native import Agent, NativeModule, ScriptedLlm, calculator
+    from runnertrace.tracing import get_tracing_setup
+
+    trace = settings.trace
+    runtime = Runtime(settings=settings)
+    native = Agent(
+        ScriptedLlm(),
+        tools=[calculator],
+        instructions="Answer arithmetic questions with the calculator tool.",
+        name="demo",
+    )
+    agent = NativeModule([native], runtime=runtime).get(native)
+    setup = get_tracing_setup(trace)
+    store = SpanStore(trace.local.path) if "local" in trace.types else None
+    session_id = f"demo-{uuid.uuid4().hex[:8]}"
+    mode = "stream" if stream else "run"
+    destination = ", ".join(trace.types)
+    if store is not None:
+        destination = destination.replace("local", f"local ({_display_path(store.path)})", 1)
+    out.print(
+        Text.assemble(
+            ("runnertrace demo", "bold"),
+            f": the native agent with an offline scripted model, {mode} mode, traced to ",
+            (destination, "bold"),
+        )
+    )
+    if setup.disabled:
+        out.print("[yellow]OTEL_SDK_DISABLED=true: tracing is off, so no spans are recorded.[/]")
+
+    session = Session(session_id)
+    for number, prompt in enumerate(DEMO_TASKS, 1):
+        out.rule(f"task {number}/{len(DEMO_TASKS)}", style="dim")
+        out.print(Text.assemble(("you   ", "bold cyan"), prompt))
+        request = [AgentRequestText(prompt=prompt)]
+        if stream:
+            answer = await _stream_answer(runtime, agent, session, request, out)
+        else:
+            reply = await runtime.run(agent, session, request)
+            answer = str(reply)
+            out.print(Text.assemble(("agent ", "bold green"), answer))
+        if setup.disabled:
+            continue
+        setup.flush()
+        if store is None:
+            continue
+        runs = [r for r in store.list_runs(50) if r.session_id == session_id]
+        if len(runs) < number:
+            out.print("[yellow]The run's spans have not reached the store (see the log).[/]")
+            continue
+        run = runs[0]  # newest first: this task's run
+        out.print(render_trace_tree(store.get_trace(run.trace_id), run))
+        report = write_report(
+            store, run.trace_id, store.path.parent / f"report-{run.trace_id[:8]}.html"
+        )
+        out.print(Text.assemble(("report ", "dim"), _display_path(report)))
+    out.rule(style="dim")
+    if store is not None and not setup.disabled:
+        out.print(
+            "Next: [bold]runnertrace traces[/] lists the runs, "
+            "[bold]runnertrace show last[/] draws the latest one."
+        )
+    setup.flush()
+    return 0
+
+
+async def _stream_answer(
+    runtime: Any, agent: Any, session: Any, request: list[Any], out: Console
+) -> str:
+    """Stream one task, printing text as it arrives and tool calls as they happen."""
+    pieces: list[str] = []
+    tools: dict[str, str] = {}
+    out.print(Text("agent ", style="bold green"), end="")
+    async for chunk in runtime.stream(agent, session, request):
+        event = chunk.event
+        if chunk.delta:
+            pieces.append(chunk.delta)
+            out.print(Text(chunk.delta), end="", soft_wrap=True)
+        elif event is not None and event.type == "tool_call_start":
+            tools[event.tool_call_id] = event.tool_name
+        elif event is not None and event.type == "tool_call_result":
+            name = tools.get(event.tool_call_id, "tool")
+            marker = "✗" if event.is_error else "→"
+            out.print(Text(f"[{name} {marker} {event.content}] ", style="dim"), end="")
+    out.print()
+    return "".join(pieces)
+
+
+# -- doctor ------------------------------------------------------------------------------------
+def cmd_doctor(args: argparse.Namespace, out: Console) -> int:
+    from runnertrace.tracing.backend import Check
+
+    settings = load_cli_settings()
+    trace = settings.trace
+    source = os.environ.get(CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE)
+    config_line = source if Path(source).is_file() else "none found (using defaults and env vars)"
+    out.print(Text.assemble(("config file  ", "bold"), config_line))
+    out.print(
+        Text.assemble(
+            ("tracing      ", "bold"),
+            "enabled" if trace.enabled else "disabled (set trace.enabled: true to trace runs)",
+        )
+    )
+    out.print(Text.assemble(("trace.type   ", "bold"), ", ".join(trace.types)))
+    checks: list[Check] = []
+    for name in trace.types:
+        checks.extend(_backend_checks(name, trace))
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        checks.append(
+            Check("otel", "sdk", "warn", "OTEL_SDK_DISABLED=true: no spans are recorded",
+                  fix="unset OTEL_SDK_DISABLED")
+        )
+    table = Table(header_style="bold")
+    for column in ("backend", "check", "status", "detail", "fix"):
+        table.add_column(column, overflow="fold")
+    for check in checks:
+        table.add_row(
+            check.backend,
+            check.name,
+            Text(check.status, style=_CHECK_STYLES.get(check.status, "")),
+            check.detail,
+            check.fix,
+        )
+    out.print(table)
+    failed = sum(c.status == "fail" for c in checks)
+    if failed:
+        out.print(f"[bold red]{failed} check(s) failed.[/]")
+        return 1
+    out.print("[green]All checks passed.[/]")
+    return 0
+
+
+def _backend_checks(name: str, trace: Any) -> list[Check]:
+    """Build one backend and run its checks; a backend that cannot be built is a failed check."""
+    from runnertrace.tracing.backend import Check
+    from runnertrace.tracing.setup import build_backends
+
+    try:
+        backends = build_backends(trace.model_copy(update={"type": name}))
+    except (ConfigError, ImportError) as exc:
+        return [Check(name, "load", "fail", str(exc), fix="see the message; fix trace.type or install the extra")]
+    checks: list[Check] = []
+    for backend in backends:
+        try:
+            checks.extend(backend.check())
+        except Exception as exc:  # noqa: BLE001 - a crashing check is itself a finding
+            checks.append(
+                Check(backend.name, "check", "fail", f"check() raised {type(exc).__name__}: {exc}")
+            )
+    return checks
+
+
+# -- dashboards --------------------------------------------------------------------------------
+def cmd_dashboards(args: argparse.Namespace, out: Console) -> int:
+    settings = load_cli_settings()
+    try:
+        from runnertrace.exporters import cloudwatch
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and exc.name.startswith("runnertrace"):
+            raise CommandError("CloudWatch support is not available in this build") from None
+        raise CommandError(
+            f"{exc.name} is not installed; install it with: pip install 'runnertrace[cloudwatch]'"
+        ) from None
+    deploy: Callable[..., Any] | None = getattr(cloudwatch, "deploy_dashboard", None)
+    if deploy is None:
+        raise CommandError("this build of runnertrace cannot deploy CloudWatch dashboards")
+    try:
+        result = deploy(args.name, settings.trace)
+    except (ConfigError, CommandError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - AWS errors are reported, not tracebacks
+        raise CommandError(f"deploying dashboard {args.name!r} failed: {type(exc).__name__}: {exc}") from None
+    out.print(f"Deployed CloudWatch dashboard [bold]{args.name}[/].")
+    if result:
+        out.print(Text(str(result)))
+    return 0
+
+
+# -- entry point -------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="runnertrace",
+        description="Tracing for AI agent runners: demo, local trace viewer and diagnostics.",
+    )
+    parser.add_argument("--version", action="version", version=f"runnertrace {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="run the native agent offline, traced, and show its spans")
+    demo.add_argument("--stream", action="store_true", help="run in stream mode")
+    demo.set_defaults(func=cmd_demo)
+
+    db_help = "the SQLite store (default: trace.local.path, .runnertrace/traces.db)"
+    traces = sub.add_parser("traces", help="list recent runs in the local store")
+    traces.add_argument("-n", type=int, default=20, metavar="N", help="how many runs (default 20)")
+    traces.add_argument("--db", help=db_help)
+    traces.set_defaults(func=cmd_traces)
+
+    show = sub.add_parser("show", help="draw a trace's span tree")
+    show.add_argument("trace", help="'last', a trace id, or a unique prefix of one")
+    show.add_argument("--db", help=db_help)
+    show.set_defaults(func=cmd_show)
+
+    report = sub.add_parser("report", help="write a self-contained HTML waterfall of a trace")
+    report.add_argument("trace", help="'last', a trace id, or a unique prefix of one")
+    report.add_argument("-o", "--output", help="the HTML file (default report-<id>.html)")
+    report.add_argument("--db", help=db_help)
+    report.set_defaults(func=cmd_report)
+
+    doctor = sub.add_parser("doctor", help="check the configuration and each backend")
+    doctor.set_defaults(func=cmd_doctor)
+
+    dashboards = sub.add_parser("dashboards", help="deploy a dashboard")
+    dashboards.add_argument("target", choices=["cloudwatch"])
+    dashboards.add_argument("--name", required=True, help="the dashboard name")
+    dashboards.set_defaults(func=cmd_dashboards)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from runnertrace.exporters.local_store import StoreError, TraceNotFoundError
+
+    args = build_parser().parse_args(argv)
+    out, err = _console(), _console(stderr=True)
+    try:
+        code: int = args.func(args, out)
+    except ConfigError as exc:
+        err.print(Text(str(exc), style="red"))
+        return 2
+    except (CommandError, StoreError, TraceNotFoundError) as exc:
+        err.print(Text(f"error: {exc}", style="red"))
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
