@@ -1,7 +1,8 @@
 """moto in server mode on 127.0.0.1, as a subprocess, for the AWS API tests.
 
-The server is started once per test module (``moto_server`` fixture), with its
-state reset before each use, and always stopped afterwards. Nothing here talks
+The server is started once per test module (``moto_process``); the ``moto``
+fixture hands it over with its state reset. Import both fixtures into a test
+module to use them, and always stopped afterwards. Nothing here talks
 to anything but 127.0.0.1.
 """
 
@@ -84,8 +85,8 @@ def start_moto(timeout_s: float = 30.0) -> MotoServer:
             time.sleep(0.05)
 
 
-@pytest.fixture(scope="module")
-def moto_process() -> Iterator[MotoServer]:
+@pytest.fixture(scope="module", name="moto_process")
+def moto_process_fixture() -> Iterator[MotoServer]:
     server = start_moto()
     try:
         yield server
@@ -93,8 +94,8 @@ def moto_process() -> Iterator[MotoServer]:
         server.stop()
 
 
-@pytest.fixture
-def moto_server(moto_process: MotoServer) -> MotoServer:
+@pytest.fixture(name="moto")
+def moto_fixture(moto_process: MotoServer) -> MotoServer:
     """A running moto server with empty state."""
     moto_process.reset()
     return moto_process

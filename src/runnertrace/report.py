@@ -175,8 +175,8 @@ header h1 .tid { font: 12px var(--mono); color: var(--muted); font-weight: 400; 
 .legend span { display: inline-flex; align-items: center; gap: 5px; }
 .pill { display: inline-block; padding: 1px 8px; border-radius: 999px; font-size: 12px;
   font-weight: 600; color: #fff; background: var(--ok); }
-.pill.error { background: var(--error); } .pill.cancelled, .pill.incomplete { background: var(--warn); }
-main { flex: 1; display: grid; grid-template-columns: minmax(0, 1fr) 400px; min-height: 0; }
+.pill.error { background: var(--error); } .pill.unset { background: var(--other); } .pill.cancelled, .pill.incomplete { background: var(--warn); }
+main { flex: 1; display: grid; grid-template-columns: minmax(0, 1fr) 440px; min-height: 0; }
 #waterfall { overflow: auto; min-width: 0; }
 #axis, .row { display: grid; grid-template-columns: minmax(260px, 36%) 1fr; }
 #axis { position: sticky; top: 0; z-index: 2; background: var(--bg); height: 28px;
@@ -210,6 +210,7 @@ main { flex: 1; display: grid; grid-template-columns: minmax(0, 1fr) 400px; min-
   color-mix(in srgb, var(--error) 75%, #fff) 6px 12px); }
 .dur { position: absolute; top: 7px; font: 11px var(--mono); color: var(--muted);
   white-space: nowrap; }
+.dur.inside { color: #fff; top: 8px; line-height: 14px; font-weight: 600; }
 .t-run { background: var(--run); } .t-step { background: var(--step); }
 .t-message { background: var(--message); } .t-reasoning { background: var(--reasoning); }
 .t-tool { background: var(--tool); }
@@ -224,7 +225,7 @@ main { flex: 1; display: grid; grid-template-columns: minmax(0, 1fr) 400px; min-
 table.kv { width: 100%; border-collapse: collapse; table-layout: fixed; }
 table.kv td { border-top: 1px solid var(--grid); padding: 4px 6px 4px 0; vertical-align: top;
   word-break: break-word; }
-table.kv td.k { width: 42%; color: var(--muted); font: 11.5px var(--mono); }
+table.kv td.k { width: 44%; color: var(--muted); font: 11.5px var(--mono); }
 table.kv td.v { font: 12px var(--mono); }
 table.kv pre { margin: 0; white-space: pre-wrap; font: inherit; max-height: 320px; overflow: auto; }
 ol.events { list-style: none; margin: 0; padding: 0; }
@@ -308,7 +309,7 @@ _SCRIPT = r"""
     axis.appendChild(el("div", "colname", "span"));
     var scale = el("div", "scale");
     [0, 0.25, 0.5, 0.75, 1].forEach(function (f) {
-      var tick = el("span", "tick", fmt(Math.round(total * f)));
+      var tick = el("span", "tick", f ? fmt(Math.round(total * f)) : "0");
       tick.style.left = (f * 100) + "%";
       scale.appendChild(tick);
     });
@@ -348,8 +349,14 @@ _SCRIPT = r"""
       bar.style.width = width + "%";
       track.appendChild(bar);
       var dur = el("span", "dur", fmt(span.duration_ns));
-      if (left + width > 78) dur.style.right = "calc(" + (100 - left) + "% + 6px)";
-      else dur.style.left = "calc(" + (left + width) + "% + 6px)";
+      if (left + width <= 78) {
+        dur.style.left = "calc(" + (left + width) + "% + 6px)";
+      } else if (left >= 14) {
+        dur.style.right = "calc(" + (100 - left) + "% + 6px)";
+      } else {
+        dur.className = "dur inside";
+        dur.style.right = "calc(" + (100 - left - width) + "% + 6px)";
+      }
       track.appendChild(dur);
       row.appendChild(label);
       row.appendChild(track);
@@ -385,13 +392,24 @@ _SCRIPT = r"""
     return el("span", null, String(value));
   }
 
-  function kvTable(obj) {
-    var keys = Object.keys(obj || {}).sort();
+  function keyCell(key) {
+    // Let long dotted keys wrap at the dots, not mid-word.
+    var td = el("td", "k");
+    key.split(".").forEach(function (part, i, parts) {
+      td.appendChild(document.createTextNode(part + (i < parts.length - 1 ? "." : "")));
+      if (i < parts.length - 1) td.appendChild(document.createElement("wbr"));
+    });
+    return td;
+  }
+
+  function kvTable(obj, keepOrder) {
+    var keys = Object.keys(obj || {});
+    if (!keepOrder) keys.sort();
     if (!keys.length) return el("p", "hint", "none");
     var table = el("table", "kv");
     keys.forEach(function (key) {
       var tr = el("tr");
-      tr.appendChild(el("td", "k", key));
+      tr.appendChild(keyCell(key));
       var td = el("td", "v");
       td.appendChild(valueNode(obj[key]));
       tr.appendChild(td);
@@ -405,8 +423,8 @@ _SCRIPT = r"""
     detailEl.setAttribute("data-detail-for", span.span_id);
     detailEl.appendChild(el("h2", null, span.name));
     var status = el("div", "status");
-    var code = span.status_code === "ERROR" ? "error" : "ok";
-    status.appendChild(el("span", "pill " + code, span.status_code));
+    var code = { ERROR: "error", OK: "ok" }[span.status_code] || "unset";
+    status.appendChild(el("span", "pill " + code, span.status_code.toLowerCase()));
     if (span.type) status.appendChild(el("span", "badge", span.type));
     status.appendChild(el("span", "badge", span.kind));
     if (span.status_description) status.appendChild(el("span", "desc", span.status_description));
@@ -418,7 +436,7 @@ _SCRIPT = r"""
       "parent span id": span.parent_span_id || "(root)",
       "trace id": span.trace_id,
       "scope": span.scope || ""
-    }));
+    }, true));
     var names = Object.keys(span.attributes || {});
     detailEl.appendChild(el("h3", null, "Attributes (" + names.length + ")"));
     detailEl.appendChild(kvTable(span.attributes));

@@ -94,6 +94,7 @@ class Agent:
                 f"run-options factory for agent {self.name!r} returned "
                 f"{type(produced).__name__}, expected a mapping"
             )
+        self._validate(produced)
         options.update(produced)
         return options
 

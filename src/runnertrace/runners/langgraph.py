@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
@@ -87,9 +88,8 @@ try:
     from langchain_core.utils.function_calling import convert_to_openai_tool
     from langgraph.checkpoint.base import BaseCheckpointSaver
     from langgraph.pregel import Pregel
-except ImportError:
-    require("langchain_core", "langgraph")
-    require("langgraph", "langgraph")
+except ImportError as exc:
+    require(exc.name or "langgraph", "langgraph")  # raises, naming the extra to install
     raise
 
 __all__ = [
@@ -969,10 +969,11 @@ class ScriptedChatModel(BaseChatModel):
             "model_name": self.model_name,
             **scripted.response_metadata,
         }
-        # A copy: the agent stamps its name on the message it receives.
+        # A copy: the agent stamps its name on the message it receives. A fresh id
+        # unless scripted: add_messages replaces a message whose id it has seen.
         return scripted.model_copy(
             update={
-                "id": scripted.id or f"scripted-{self._position}",
+                "id": scripted.id or f"scripted-{uuid.uuid4().hex}",
                 "response_metadata": metadata,
             }
         )

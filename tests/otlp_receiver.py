@@ -1,0 +1,225 @@
+"""A real OTLP/HTTP trace receiver on 127.0.0.1, for testing exporters on the wire.
+
+It decodes ``ExportTraceServiceRequest`` protobuf bodies (plain, gzip or
+deflate) with ``opentelemetry-proto`` and records, per request, the path, the
+headers and every span (name, ids, parent, kind, status, attributes and resource
+attributes decoded to Python values).
+
+Modes (switchable while running, via ``receiver.mode``):
+
+* ``healthy``: answers 200 with an empty ``ExportTraceServiceResponse``.
+* ``500``: answers 500 (records nothing).
+* ``hang``: holds each request open for ``hang_s`` seconds (longer than any
+  exporter timeout in the tests) before answering; ``stop()`` releases it.
+* ``refuse``: nothing listens on the port (connection refused).
+* ``down``: the port accepts connections but drops every request unanswered,
+  as a crashed process behind a proxy does.
+
+``expect_headers`` makes it answer 401 to a request missing any of them, like a
+vendor rejecting credentials.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+import zlib
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+Mode = Literal["healthy", "500", "hang", "refuse", "down"]
+
+
+def any_value(value: AnyValue) -> Any:
+    """An OTLP ``AnyValue`` as the Python value it encodes."""
+    which = value.WhichOneof("value")
+    if which is None:
+        return None
+    if which == "array_value":
+        return [any_value(v) for v in value.array_value.values]
+    if which == "kvlist_value":
+        return attributes(value.kvlist_value.values)
+    return getattr(value, which)
+
+
+def attributes(pairs: Any) -> dict[str, Any]:
+    return {kv.key: any_value(kv.value) for kv in pairs if isinstance(kv, KeyValue)}
+
+
+@dataclass
+class ReceivedSpan:
+    name: str
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    kind: int
+    status_code: int
+    status_message: str
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, Any]
+    resource: dict[str, Any]
+    scope: str
+    events: list[tuple[str, dict[str, Any]]]
+
+
+@dataclass
+class ReceivedRequest:
+    path: str
+    headers: dict[str, str]
+    encoding: str
+    spans: list[ReceivedSpan] = field(default_factory=list)
+
+
+def decode(body: bytes) -> list[ReceivedSpan]:
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(body)
+    spans: list[ReceivedSpan] = []
+    for resource_spans in request.resource_spans:
+        resource = attributes(resource_spans.resource.attributes)
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                spans.append(
+                    ReceivedSpan(
+                        name=span.name,
+                        trace_id=span.trace_id.hex(),
+                        span_id=span.span_id.hex(),
+                        parent_span_id=span.parent_span_id.hex() or None,
+                        kind=span.kind,
+                        status_code=span.status.code,
+                        status_message=span.status.message,
+                        start_ns=span.start_time_unix_nano,
+                        end_ns=span.end_time_unix_nano,
+                        attributes=attributes(span.attributes),
+                        resource=resource,
+                        scope=scope_spans.scope.name,
+                        events=[(e.name, attributes(e.attributes)) for e in span.events],
+                    )
+                )
+    return spans
+
+
+class OtlpReceiver:
+    """Start with ``with OtlpReceiver() as r:`` (or ``start()``/``stop()``)."""
+
+    def __init__(
+        self,
+        mode: Mode = "healthy",
+        *,
+        hang_s: float = 30.0,
+        expect_headers: dict[str, str] | None = None,
+    ) -> None:
+        self.mode: Mode = mode
+        self.hang_s = hang_s
+        self.expect_headers = {k.lower(): v for k, v in (expect_headers or {}).items()}
+        self.requests: list[ReceivedRequest] = []
+        self.attempts = 0
+        self._lock = threading.Lock()
+        self._release = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> OtlpReceiver:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        server.daemon_threads = True
+        self.port = server.server_address[1]
+        if self.mode == "refuse":
+            server.server_close()  # the port is now closed: connections are refused
+            return self
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._release.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> OtlpReceiver:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- addresses --------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def traces_url(self) -> str:
+        return f"{self.url}/v1/traces"
+
+    # -- what arrived -----------------------------------------------------------------------
+    @property
+    def spans(self) -> list[ReceivedSpan]:
+        with self._lock:
+            return [s for r in self.requests for s in r.spans]
+
+    def by_name(self, name: str) -> list[ReceivedSpan]:
+        return [s for s in self.spans if s.name == name]
+
+    def by_type(self, span_type: str) -> list[ReceivedSpan]:
+        return [s for s in self.spans if s.attributes.get("runnertrace.span.type") == span_type]
+
+    def names(self) -> set[str]:
+        return {s.name for s in self.spans}
+
+    def record(self, request: ReceivedRequest) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+
+def _handler(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return None
+
+        def do_POST(self) -> None:
+            with receiver._lock:
+                receiver.attempts += 1
+            mode = receiver.mode
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length)
+            if mode == "down":
+                self.close_connection = True
+                return  # no response at all: the client sees the connection drop
+            if mode == "hang":
+                receiver._release.wait(receiver.hang_s)
+            if mode == "500":
+                self._answer(500, b"internal error")
+                return
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            if any(headers.get(k) != v for k, v in receiver.expect_headers.items()):
+                self._answer(401, b"unauthorized")
+                return
+            encoding = headers.get("content-encoding", "")
+            if encoding == "gzip":
+                body = gzip.decompress(body)
+            elif encoding == "deflate":
+                body = zlib.decompress(body)
+            receiver.record(ReceivedRequest(self.path, headers, encoding, decode(body)))
+            self._answer(200, ExportTraceServiceResponse().SerializeToString())
+
+        def _answer(self, status: int, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    return Handler
