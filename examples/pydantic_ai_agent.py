@@ -61,7 +61,8 @@ async def offline_stream(messages: list[ModelMessage], info: AgentInfo) -> Async
         for word in re.findall(r"\S+\s*", part.content):
             yield word
         return
-    yield {0: DeltaToolCall(part.tool_name, part.args_as_json_str(), tool_call_id=part.tool_call_id)}
+    call = DeltaToolCall(part.tool_name, part.args_as_json_str(), tool_call_id=part.tool_call_id)
+    yield {0: call}
 
 
 def build(runtime: Runtime) -> None:

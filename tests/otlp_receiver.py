@@ -136,7 +136,9 @@ class OtlpReceiver:
             server.server_close()  # the port is now closed: connections are refused
             return self
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self._thread.start()
         return self
 
@@ -198,8 +200,9 @@ def _handler(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
             if mode == "down":
                 self.close_connection = True
                 return  # no response at all: the client sees the connection drop
-            if mode == "hang":
-                receiver._release.wait(receiver.hang_s)
+            if mode == "hang" and receiver._release.wait(receiver.hang_s):
+                self.close_connection = True
+                return  # the receiver is stopping: drop the held request
             if mode == "500":
                 self._answer(500, b"internal error")
                 return
@@ -216,10 +219,13 @@ def _handler(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
             self._answer(200, ExportTraceServiceResponse().SerializeToString())
 
         def _answer(self, status: int, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True  # the client gave up (its timeout); fine
 
     return Handler

@@ -14,6 +14,7 @@ from langchain_core.callbacks import AsyncCallbackHandler, AsyncCallbackManager
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import InjectedState, create_react_agent
 from langgraph.prebuilt.chat_agent_executor import AgentState
 from langgraph.types import Command
@@ -22,7 +23,6 @@ from pydantic import BaseModel
 from runnertrace import TracingRunner
 from runnertrace._internal.imports import MissingExtraError
 from runnertrace.core import Runtime, Session, ToolContext, observing
-from runnertrace.core import events as ev
 from runnertrace.core.agent import Agent
 from runnertrace.core.config import TraceConfig, load_settings
 from runnertrace.core.models import (
@@ -73,7 +73,9 @@ def answer_turn(text: str = ANSWER) -> AIMessage:
 
 
 def two_step(runs: int = 1) -> list[AIMessage]:
-    return [tool_turn(f"call_{i}") if j == 0 else answer_turn() for i in range(runs) for j in (0, 1)]
+    return [
+        tool_turn(f"call_{i}") if j == 0 else answer_turn() for i in range(runs) for j in (0, 1)
+    ]
 
 
 def calc_graph(model: ScriptedChatModel, *, checkpointer: Any = None, **kwargs: Any) -> Any:
@@ -293,6 +295,49 @@ async def test_images_become_standard_content_blocks() -> None:
     ]
 
 
+async def test_subgraph_steps_nest_and_parallel_tool_calls_share_one_step() -> None:
+    both = AIMessage(
+        content="",
+        tool_calls=[
+            {"name": "multiply", "args": {"a": 1, "b": 2}, "id": "c1"},
+            {"name": "multiply", "args": {"a": 3, "b": 4}, "id": "c2"},
+        ],
+    )
+    inner = calc_graph(ScriptedChatModel(responses=[both, answer_turn()]), name="inner")
+    builder = StateGraph(MessagesState)
+    builder.add_node("delegate", inner)
+    builder.add_edge(START, "delegate")
+    builder.add_edge("delegate", END)
+    agent = Agent("outer", LangGraphRunner(), builder.compile(name="outer"))
+    events = [e async for e in agent.runner.stream(agent, Session("s1"), PROMPT)]
+    assert_paired(events)
+    steps = [(e.type, e.step_name) for e in events if e.type in ("step_start", "step_end")]
+    assert steps == [
+        ("step_start", "delegate"),
+        ("step_start", "delegate/agent"),
+        ("step_end", "delegate/agent"),
+        ("step_start", "delegate/tools"),  # one step for both per-call `tools` tasks
+        ("step_end", "delegate/tools"),
+        ("step_start", "delegate/agent"),
+        ("step_end", "delegate/agent"),
+        ("step_end", "delegate"),
+    ]
+    results = {e.tool_call_id: e.content for e in events if e.type == "tool_call_result"}
+    assert results == {"c1": "2", "c2": "12"}  # the two calls run concurrently
+
+
+async def test_closing_a_stream_early_saves_nothing() -> None:
+    _, _, agent, _ = setup()
+    session = Session("s1")
+    session.set_framework_context({"visits": 1})
+    stream = agent.runner.stream(agent, session, PROMPT)
+    first = [await anext(stream) for _ in range(3)]
+    await stream.aclose()
+    assert [e.type for e in first] == ["step_start", "message_start", "tool_call_start"]
+    assert session.get("langgraph") is None
+    assert session.get_framework_context() == {"visits": 1}
+
+
 # -- session state -------------------------------------------------------------------------
 async def test_second_run_sees_the_first_runs_history() -> None:
     runtime, _, agent, model = setup(ScriptedChatModel(responses=two_step(runs=2)))
@@ -316,8 +361,8 @@ async def test_history_survives_a_fresh_checkpointer_and_a_graph_without_one() -
     runtime, _, agent, _ = setup()
     session = runtime.sessions().new("s1")
     await runtime.run(agent, session, PROMPT)
-    saved = Session.from_state(session.to_state())
-    assert [type(m).__name__ for m in saved.get("langgraph")["calc"]["messages"]] == [
+    state = session.to_state()
+    assert [type(m).__name__ for m in session.get("langgraph")["calc"]["messages"]] == [
         "HumanMessage",
         "AIMessage",
         "ToolMessage",
@@ -327,9 +372,10 @@ async def test_history_survives_a_fresh_checkpointer_and_a_graph_without_one() -
         model = ScriptedChatModel(responses=[answer_turn("again")])
         graph = create_react_agent(model, [multiply], checkpointer=checkpointer, name="calc")
         restarted = Agent("calc", LangGraphRunner(), graph)
+        saved = Session.from_state(state)  # e.g. loaded from a SqliteSessionStore
         reply = await restarted.runner.run(restarted, saved, [AgentRequestText(prompt="more")])
         assert str(reply) == "again"
-        assert [str(m.text) for m in model.calls[0]][0] == QUESTION
+        assert str(model.calls[0][0].text) == QUESTION
         assert len(model.calls[0]) == 5
 
 
@@ -441,7 +487,7 @@ def test_top_level_runnable_config_keys_point_to_config(key: str) -> None:
 
 def test_thread_id_in_config_is_rejected() -> None:
     _, module, agent, _ = setup()
-    with pytest.raises(ValueError, match="thread_id.*session id"):
+    with pytest.raises(ValueError, match=r"thread_id.*session id"):
         module.run_options(agent, config={"configurable": {"thread_id": "mine"}})
     module.run_options(agent, config={"configurable": {"user_id": "u"}}, durability="exit")
     assert agent.run_options["durability"] == "exit"
@@ -455,7 +501,12 @@ async def test_a_factory_naming_a_reserved_key_fails_the_run() -> None:
 
 
 class Recorder(AsyncCallbackHandler):
-    """A user's own LangChain callback handler."""
+    """A user's own LangChain callback handler.
+
+    Inline, so LangChain calls it in list order relative to the runner's handler.
+    """
+
+    run_inline = True
 
     def __init__(self, on_step: Callable[[], None] | None = None) -> None:
         self.model_starts = 0
@@ -574,7 +625,8 @@ def test_module_registers_graphs_by_name_or_override() -> None:
 
 
 def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "langgraph", None)
+    for name in [n for n in sys.modules if n == "langgraph" or n.startswith("langgraph.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if the package were not installed
     monkeypatch.delitem(sys.modules, "runnertrace.runners.langgraph")
     with pytest.raises(MissingExtraError, match=r"pip install 'runnertrace\[langgraph\]'"):
         importlib.import_module("runnertrace.runners.langgraph")
@@ -647,12 +699,11 @@ async def test_runtime_traces_langgraph_when_enabled() -> None:
 
 
 # -- example -------------------------------------------------------------------------------
-@pytest.mark.parametrize("flag", [[], ["--stream"]])
-def test_example_runs_offline(flag: list[str], tmp_path: Path) -> None:
+def test_example_runs_offline(tmp_path: Path) -> None:
     example = Path(__file__).resolve().parents[1] / "examples" / "langgraph_agent.py"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONWARNINGS": "ignore"}
     result = subprocess.run(
-        [sys.executable, str(example), *flag],
+        [sys.executable, str(example), "--stream"],
         capture_output=True,
         text=True,
         env=env,
@@ -662,4 +713,4 @@ def test_example_runs_offline(flag: list[str], tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "offline" in result.stdout
-    assert "6 times 7 is 42." in result.stdout
+    assert "[multiply -> 42] 6 times 7 is 42." in result.stdout

@@ -115,8 +115,9 @@ def _span_label(span: StoredSpan) -> Text:
     label.append(span.name, style=_TYPE_STYLES.get(span.span_type or "", "white"))
     label.append(f"  {format_duration(span.duration_ns)}", style="dim")
     attrs = span.attributes
-    tokens_in, tokens_out = attrs.get("gen_ai.usage.input_tokens"), attrs.get(
-        "gen_ai.usage.output_tokens"
+    tokens_in, tokens_out = (
+        attrs.get("gen_ai.usage.input_tokens"),
+        attrs.get("gen_ai.usage.output_tokens"),
     )
     if tokens_in is not None or tokens_out is not None:
         label.append(f"  {tokens_in or 0}→{tokens_out or 0} tok", style="dim")
@@ -152,7 +153,7 @@ def render_trace_tree(spans: Sequence[StoredSpan], run: RunSummary | None = None
 
 
 def _runs_table(runs: Sequence[RunSummary], title: str) -> Table:
-    table = Table(title=title, title_justify="left", header_style="bold")
+    table = Table(title=Text(title), title_justify="left", header_style="bold")
     table.add_column("time", no_wrap=True)
     table.add_column("agent")
     table.add_column("framework")
@@ -165,10 +166,10 @@ def _runs_table(runs: Sequence[RunSummary], title: str) -> Table:
         status = run.status
         if run.status == "ok" and run.error_count:
             status = f"ok ({run.error_count} err)"
-        table.add_row(
+        table.add_row(  # Text, not str: names from spans are not markup
             datetime.fromtimestamp(run.start_ns / 1e9).strftime("%Y-%m-%d %H:%M:%S"),
-            run.agent or run.name,
-            run.framework or "-",
+            Text(run.agent or run.name),
+            Text(run.framework or "-"),
             format_duration(run.duration_ns),
             str(run.span_count),
             Text(status, style=_STATUS_STYLES.get(run.status, "")),
@@ -183,7 +184,7 @@ def cmd_traces(args: argparse.Namespace, out: Console) -> int:
     store = _open_store(args.db)
     runs = store.list_runs(args.n)
     if not runs:
-        out.print(f"No traces in {_display_path(store.path)} yet.")
+        out.print(Text(f"No traces in {_display_path(store.path)} yet."))
         return 0
     out.print(_runs_table(runs, f"Recent runs in {_display_path(store.path)}"))
     return 0
@@ -203,7 +204,7 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
     trace_id = store.resolve(args.trace)
     target = args.output or f"report-{trace_id[:8]}.html"
     path = write_report(store, trace_id, target)
-    out.print(f"Wrote {path.resolve()}")
+    out.print(Text(f"Wrote {path.resolve()}"))
     return 0
 
 
@@ -254,11 +255,10 @@ async def _demo(settings: Settings, *, stream: bool, out: Console) -> int:
         out.print(Text.assemble(("you   ", "bold cyan"), prompt))
         request = [AgentRequestText(prompt=prompt)]
         if stream:
-            answer = await _stream_answer(runtime, agent, session, request, out)
+            await _stream_task(runtime, agent, session, request, out)
         else:
             reply = await runtime.run(agent, session, request)
-            answer = str(reply)
-            out.print(Text.assemble(("agent ", "bold green"), answer))
+            out.print(Text.assemble(("agent ", "bold green"), str(reply)))
         if setup.disabled:
             continue
         setup.flush()
@@ -280,21 +280,21 @@ async def _demo(settings: Settings, *, stream: bool, out: Console) -> int:
             "Next: [bold]runnertrace traces[/] lists the runs, "
             "[bold]runnertrace show last[/] draws the latest one."
         )
+    elif not setup.disabled:
+        out.print(Text(f"Spans went to {destination}; add local to trace.type to see trees here."))
     setup.flush()
     return 0
 
 
-async def _stream_answer(
+async def _stream_task(
     runtime: Any, agent: Any, session: Any, request: list[Any], out: Console
-) -> str:
+) -> None:
     """Stream one task, printing text as it arrives and tool calls as they happen."""
-    pieces: list[str] = []
     tools: dict[str, str] = {}
     out.print(Text("agent ", style="bold green"), end="")
     async for chunk in runtime.stream(agent, session, request):
         event = chunk.event
         if chunk.delta:
-            pieces.append(chunk.delta)
             out.print(Text(chunk.delta), end="", soft_wrap=True)
         elif event is not None and event.type == "tool_call_start":
             tools[event.tool_call_id] = event.tool_name
@@ -303,7 +303,6 @@ async def _stream_answer(
             marker = "✗" if event.is_error else "→"
             out.print(Text(f"[{name} {marker} {event.content}] ", style="dim"), end="")
     out.print()
-    return "".join(pieces)
 
 
 # -- doctor ------------------------------------------------------------------------------------
@@ -327,19 +326,24 @@ def cmd_doctor(args: argparse.Namespace, out: Console) -> int:
         checks.extend(_backend_checks(name, trace))
     if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         checks.append(
-            Check("otel", "sdk", "warn", "OTEL_SDK_DISABLED=true: no spans are recorded",
-                  fix="unset OTEL_SDK_DISABLED")
+            Check(
+                "otel",
+                "sdk",
+                "warn",
+                "OTEL_SDK_DISABLED=true: no spans are recorded",
+                fix="unset OTEL_SDK_DISABLED",
+            )
         )
     table = Table(header_style="bold")
     for column in ("backend", "check", "status", "detail", "fix"):
         table.add_column(column, overflow="fold")
     for check in checks:
-        table.add_row(
-            check.backend,
-            check.name,
+        table.add_row(  # Text, not str: a "[...]" in a message is not markup
+            Text(check.backend),
+            Text(check.name),
             Text(check.status, style=_CHECK_STYLES.get(check.status, "")),
-            check.detail,
-            check.fix,
+            Text(check.detail),
+            Text(check.fix),
         )
     out.print(table)
     failed = sum(c.status == "fail" for c in checks)
@@ -358,7 +362,15 @@ def _backend_checks(name: str, trace: Any) -> list[Check]:
     try:
         backends = build_backends(trace.model_copy(update={"type": name}))
     except (ConfigError, ImportError) as exc:
-        return [Check(name, "load", "fail", str(exc), fix="see the message; fix trace.type or install the extra")]
+        return [
+            Check(
+                name,
+                "load",
+                "fail",
+                str(exc),
+                fix="see the message; fix trace.type or install the extra",
+            )
+        ]
     checks: list[Check] = []
     for backend in backends:
         try:
@@ -381,6 +393,8 @@ def cmd_dashboards(args: argparse.Namespace, out: Console) -> int:
         raise CommandError(
             f"{exc.name} is not installed; install it with: pip install 'runnertrace[cloudwatch]'"
         ) from None
+    except ImportError as exc:  # MissingExtraError: its message names the extra
+        raise CommandError(str(exc)) from None
     deploy: Callable[..., Any] | None = getattr(cloudwatch, "deploy_dashboard", None)
     if deploy is None:
         raise CommandError("this build of runnertrace cannot deploy CloudWatch dashboards")
@@ -389,10 +403,13 @@ def cmd_dashboards(args: argparse.Namespace, out: Console) -> int:
     except (ConfigError, CommandError):
         raise
     except Exception as exc:  # noqa: BLE001 - AWS errors are reported, not tracebacks
-        raise CommandError(f"deploying dashboard {args.name!r} failed: {type(exc).__name__}: {exc}") from None
-    out.print(f"Deployed CloudWatch dashboard [bold]{args.name}[/].")
-    if result:
-        out.print(Text(str(result)))
+        raise CommandError(
+            f"deploying dashboard {args.name!r} failed: {type(exc).__name__}: {exc}"
+        ) from None
+    out.print(Text.assemble("Deployed CloudWatch dashboard ", (args.name, "bold"), "."))
+    messages = result.get("DashboardValidationMessages") if isinstance(result, dict) else None
+    for message in messages or []:
+        out.print(Text(f"warning: {message.get('Message', message)}", style="yellow"))
     return 0
 
 
@@ -444,10 +461,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args, out)
     except ConfigError as exc:
-        err.print(Text(str(exc), style="red"))
+        err.print(Text(str(exc), style="red"), soft_wrap=True)
         return 2
     except (CommandError, StoreError, TraceNotFoundError) as exc:
-        err.print(Text(f"error: {exc}", style="red"))
+        err.print(Text(f"error: {exc}", style="red"), soft_wrap=True)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -175,7 +175,8 @@ header h1 .tid { font: 12px var(--mono); color: var(--muted); font-weight: 400; 
 .legend span { display: inline-flex; align-items: center; gap: 5px; }
 .pill { display: inline-block; padding: 1px 8px; border-radius: 999px; font-size: 12px;
   font-weight: 600; color: #fff; background: var(--ok); }
-.pill.error { background: var(--error); } .pill.unset { background: var(--other); } .pill.cancelled, .pill.incomplete { background: var(--warn); }
+.pill.error { background: var(--error); } .pill.unset { background: var(--other); }
+.pill.cancelled, .pill.incomplete { background: var(--warn); }
 main { flex: 1; display: grid; grid-template-columns: minmax(0, 1fr) 440px; min-height: 0; }
 #waterfall { overflow: auto; min-width: 0; }
 #axis, .row { display: grid; grid-template-columns: minmax(260px, 36%) 1fr; }
@@ -219,7 +220,8 @@ main { flex: 1; display: grid; grid-template-columns: minmax(0, 1fr) 440px; min-
 #detail h2 { margin: 0 0 6px; font-size: 15px; word-break: break-word; }
 #detail h3 { margin: 18px 0 6px; font-size: 12px; text-transform: uppercase; letter-spacing: .06em;
   color: var(--muted); }
-#detail .status { margin: 4px 0 10px; display: flex; gap: 8px; align-items: center; flex-wrap: wrap; }
+#detail .status { margin: 4px 0 10px; display: flex; gap: 8px; align-items: center;
+  flex-wrap: wrap; }
 #detail .desc { color: var(--error); }
 .hint { color: var(--muted); padding: 8px 0; }
 table.kv { width: 100%; border-collapse: collapse; table-layout: fixed; }
@@ -229,7 +231,8 @@ table.kv td.k { width: 44%; color: var(--muted); font: 11.5px var(--mono); }
 table.kv td.v { font: 12px var(--mono); }
 table.kv pre { margin: 0; white-space: pre-wrap; font: inherit; max-height: 320px; overflow: auto; }
 ol.events { list-style: none; margin: 0; padding: 0; }
-ol.events li { border: 1px solid var(--line); border-radius: 6px; padding: 6px 8px; margin-bottom: 6px; }
+ol.events li { border: 1px solid var(--line); border-radius: 6px; padding: 6px 8px;
+  margin-bottom: 6px; }
 ol.events .ev-head { display: flex; justify-content: space-between; gap: 8px; font-weight: 600; }
 ol.events .ev-head span { font: 11px var(--mono); color: var(--muted); font-weight: 400; }
 details summary { cursor: pointer; color: var(--muted); margin-top: 14px; }
@@ -477,7 +480,9 @@ _SCRIPT = r"""
       return !rowById[s.span_id].classList.contains("hidden"); });
     var index = visible.findIndex(function (s) { return s.span_id === selected; });
     var next = visible[Math.min(visible.length - 1, Math.max(0, index + step))];
-    if (next) { select(next.span_id, true); rowById[next.span_id].scrollIntoView({ block: "nearest" }); }
+    if (!next) return;
+    select(next.span_id, true);
+    rowById[next.span_id].scrollIntoView({ block: "nearest" });
   }
 
   renderSummary();

@@ -12,7 +12,8 @@ What goes where:
   which signs for us) is used unsigned.
 * **Mapping**: the resource gets ``aws.service.type=gen_ai_agent`` (and
   ``aws.log.group.names``); every span gets ``session.id``, which CloudWatch's
-  GenAI view requires and which child spans may not carry themselves; content
+  GenAI view requires (our spans carry it; spans of other instrumentations
+  nested in a run inherit the run's); content
   attributes are cut harder than elsewhere, since AWS wants large content off spans.
 * **Metrics**: a span processor aggregates each top-level run (duration,
   tokens, tool calls, errors) and a background thread sends them with
@@ -49,7 +50,15 @@ from opentelemetry.util.types import AttributeValue
 from runnertrace._internal.errors import handle_internal_errors, internal_log
 from runnertrace._internal.imports import require
 from runnertrace.core.config import ConfigError
-from runnertrace.exporters.cloudwatch_config import CloudWatchConfig, region_problem, url_problem
+from runnertrace.exporters.cloudwatch_config import CloudWatchConfig, region_problem
+from runnertrace.exporters.otlp import (
+    ScopedSession,
+    lookup,
+    otlp_http_exporter,
+    probe_endpoint,
+    safe_url,
+    validate_url,
+)
 from runnertrace.tracing import attributes as attr
 from runnertrace.tracing.backend import Backend, Check
 
@@ -115,7 +124,11 @@ def resolve_region(config: CloudWatchConfig) -> RegionSource:
         botocore_session = require("botocore.session", EXTRA)
     except ImportError:
         return RegionSource(None, "not configured")
-    value = botocore_session.get_session().get_config_variable("region")
+    exceptions = require("botocore.exceptions", EXTRA)
+    try:
+        value = botocore_session.get_session().get_config_variable("region")
+    except exceptions.BotoCoreError as exc:  # e.g. AWS_PROFILE names a missing profile
+        return RegionSource(None, f"not configured (AWS config unreadable: {type(exc).__name__})")
     if value:
         _validate_region(str(value), "the AWS config file")
         return RegionSource(str(value), "the AWS config file")
@@ -140,13 +153,6 @@ def _require_region(found: RegionSource, why: str) -> str:
     return found.region
 
 
-def _redacted_url(url: str) -> str:
-    """``url`` without user info or query, which could hold secrets."""
-    parts = urlsplit(url)
-    host = parts.netloc.rpartition("@")[2]
-    return f"{parts.scheme}://{host}{parts.path}"
-
-
 @dataclass(frozen=True)
 class TracesTarget:
     """Where spans go and whether we sign them."""
@@ -166,15 +172,12 @@ def traces_target(config: CloudWatchConfig, region: RegionSource) -> TracesTarge
     """
     if config.endpoint:
         return TracesTarget(config.endpoint, True, "trace.cloudwatch.endpoint")
-    env_url = os.environ.get(TRACES_ENV, "").strip()
-    if env_url:
-        problem = url_problem(env_url)
-        if problem:
-            raise ConfigError(
-                f"{TRACES_ENV}: {problem}; set it to the OTLP/HTTP traces URL of your "
-                "CloudWatch agent or collector, e.g. 'http://127.0.0.1:4318/v1/traces'"
-            )
-        return TracesTarget(env_url, False, TRACES_ENV)
+    env_url = lookup(TRACES_ENV, None, TRACES_ENV)
+    if env_url.value is not None:
+        url = validate_url(
+            env_url, "the OTLP/HTTP traces URL of your CloudWatch agent or collector"
+        )
+        return TracesTarget(url, False, TRACES_ENV)
     name = _require_region(region, "the X-Ray endpoint https://xray.<region>.amazonaws.com")
     return TracesTarget(f"https://xray.{name}.amazonaws.com/v1/traces", True, "the region")
 
@@ -195,8 +198,11 @@ class MissingCredentialsError(RuntimeError):
     """No AWS credentials were found in the standard chain."""
 
 
-class SigV4Session(requests.Session):
+class SigV4Session(ScopedSession):
     """A ``requests`` session that SigV4-signs each request just before it is sent.
+
+    As a :class:`ScopedSession` it forwards no ``OTEL_EXPORTER_OTLP_HEADERS`` (meant
+    for the user's collector, not AWS) and verifies TLS with the default trust store.
 
     Signing in :meth:`send` sees the final URL and the exact body bytes (already
     gzipped by the exporter). Signed headers: host, content-type,
@@ -214,7 +220,7 @@ class SigV4Session(requests.Session):
         service: str = XRAY_SERVICE,
         credentials: Callable[[], Any] | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__({})
         self.region = region
         self.service = service
         self._lookup = credentials or _default_credentials
@@ -561,7 +567,7 @@ def cloudwatch_client(region: str | None, endpoint_url: str | None, timeout_s: f
     config = require("botocore.config", EXTRA).Config(
         connect_timeout=timeout_s,
         read_timeout=timeout_s,
-        retries={"max_attempts": 2, "mode": "standard"},
+        retries={"total_max_attempts": 2, "mode": "standard"},
     )
     return boto3.session.Session(region_name=region).client(
         "cloudwatch", endpoint_url=endpoint_url, config=config
@@ -598,24 +604,27 @@ class CloudWatchBackend(Backend):
         )
 
     def exporter(self) -> SpanExporter:
-        from opentelemetry.exporter.otlp.proto.http import Compression
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        session: requests.Session | None = None
-        if self.target.signed:
-            region = _require_region(self.region, "SigV4 signing")
-            session = SigV4Session(region, XRAY_SERVICE)
-        return OTLPSpanExporter(
-            endpoint=self.target.url,
-            compression=Compression.Gzip,
-            timeout=self.timeout_s,
+        # Signed: a scoped, signing session (only our headers go to AWS). Unsigned: the
+        # user's agent or collector, which gets the OTEL_* headers/TLS like any OTel exporter.
+        session = self.signing_session() if self.target.signed else None
+        return otlp_http_exporter(
+            self.target.url,
+            {},
+            timeout_s=self.timeout_s,
+            compression="gzip",
+            scoped=self.target.signed,
             session=session,
         )
 
+    def signing_session(self) -> SigV4Session:
+        return SigV4Session(_require_region(self.region, "SigV4 signing"), XRAY_SERVICE)
+
     def processors(self) -> list[SpanProcessor]:
-        # The run tracker goes first so that a run's session id is known before
-        # any of its spans reaches the exporter's mapping.
-        return [self.run_metrics, *super().processors()]
+        # Spans first: flush and shutdown go through processors in order within one
+        # time budget, so a hung metrics API must not use up the spans' share. The
+        # order does not matter for session tracking: mapping happens at export
+        # time, after the run span's on_start has recorded the session.
+        return [*super().processors(), self.run_metrics]
 
     def resource_attributes(self) -> Mapping[str, AttributeValue]:
         extra: dict[str, AttributeValue] = {"aws.service.type": "gen_ai_agent"}
@@ -641,73 +650,77 @@ class CloudWatchBackend(Backend):
         return cloudwatch_checks(self.trace_config)
 
 
-def cloudwatch_checks(trace_config: TraceConfig) -> list[Check]:
-    """``runnertrace doctor`` findings; works even when the backend cannot be built."""
+def cloudwatch_checks(trace_config: TraceConfig, *, probe: bool = True) -> list[Check]:
+    """``runnertrace doctor`` findings; works even when the backend cannot be built.
+
+    Checks boto3, the region, the traces endpoint, metrics and credentials (their
+    source only, never a value), then, if all is well and ``probe`` is set, POSTs
+    an empty signed export to the endpoint to see that it answers and accepts
+    the signature.
+    """
     name = CloudWatchBackend.name
     settings = trace_config.cloudwatch
     checks: list[Check] = []
+    fix_region = "set trace.cloudwatch.region or AWS_REGION (e.g. 'us-east-1')"
     try:
         require("boto3", EXTRA)
         checks.append(Check(name, "boto3", "ok", "boto3 is installed"))
         have_boto3 = True
     except ImportError:
-        checks.append(
-            Check(
-                name,
-                "boto3",
-                "fail",
-                "boto3 is not installed",
-                "pip install 'runnertrace[cloudwatch]'",
-            )
-        )
+        fix = "pip install 'runnertrace[cloudwatch]'"
+        checks.append(Check(name, "boto3", "fail", "boto3 is not installed", fix))
         have_boto3 = False
     try:
         region = resolve_region(settings)
     except ConfigError as exc:
-        checks.append(Check(name, "region", "fail", str(exc), "set trace.cloudwatch.region"))
+        checks.append(Check(name, "region", "fail", str(exc), fix_region))
         return checks
     if region.region:
         checks.append(Check(name, "region", "ok", f"{region.region} (from {region.source})"))
     try:
         target = traces_target(settings, region)
     except ConfigError as exc:
-        fix = "set trace.cloudwatch.region or AWS_REGION" if region.region is None else ""
-        checks.append(Check(name, "endpoint", "fail", str(exc), fix or f"fix {TRACES_ENV}"))
+        fix = fix_region if region.region is None else f"fix {TRACES_ENV}"
+        checks.append(Check(name, "endpoint", "fail", str(exc), fix))
         return checks
     how = "SigV4-signed (service xray)" if target.signed else "unsigned, to an agent/collector"
     checks.append(
-        Check(name, "endpoint", "ok", f"{_redacted_url(target.url)}: {how}, from {target.source}")
+        Check(name, "endpoint", "ok", f"{safe_url(target.url)}: {how}, from {target.source}")
     )
     if settings.metrics and region.region is None:
-        checks.append(
-            Check(
-                name,
-                "metrics",
-                "fail",
-                "run metrics need a region",
-                "set trace.cloudwatch.region or AWS_REGION, or trace.cloudwatch.metrics: false",
-            )
-        )
+        fix = f"{fix_region}, or trace.cloudwatch.metrics: false"
+        checks.append(Check(name, "metrics", "fail", "run metrics need a region", fix))
     elif settings.metrics:
         checks.append(Check(name, "metrics", "ok", f"namespace {settings.namespace}"))
-    if not (target.signed or settings.metrics):
+    needs_credentials = target.signed or settings.metrics
+    if not needs_credentials:
         checks.append(Check(name, "credentials", "ok", "not needed (unsigned, no metrics)"))
     elif have_boto3:
-        credentials = _default_credentials()
+        try:
+            credentials = _default_credentials()
+        except require("botocore.exceptions", EXTRA).BotoCoreError as exc:
+            fix = "check AWS_PROFILE and your AWS config files"
+            detail = f"the AWS credential chain failed: {type(exc).__name__}"
+            checks.append(Check(name, "credentials", "fail", detail, fix))
+            return checks
         if credentials is None:
+            fix = (
+                "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, "
+                "or run with an instance/task role"
+            )
             checks.append(
-                Check(
-                    name,
-                    "credentials",
-                    "fail",
-                    "no AWS credentials found in the standard chain",
-                    "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, "
-                    "or run with an instance/task role",
-                )
+                Check(name, "credentials", "fail", "no AWS credentials in the standard chain", fix)
             )
         else:
             method = getattr(credentials, "method", "unknown")
             checks.append(Check(name, "credentials", "ok", f"found (source: {method})"))
+    if probe and all(check.status == "ok" for check in checks):
+        session: requests.Session = (
+            SigV4Session(region.region or "", XRAY_SERVICE) if target.signed else requests.Session()
+        )
+        timeout = min(3.0, trace_config.flush_timeout_s)
+        with session:
+            checks.append(probe_endpoint(name, target.url, {}, timeout_s=timeout, session=session))
     return checks
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
@@ -179,8 +180,22 @@ def _json_default(value: object) -> object:
     return str(value)
 
 
-def _dumps(value: object) -> str:
-    return json.dumps(value, default=_json_default, ensure_ascii=False, separators=(",", ":"))
+_ENCODER = json.JSONEncoder(default=_json_default, ensure_ascii=False, separators=(",", ":"))
+_dumps = _ENCODER.encode
+
+# Every span of a process shares one Resource: encode it once, not per span.
+_resource_json: dict[int, tuple[Resource, str]] = {}
+
+
+def _resource(resource: Resource) -> str:
+    cached = _resource_json.get(id(resource))
+    if cached is not None and cached[0] is resource:
+        return cached[1]
+    text = _dumps(dict(resource.attributes))
+    if len(_resource_json) >= 32:
+        _resource_json.clear()
+    _resource_json[id(resource)] = (resource, text)
+    return text
 
 
 def _tokens(value: object) -> int:
@@ -216,7 +231,7 @@ def span_row(span: ReadableSpan) -> tuple[object, ...]:
         _tokens(attributes.get(attr.OUTPUT_TOKENS)),
         _dumps(attributes),
         _dumps(events),
-        _dumps(dict(span.resource.attributes)),
+        _resource(span.resource),
         span.instrumentation_scope.name if span.instrumentation_scope else None,
     )
 

@@ -45,10 +45,11 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
-from runnertrace._internal.imports import import_dotted, require
+from runnertrace._internal.imports import MissingExtraError, import_dotted, require
 from runnertrace.core.config import ConfigError
 from runnertrace.exporters.otlp import OtlpHttpBackend, Setting, lookup, validate_url
 from runnertrace.tracing import attributes as A
+from runnertrace.tracing.backend import Check
 
 __all__ = ["INSTRUMENTORS", "LineageTracker", "OpenLLMetryBackend"]
 
@@ -225,6 +226,17 @@ class OpenLLMetryBackend(OtlpHttpBackend):
             if not getattr(instrumentor, "is_instrumented_by_opentelemetry", False):
                 instrumentor.instrument(tracer_provider=provider)
                 self.instrumented.append(instrumentor)
+
+    def check(self) -> list[Check]:
+        checks = super().check()
+        if self.trace_config.openllmetry.instrument:
+            try:
+                names = [c.__name__ for c in self.instrumentor_classes()]
+            except (ConfigError, MissingExtraError) as exc:
+                checks.append(Check(self.name, "instrument", "fail", str(exc), fix=str(exc)))
+            else:
+                checks.append(Check(self.name, "instrument", "ok", ", ".join(names)))
+        return checks
 
     # -- mapping ------------------------------------------------------------------------
     def map_attributes(self, span: ReadableSpan) -> Mapping[str, AttributeValue] | None:

@@ -19,7 +19,9 @@ Endpoint for ``otlp``: ``trace.otlp.endpoint``, else
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from abc import abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.util.re import parse_env_headers
 from pydantic import SecretStr
 
+from runnertrace._internal.errors import internal_log
 from runnertrace.core.config import ConfigError
 from runnertrace.tracing.backend import Backend, Check
 
@@ -131,6 +134,38 @@ def validate_url(setting: Setting, example: str) -> str:
 
 
 # -- the exporter ---------------------------------------------------------------------------
+# Loggers the OTLP exporter reports failed exports on (once per batch, at ERROR).
+_EXPORTER_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.common.http",
+)
+_log_filter_lock = threading.Lock()
+
+
+class _OncePerMessageFromOurThreads(logging.Filter):
+    """Rate-limits what the OTel exporter logs from our export threads.
+
+    A backend that is down would otherwise log an error for every batch, for as
+    long as it stays down. Records from our worker threads (named
+    ``runnertrace-...``) pass once per distinct message per minute, so the cause
+    (status code, connection error) is still seen once; other exporters in the
+    application log exactly as before.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not (record.threadName or "").startswith("runnertrace-"):
+            return True
+        return internal_log.should_log(f"otel-exporter {record.name} {record.msg}")
+
+
+def _install_log_filter() -> None:
+    with _log_filter_lock:
+        for name in _EXPORTER_LOGGERS:
+            logger = logging.getLogger(name)
+            if not any(isinstance(f, _OncePerMessageFromOurThreads) for f in logger.filters):
+                logger.addFilter(_OncePerMessageFromOurThreads())
+
+
 class ScopedSession(requests.Session):
     """A requests session that sends only the headers it was built for.
 
@@ -173,6 +208,7 @@ def otlp_http_exporter(
     """
     if scoped and session is None:
         session = ScopedSession(headers)
+    _install_log_filter()
     return OTLPSpanExporter(
         endpoint=endpoint,
         headers=dict(headers),
@@ -346,8 +382,16 @@ class OtlpBackend(OtlpHttpBackend):
         return []
 
     def timeout_s(self) -> float | None:
-        # None lets the exporter read OTEL_EXPORTER_OTLP_(TRACES_)TIMEOUT.
-        return self.trace_config.otlp.timeout_s
+        """Config, else ``OTEL_EXPORTER_OTLP_(TRACES_)TIMEOUT`` (read by the exporter), else
+        ``trace.flush_timeout_s``, so that one hung export never outlasts a flush."""
+        configured = self.trace_config.otlp.timeout_s
+        if configured is not None:
+            return configured
+        if os.environ.get("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT") or os.environ.get(
+            "OTEL_EXPORTER_OTLP_TIMEOUT"
+        ):
+            return None
+        return self.trace_config.flush_timeout_s
 
     def traces_endpoint(self) -> str:
         config = self.trace_config.otlp

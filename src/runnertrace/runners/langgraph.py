@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import uuid
 from collections.abc import (
     AsyncGenerator,
@@ -45,7 +46,7 @@ from contextlib import aclosing, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias, cast
 
-from pydantic import BaseModel, PrivateAttr
+from pydantic import BaseModel, Field, PrivateAttr
 
 from runnertrace._internal.errors import handle_internal_errors, should_raise
 from runnertrace._internal.imports import require
@@ -80,7 +81,7 @@ from runnertrace.core.runner import Runner
 from runnertrace.core.session import Session
 
 try:
-    from langchain_core.callbacks import AsyncCallbackHandler, BaseCallbackManager
+    from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
     from langchain_core.language_models.chat_models import BaseChatModel
     from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage
     from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, LLMResult
@@ -543,12 +544,17 @@ def _map_stream_event(mapper: EventMapper, event: Mapping[str, Any]) -> list[Str
     return []
 
 
-class ObserverCallback(AsyncCallbackHandler):
+class ObserverCallback(BaseCallbackHandler):
     """Run-mode observation: reports our events as LangChain callbacks arrive.
 
-    Appended to ``config["callbacks"]`` (it never displaces a caller's handler)
-    and run inline, so events are reported in the order they happen. A fault in
-    the mapping is logged once and the run goes on; under pytest it raises.
+    Appended to ``config["callbacks"]`` (it never displaces a caller's handler).
+    Deliberately a *sync* handler that runs inline: LangChain calls it directly
+    on whichever thread raised the callback, in order. An async handler would be
+    driven from sync code (sync tools, sync branch functions) through a worker
+    thread running a fresh event loop per callback, which measured several
+    milliseconds per event. Calls may come from tool worker threads, so they are
+    serialised by a lock. A fault in the mapping is logged once and the run goes
+    on; under pytest it raises.
     """
 
     run_inline = True
@@ -558,16 +564,17 @@ class ObserverCallback(AsyncCallbackHandler):
         self.raise_error = should_raise()
         self.mapper = EventMapper()
         self._report = report
+        self._lock = threading.Lock()
 
     def _feed(self, method: Callable[..., list[StreamEvent]], *args: Any) -> None:
-        with handle_internal_errors("langgraph run-mode observer"):
+        with self._lock, handle_internal_errors("langgraph run-mode observer"):
             for event in method(*args):
                 self._report(event)
 
     def close(self) -> None:
         self._feed(self.mapper.close)
 
-    async def on_chain_start(
+    def on_chain_start(
         self,
         serialized: dict[str, Any] | None,
         inputs: Any,
@@ -580,13 +587,13 @@ class ObserverCallback(AsyncCallbackHandler):
         name = kwargs.get("name") or (serialized or {}).get("name") or ""
         self._feed(self.mapper.chain_start, str(run_id), str(name), tags or [], metadata or {})
 
-    async def on_chain_end(self, outputs: Any, *, run_id: Any, **kwargs: Any) -> None:
+    def on_chain_end(self, outputs: Any, *, run_id: Any, **kwargs: Any) -> None:
         self._feed(self.mapper.chain_end, str(run_id))
 
-    async def on_chain_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
+    def on_chain_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
         self._feed(self.mapper.chain_end, str(run_id))
 
-    async def on_chat_model_start(
+    def on_chat_model_start(
         self,
         serialized: dict[str, Any] | None,
         messages: list[list[BaseMessage]],
@@ -597,22 +604,22 @@ class ObserverCallback(AsyncCallbackHandler):
     ) -> None:
         self._feed(self.mapper.model_start, str(run_id), metadata or {})
 
-    async def on_llm_new_token(
+    def on_llm_new_token(
         self, token: Any, *, chunk: Any = None, run_id: Any, **kwargs: Any
     ) -> None:
         if isinstance(chunk, ChatGenerationChunk):
             self._feed(self.mapper.model_chunk, str(run_id), chunk.message)
 
-    async def on_llm_end(self, response: LLMResult, *, run_id: Any, **kwargs: Any) -> None:
+    def on_llm_end(self, response: LLMResult, *, run_id: Any, **kwargs: Any) -> None:
         generations = response.generations[0] if response.generations else []
         first = generations[0] if generations else None
         message = first.message if isinstance(first, ChatGeneration) else None
         self._feed(self.mapper.model_end, str(run_id), message)
 
-    async def on_llm_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
+    def on_llm_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
         self._feed(lambda: self.mapper.model_end(str(run_id), None, finish_reason="error"))
 
-    async def on_tool_start(
+    def on_tool_start(
         self,
         serialized: dict[str, Any] | None,
         input_str: str,
@@ -631,10 +638,10 @@ class ObserverCallback(AsyncCallbackHandler):
             str(call_id) if call_id else None,
         )
 
-    async def on_tool_end(self, output: Any, *, run_id: Any, **kwargs: Any) -> None:
+    def on_tool_end(self, output: Any, *, run_id: Any, **kwargs: Any) -> None:
         self._feed(self.mapper.tool_end, str(run_id), output)
 
-    async def on_tool_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
+    def on_tool_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
         self._feed(self.mapper.tool_error, str(run_id), error, kwargs.get("tool_call_id"))
 
 
@@ -931,7 +938,9 @@ class ScriptedChatModel(BaseChatModel):
     last chunk. ``calls`` records the messages each call received.
     """
 
-    responses: list[AIMessage]
+    # Out of repr: LangChain serialises the model (via repr) for every callback
+    # handler's on_chat_model_start, and a long script would dominate that cost.
+    responses: list[AIMessage] = Field(repr=False)
     model_name: str = "scripted"
 
     _position: int = PrivateAttr(default=0)

@@ -31,6 +31,15 @@ How the SDK maps onto the contract, and why:
   run (fake models often do) gets a ``#n`` suffix so pairing stays unambiguous.
   Run mode learns the response id only at the end of a model call, so its
   message ids are generated and the response id travels on ``MessageEnd``.
+- **Steps** are the SDK's turns: one model call plus the tools it asked for.
+  After a handoff the next step carries the new agent's name; the transfer
+  call gets the SDK's transfer message as its result.
+- **Not mapped**: hosted tools that run inside the model call (web search,
+  file search, image generation, code interpreter) get no tool events; their
+  time is in the model call. A function tool that raised and was turned into
+  a message for the model by the SDK's ``failure_error_function`` is reported
+  as an ordinary result (``is_error`` stays false): the SDK does not expose
+  that the call failed.
 - **The SDK's own tracing is left alone.** The runner never sets
   ``tracing_disabled``: doing so would also silence the trace processors a user
   registered (Logfire, Langfuse and others hook in there) and the OpenAI traces
@@ -86,6 +95,7 @@ from agents import (  # noqa: E402 - after the missing-extra check above
 from agents import Runner as SdkRunner  # noqa: E402
 from agents.lifecycle import RunHooksBase  # noqa: E402
 from agents.models import get_default_model  # noqa: E402
+from agents.models.fake_id import FAKE_RESPONSES_ID  # noqa: E402
 from agents.result import RunResultBase  # noqa: E402
 
 __all__ = ["OpenAIModule", "OpenAIRunner", "native_input"]
@@ -221,20 +231,25 @@ class _EventMapper:
         self._step_index = -1
         self._step_name: str | None = None
         self._message_id: str | None = None
+        self._last_message_id: str | None = None  # parent for calls announced after the message
         self._used_ids: set[str] = set()
         # Per model call (reset when a message opens).
         self._reasoning: dict[str, str] = {}  # native item id -> our reasoning id
         self._reasoning_streamed: set[str] = set()
-        self._calls_by_item: dict[str, str] = {}  # native item id -> call_id
+        # (item id, output index) -> call_id; providers without ids share one
+        # placeholder item id, so the output index tells parallel calls apart.
+        self._calls_by_item: dict[tuple[Any, Any], str] = {}
         self._open_calls: dict[str, bool] = {}  # call_id -> any args emitted
         self._text_streamed: set[str] = set()  # message item ids with text deltas
-        self._items_done: set[str] = set()  # item ids already completed
+        self._items_done: set[tuple[Any, ...]] = set()  # items already completed
         # Per run.
         self._announced: set[str] = set()  # call_ids that got a ToolCallStart
         self._pending: dict[str, str] = {}  # call_id -> tool name, awaiting a result
 
     # -- identity ----------------------------------------------------------------------
     def _unique(self, native_id: str | None, prefix: str) -> str:
+        if native_id == FAKE_RESPONSES_ID:
+            native_id = None  # the SDK's placeholder for providers without ids
         base = native_id or f"{prefix}_{uuid.uuid4().hex[:16]}"
         candidate, n = base, 1
         while candidate in self._used_ids:
@@ -261,7 +276,7 @@ class _EventMapper:
         self._step_name = getattr(self._agent, "name", None) or "agent"
         self._emit(ev.StepStart(step_name=self._step_name, step_index=self._step_index))
         model, provider = _model_of(self._agent, self._run_config)
-        self._message_id = self._unique(response_id, "msg")
+        self._message_id = self._last_message_id = self._unique(response_id, "msg")
         self._reasoning.clear()
         self._reasoning_streamed.clear()
         self._calls_by_item.clear()
@@ -289,8 +304,7 @@ class _EventMapper:
         message_id = self._ensure_message()
         for item in output:
             self._complete_item(item)
-        for native_id in list(self._reasoning):
-            self._end_reasoning(native_id)
+        self._end_all_reasoning()
         for call_id in list(self._open_calls):
             self._end_call(call_id, None)
         self._emit(
@@ -298,7 +312,7 @@ class _EventMapper:
                 message_id=message_id,
                 finish_reason=_finish_reason(output, incomplete_reason),
                 response_model=response_model,
-                response_id=response_id,
+                response_id=None if response_id == FAKE_RESPONSES_ID else response_id,
                 **_usage(usage),
             )
         )
@@ -315,10 +329,13 @@ class _EventMapper:
         """Emit whatever of a finished output item its stream did not already carry."""
         kind = _field(item, "type")
         item_id = _field(item, "id")
+        # Stream mode sees each item twice (item done, then response completed).
+        # Providers without ids share one placeholder id, hence the kind and call id.
+        key = (kind, item_id, _field(item, "call_id"))
         if item_id is not None:
-            if item_id in self._items_done:
+            if key in self._items_done:
                 return
-            self._items_done.add(item_id)
+            self._items_done.add(key)
         if kind == "reasoning":
             if item_id not in self._reasoning_streamed:
                 for part in [*(_field(item, "summary") or []), *(_field(item, "content") or [])]:
@@ -331,27 +348,29 @@ class _EventMapper:
                 for part in _field(item, "content") or []:
                     text = _field(part, "text") or _field(part, "refusal")
                     if text:
+                        self._end_all_reasoning()
                         self._emit(ev.TextDelta(message_id=self._ensure_message(), delta=text))
         elif kind == "function_call":
             call_id = _field(item, "call_id")
             if call_id not in self._announced:
-                self._start_call(call_id, _field(item, "name"), item_id)
+                self._start_call(call_id, _field(item, "name"), None)
             if call_id in self._open_calls:
                 self._end_call(call_id, _field(item, "arguments"))
 
-    def _start_call(self, call_id: str, name: str | None, item_id: str | None) -> None:
+    def _start_call(self, call_id: str, name: str | None, item_key: tuple[Any, Any] | None) -> None:
+        self._end_all_reasoning()
         self._emit(
             ev.ToolCallStart(
                 tool_call_id=call_id,
                 tool_name=name or "unknown",
-                parent_message_id=self._message_id,
+                parent_message_id=self._message_id or self._last_message_id,
             )
         )
         self._announced.add(call_id)
         self._pending[call_id] = name or "unknown"
         self._open_calls[call_id] = False
-        if item_id:
-            self._calls_by_item[item_id] = call_id
+        if item_key is not None:
+            self._calls_by_item[item_key] = call_id
 
     def _call_args(self, call_id: str, delta: str) -> None:
         if delta and call_id in self._open_calls:
@@ -373,6 +392,15 @@ class _EventMapper:
             reasoning_id = self._reasoning[native_id] = self._unique(native_id, "rs")
             self._emit(ev.ReasoningStart(message_id=reasoning_id))
         self._emit(ev.ReasoningDelta(message_id=reasoning_id, delta=delta))
+
+    def _end_all_reasoning(self) -> None:
+        """Reasoning precedes the answer: once text or a tool call begins, it is over.
+
+        Chat Completions streams report the reasoning item done only at the
+        end of the response; without this its block would span the answer.
+        """
+        for native_id in list(self._reasoning):
+            self._end_reasoning(native_id)
 
     def _end_reasoning(self, native_id: str) -> None:
         reasoning_id = self._reasoning.pop(native_id, None)
@@ -424,15 +452,16 @@ class _EventMapper:
     def _on_item_added(self, data: Any) -> None:
         self._ensure_message()
         item = data.item
-        item_id = _field(item, "id")
         if _field(item, "type") == "function_call":
             call_id = _field(item, "call_id")
             if call_id and call_id not in self._announced:
-                self._start_call(call_id, _field(item, "name"), item_id)
+                key = (_field(item, "id"), data.output_index)
+                self._start_call(call_id, _field(item, "name"), key)
 
     def _on_text_delta(self, data: Any) -> None:
         message_id = self._ensure_message()
         if data.delta:
+            self._end_all_reasoning()
             self._text_streamed.add(data.item_id)
             self._emit(ev.TextDelta(message_id=message_id, delta=data.delta))
 
@@ -442,7 +471,7 @@ class _EventMapper:
             self._reasoning_delta(data.item_id, data.delta)
 
     def _on_args_delta(self, data: Any) -> None:
-        call_id = self._calls_by_item.get(data.item_id)
+        call_id = self._calls_by_item.get((data.item_id, data.output_index))
         if call_id is not None:
             self._call_args(call_id, data.delta)
 
@@ -541,9 +570,10 @@ class _ComposedHooks(RunHooks[Any]):
         self.hooks = hooks
 
 
-for _name, _member in inspect.getmembers(RunHooksBase, inspect.iscoroutinefunction):
+for _name, _ in inspect.getmembers(RunHooksBase, inspect.iscoroutinefunction):
     if _name.startswith("on_"):
         setattr(_ComposedHooks, _name, _fan_out(_name))
+del _name
 
 
 def _compose(ours: RunHooksBase[Any, Any], declared: Any) -> Any:

@@ -58,10 +58,12 @@ instrumented (``agent.instrument = True``, ``Agent.instrument_all()``, an
 emits ``invoke_agent`` / ``chat`` / ``execute_tool`` spans of its own. Nesting
 them under our spans would show every model call and tool call twice (and sum
 the tokens twice). So during a *traced* run, recognised by the current OTel span
-being one of runnertrace's, the runner **suppresses** them: it adds a run-time
-``Instrumentation`` capability with no-op tracer and meter providers, which
-replaces the agent's own instrumentation for that run only (no global state
-changes; untraced runs keep Pydantic AI's spans). An ``Instrumentation``
+being one of runnertrace's, the runner **suppresses** them: when the run would
+be instrumented, it adds a run-time ``Instrumentation`` capability with no-op
+tracer and meter providers, which replaces the agent's own instrumentation for
+that run only (no global state changes; untraced runs keep Pydantic AI's
+spans). Suppressing rather than nesting also keeps one attribute vocabulary
+(ours, per ``SEMCONV.md``) on every span of a traced run. An ``Instrumentation``
 capability the user gave a custom ``id`` is not replaced and still emits.
 """
 
@@ -79,10 +81,12 @@ from collections.abc import (
     AsyncIterator,
     Callable,
     Iterator,
+    Mapping,
     Sequence,
 )
 from contextlib import aclosing, contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, ClassVar
 
 from runnertrace._internal.errors import handle_internal_errors
@@ -543,8 +547,40 @@ def _inside_traced_run() -> bool:
     return span.is_recording() and getattr(scope, "name", None) == INSTRUMENTATION_NAME
 
 
+def _would_instrument(native: AbstractAgent[Any, Any], options: Mapping[str, Any]) -> bool:
+    """Whether Pydantic AI would emit spans of its own for this run.
+
+    Checked so that the silencer is added only when there is something to
+    silence: even with no-op providers the ``Instrumentation`` capability
+    serialises every message, which costs about a fifth of a fake-model run.
+    """
+    from pydantic_ai.capabilities.abstract import leaf_capabilities
+    from pydantic_ai.capabilities.instrumentation import Instrumentation
+    from pydantic_ai.models.instrumented import InstrumentedModel
+
+    if not isinstance(native, PydanticAgent):
+        return True  # a wrapper agent hides its configuration: silence to be sure
+    if isinstance(options.get("model") or native.model, InstrumentedModel):
+        return True
+    setting = native.instrument
+    if setting is None:
+        # What Agent.instrument_all() set; if that attribute ever moves, assume on.
+        setting = getattr(PydanticAgent, "_instrument_default", True)
+    if setting:
+        return True
+    capabilities: list[Any] = leaf_capabilities(native.root_capability)
+    for declared in options.get("capabilities") or ():
+        if isinstance(declared, AbstractCapability):
+            capabilities.extend(leaf_capabilities(declared))
+    return any(isinstance(capability, Instrumentation) for capability in capabilities)
+
+
+@cache
 def _silenced_instrumentation() -> AbstractCapability[Any]:
-    """An ``Instrumentation`` that records nothing; it replaces the agent's for one run."""
+    """An ``Instrumentation`` that records nothing; it replaces the agent's for one run.
+
+    One shared instance is enough: Pydantic AI copies it per run (``for_run``).
+    """
     from opentelemetry.metrics import NoOpMeterProvider
     from opentelemetry.trace import NoOpTracerProvider
     from pydantic_ai.capabilities.instrumentation import Instrumentation
@@ -622,7 +658,7 @@ class PydanticAIRunner(Runner):
                 agent.name,
             )
         capabilities = list(options.get("capabilities") or [])
-        if _inside_traced_run():
+        if _inside_traced_run() and _would_instrument(self._native(agent), options):
             capabilities.append(_silenced_instrumentation())
         capabilities.append(observer)
         loaded = session.load_framework_context()

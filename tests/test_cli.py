@@ -1,0 +1,240 @@
+"""The ``runnertrace`` command, run as a user would: a subprocess in a fresh directory."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from runnertrace.cli import main
+
+ANSWERS = (
+    "The answer is 7006669.",
+    "The calculator reported an error: ZeroDivisionError: division by zero",
+    'I am a scripted offline model. You said: "Hello! What can you do?"',
+)
+REPORT_LINE = re.compile(r"^report (\.runnertrace/report-([0-9a-f]{8})\.html)$", re.MULTILINE)
+
+
+def clean_env() -> dict[str, str]:
+    """The caller's environment without any runnertrace, OTel or vendor settings."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(
+            ("RUNNERTRACE_", "OTEL_", "LANGFUSE_", "LOGFIRE_", "TRACELOOP_", "AWS_")
+        )
+        and k != "OPENAI_API_KEY"
+    }
+    env["COLUMNS"] = "200"
+    # Start-up speed only: logfire's pydantic plugin costs ~0.7 s per process and
+    # plays no part in the CLI (tests/test_imports.py covers it).
+    env["PYDANTIC_DISABLE_PLUGINS"] = "logfire-plugin"
+    return env
+
+
+def cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runnertrace.cli", *args],
+        cwd=cwd,
+        env=env or clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture(autouse=True)
+def _wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process calls: tables wide enough that no cell wraps mid-phrase."""
+    monkeypatch.setenv("COLUMNS", "250")
+
+
+@dataclass
+class Demo:
+    cwd: Path
+    result: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    """One ``runnertrace demo`` in an empty directory: no config, no store."""
+    cwd = tmp_path_factory.mktemp("fresh-clone")
+    return Demo(cwd, cli("demo", cwd=cwd))
+
+
+def test_demo_prints_each_answer_then_its_tree_then_its_report(demo: Demo) -> None:
+    out = demo.result.stdout
+    assert demo.result.returncode == 0, demo.result.stderr
+    assert "Traceback" not in demo.result.stderr
+    reports = list(REPORT_LINE.finditer(out))
+    assert len(reports) == len(ANSWERS)
+    position = 0
+    for answer, report in zip(ANSWERS, reports, strict=True):
+        answer_at = out.index(answer, position)
+        tree_at = out.index("invoke_agent demo", answer_at)
+        assert answer_at < tree_at < report.start()
+        position = report.end()
+        html = (demo.cwd / report.group(1)).read_text(encoding="utf-8")
+        assert report.group(2) in html  # the page is the report of that trace
+    assert "execute_tool calculator" in out and "chat scripted-1" in out
+    assert "✗ error" in out  # the division by zero shows as a failed tool span
+    assert (demo.cwd / ".runnertrace" / "traces.db").is_file()
+
+
+def test_demo_stream_mode(tmp_path: Path) -> None:
+    result = cli("demo", "--stream", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    for answer in ANSWERS:
+        assert answer in result.stdout
+    assert "[calculator → 7006652]" in result.stdout  # tool calls shown as they stream
+    assert result.stdout.count("native · stream") == len(ANSWERS)
+    assert len(REPORT_LINE.findall(result.stdout)) == len(ANSWERS)
+
+
+def test_traces_lists_the_demo_runs(demo: Demo) -> None:
+    result = cli("traces", cwd=demo.cwd)
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if " demo " in line]
+    assert len(rows) == len(ANSWERS)
+    assert all("native" in row for row in rows)
+    for short_id in (m.group(2) for m in REPORT_LINE.finditer(demo.result.stdout)):
+        assert short_id in result.stdout
+    assert "ok (1 err)" in result.stdout  # the tool error, while the run itself succeeded
+
+
+def test_traces_limit_in_process(demo: Demo, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["traces", "-n", "1", "--db", str(demo.cwd / ".runnertrace/traces.db")]) == 0
+    out = capsys.readouterr().out
+    assert len([line for line in out.splitlines() if " demo " in line]) == 1
+
+
+def test_show_last_and_show_by_prefix(demo: Demo) -> None:
+    last = cli("show", "last", cwd=demo.cwd)
+    assert last.returncode == 0, last.stderr
+    assert "invoke_agent demo" in last.stdout and "chat scripted-1" in last.stdout
+    assert "execute_tool" not in last.stdout  # the last task needed no tool
+
+
+def test_show_by_prefix_in_process(demo: Demo, capsys: pytest.CaptureFixture[str]) -> None:
+    first_id = REPORT_LINE.search(demo.result.stdout).group(2)  # type: ignore[union-attr]
+    db = str(demo.cwd / ".runnertrace" / "traces.db")
+    assert main(["show", first_id[:6], "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert out.count("execute_tool calculator") == 2
+    assert re.search(r"chat scripted-1\s+[\d.]+ .s\s+7→3 tok", out)
+
+
+def test_report_last_writes_a_page(demo: Demo) -> None:
+    result = cli("report", "last", "-o", "out/run.html", cwd=demo.cwd)
+    assert result.returncode == 0, result.stderr
+    page = demo.cwd / "out" / "run.html"
+    assert str(page) in result.stdout
+    html = page.read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>") and "invoke_agent demo" in html
+
+
+def test_doctor_reports_the_local_store(demo: Demo) -> None:
+    result = cli("doctor", cwd=demo.cwd)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "local" in result.stdout and "traces.db" in result.stdout
+    assert "3 traces" in result.stdout
+
+
+def test_missing_store_or_trace_is_a_clear_error(
+    demo: Demo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["show", "last"]) == 1  # the working directory has no store
+    assert "no trace store at" in capsys.readouterr().err
+    assert main(["show", "ffffffff", "--db", str(demo.cwd / ".runnertrace/traces.db")]) == 1
+    assert "no trace id starts with" in capsys.readouterr().err
+
+
+def test_bad_config_file_exits_2_in_a_subprocess(tmp_path: Path) -> None:
+    (tmp_path / "runnertrace.yaml").write_text("trace:\n  type: bogus\n")
+    result = cli("demo", cwd=tmp_path)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "trace.type" in result.stderr and "bogus" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ("trace:\n  type: bogus\n", "trace.type"),
+        ("trace:\n  sample_rate: 3\n", "trace.sample_rate"),
+        ("trace: [unclosed\n", "cannot parse runnertrace.yaml"),
+        ("- just\n- a list\n", "invalid runnertrace configuration"),
+    ],
+)
+def test_bad_config_file_exits_2_with_the_message(
+    config: str, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    Path("runnertrace.yaml").write_text(config)  # conftest put us in an empty directory
+    for command in (["doctor"], ["traces"], ["demo"]):
+        assert main(command) == 2, command
+        assert expected in capsys.readouterr().err
+
+
+def test_doctor_fails_for_an_unwritable_store(capsys: pytest.CaptureFixture[str]) -> None:
+    Path("blocker").write_text("a file, not a directory")
+    Path("runnertrace.yaml").write_text("trace:\n  local:\n    path: blocker/traces.db\n")
+    assert main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "fail" in out and "not a directory" in out
+
+
+def test_doctor_never_prints_secrets(tmp_path: Path) -> None:
+    (tmp_path / "runnertrace.yaml").write_text(
+        "trace:\n"
+        "  type: [local, langfuse, otlp]\n"
+        "  langfuse:\n"
+        "    public_key: pk-lf-public-1234\n"
+        "    secret_key: sk-lf-SUPERSECRET-5678\n"
+        "    host: http://127.0.0.1:9\n"
+        "  otlp:\n"
+        "    endpoint: http://127.0.0.1:9/v1/traces\n"
+        "    headers:\n"
+        "      authorization: Bearer TOPSECRET-abcdef\n"
+    )
+    result = cli("doctor", cwd=tmp_path)
+    assert result.returncode in (0, 1), result.stderr
+    assert "langfuse" in result.stdout and "otlp" in result.stdout
+    for secret in ("SUPERSECRET", "TOPSECRET"):
+        assert secret not in result.stdout + result.stderr
+
+
+def test_dashboards_cloudwatch_deploys_through_the_api(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command end to end, against moto's CloudWatch API on 127.0.0.1."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        monkeypatch.delenv("AWS_PROFILE", raising=False)
+        Path("runnertrace.yaml").write_text(
+            f"trace:\n  cloudwatch:\n    region: eu-west-1\n    metrics_endpoint: {endpoint}\n"
+        )
+        assert main(["dashboards", "cloudwatch", "--name", "rt-agents"]) == 0
+        assert "Deployed CloudWatch dashboard rt-agents" in capsys.readouterr().out
+        client = boto3.client("cloudwatch", region_name="eu-west-1", endpoint_url=endpoint)
+        assert client.get_dashboard(DashboardName="rt-agents")["DashboardBody"]
+        # a bad name is a configuration error: exit 2, the message, no traceback
+        assert main(["dashboards", "cloudwatch", "--name", "bad name!"]) == 2
+        assert "dashboard name" in capsys.readouterr().err
+    finally:
+        server.stop()

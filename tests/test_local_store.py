@@ -1,0 +1,402 @@
+"""The ``local`` backend: real SDK spans through our batch processor into SQLite, read back."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from runnertrace._internal.errors import internal_log
+from runnertrace.core.config import LocalConfig, TraceConfig, load_settings
+from runnertrace.exporters.local import LocalBackend
+from runnertrace.exporters.local_store import (
+    SpanStore,
+    SqliteSpanExporter,
+    StoredSpan,
+    StoreError,
+    StoreNotFoundError,
+    TraceNotFoundError,
+    span_tree,
+)
+from runnertrace.tracing.export import BoundedBatchSpanProcessor
+
+MS = 1_000_000
+T0 = 1_700_000_000_000 * MS
+
+
+class FixedTraceIds(IdGenerator):
+    """Trace ids from a list (span ids random), so prefix lookups are deterministic."""
+
+    def __init__(self, *trace_ids: int) -> None:
+        self._trace_ids = list(trace_ids)
+        self._spans = RandomIdGenerator()
+
+    def generate_span_id(self) -> int:
+        return self._spans.generate_span_id()
+
+    def generate_trace_id(self) -> int:
+        return self._trace_ids.pop(0)
+
+
+def local_pipeline(
+    path: Path, *trace_ids: int, max_queue_size: int = 2048
+) -> tuple[TracerProvider, LocalBackend]:
+    config = TraceConfig(local=LocalConfig(path=str(path), max_queue_size=max_queue_size))
+    backend = LocalBackend(config)
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": "store-test"}),
+        id_generator=FixedTraceIds(*trace_ids) if trace_ids else None,
+    )
+    for processor in backend.processors():
+        provider.add_span_processor(processor)
+    return provider, backend
+
+
+def record_run(
+    tracer: trace_api.Tracer,
+    start: int,
+    *,
+    agent: str = "calc",
+    tokens: tuple[tuple[int, int], ...] = ((10, 5), (7, 3)),
+    tool_error: bool = False,
+    run_error: bool = False,
+) -> None:
+    """One run shaped like TracingRunner's: run > step > (chat, tool) per token pair."""
+    root = tracer.start_span(
+        f"invoke_agent {agent}",
+        start_time=start,
+        attributes={
+            "runnertrace.span.type": "run",
+            "gen_ai.agent.name": agent,
+            "runnertrace.framework": "native",
+            "runnertrace.mode": "run",
+            "session.id": "s-1",
+        },
+    )
+    root_ctx = trace_api.set_span_in_context(root)
+    t = start
+    for index, (tokens_in, tokens_out) in enumerate(tokens):
+        step = tracer.start_span(
+            f"agent_step {agent}",
+            context=root_ctx,
+            start_time=t + 1 * MS,
+            attributes={"runnertrace.span.type": "step", "runnertrace.step.index": index},
+        )
+        step_ctx = trace_api.set_span_in_context(step)
+        chat = tracer.start_span(
+            "chat scripted-1",
+            context=step_ctx,
+            kind=SpanKind.CLIENT,
+            start_time=t + 2 * MS,
+            attributes={
+                "runnertrace.span.type": "message",
+                "gen_ai.usage.input_tokens": tokens_in,
+                "gen_ai.usage.output_tokens": tokens_out,
+                "gen_ai.response.finish_reasons": ["tool_calls"],
+            },
+        )
+        chat.add_event("gen_ai.content.delta", {"delta.chars": 4}, timestamp=t + 3 * MS)
+        chat.end(end_time=t + 4 * MS)
+        tool = tracer.start_span(
+            "execute_tool calculator",
+            context=step_ctx,
+            start_time=t + 5 * MS,
+            attributes={"runnertrace.span.type": "tool", "gen_ai.tool.name": "calculator"},
+        )
+        if tool_error:
+            tool.set_status(Status(StatusCode.ERROR, "tool returned an error"))
+        tool.end(end_time=t + 6 * MS)
+        step.end(end_time=t + 7 * MS)
+        t += 10 * MS
+    if run_error:
+        root.set_status(Status(StatusCode.ERROR, "RuntimeError: boom"))
+    root.end(end_time=t)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "nested" / "dir" / "traces.db"
+
+
+@pytest.fixture
+def pipeline(db: Path) -> Iterator[tuple[TracerProvider, LocalBackend]]:
+    provider, backend = local_pipeline(db)
+    yield provider, backend
+    provider.shutdown()
+
+
+def test_spans_round_trip_with_ids_status_attributes_events_and_resource(
+    db: Path, pipeline: tuple[TracerProvider, LocalBackend]
+) -> None:
+    provider, _ = pipeline
+    record_run(provider.get_tracer("t"), T0, tool_error=True)
+    assert provider.force_flush()
+
+    store = SpanStore(db)
+    [run] = store.list_runs()
+    spans = store.get_trace(run.trace_id)
+    assert len(spans) == 7
+    by_name: dict[str, list[StoredSpan]] = {}
+    for span in spans:
+        by_name.setdefault(span.name, []).append(span)
+        assert len(span.trace_id) == 32 and len(span.span_id) == 16
+        int(span.trace_id, 16), int(span.span_id, 16)
+    [root] = by_name["invoke_agent calc"]
+    assert root.parent_span_id is None and root.is_root
+    steps = by_name["agent_step calc"]
+    assert {s.parent_span_id for s in steps} == {root.span_id}
+    chat = by_name["chat scripted-1"][0]
+    assert chat.parent_span_id == steps[0].span_id
+    assert chat.kind == "CLIENT" and root.kind == "INTERNAL"
+    assert chat.attributes["gen_ai.response.finish_reasons"] == ["tool_calls"]
+    assert chat.events == [
+        {"name": "gen_ai.content.delta", "time_ns": T0 + 3 * MS, "attributes": {"delta.chars": 4}}
+    ]
+    assert chat.start_ns == T0 + 2 * MS and chat.duration_ns == 2 * MS
+    tool = by_name["execute_tool calculator"][0]
+    assert tool.status_code == "ERROR"
+    assert tool.status_description == "tool returned an error"
+    assert root.status_code == "UNSET"
+    assert root.resource["service.name"] == "store-test"
+    assert root.scope == "t"
+    # depth-first order with depths, children by start time
+    assert [(s.name, d) for s, d in span_tree(spans)] == [
+        ("invoke_agent calc", 0),
+        ("agent_step calc", 1),
+        ("chat scripted-1", 2),
+        ("execute_tool calculator", 2),
+        ("agent_step calc", 1),
+        ("chat scripted-1", 2),
+        ("execute_tool calculator", 2),
+    ]
+
+
+def test_runs_are_summarised_newest_first_with_tokens_status_and_duration(
+    db: Path, pipeline: tuple[TracerProvider, LocalBackend]
+) -> None:
+    provider, _ = pipeline
+    tracer = provider.get_tracer("t")
+    record_run(tracer, T0, agent="first", tool_error=True)
+    record_run(tracer, T0 + 1000 * MS, agent="second", tokens=((100, 1),), run_error=True)
+    assert provider.force_flush()
+
+    second, first = SpanStore(db).list_runs()
+    assert (first.agent, second.agent) == ("first", "second")
+    assert first.framework == "native" and first.mode == "run" and first.session_id == "s-1"
+    assert first.span_count == 7 and second.span_count == 4
+    assert (first.input_tokens, first.output_tokens, first.tokens) == (17, 8, 25)
+    assert (second.input_tokens, second.output_tokens) == (100, 1)
+    assert first.status == "ok" and first.error_count == 2
+    assert second.status == "error"
+    assert first.duration_ns == 20 * MS and first.start_ns == T0
+    assert first.name == "invoke_agent first"
+    assert [r.agent for r in SpanStore(db).list_runs(1)] == ["second"]
+
+
+def test_last_full_ids_and_prefixes_resolve(db: Path) -> None:
+    a = 0xABC1_0000_0000_0000_0000_0000_0000_0001
+    b = 0xABC2_0000_0000_0000_0000_0000_0000_0002
+    c = 0xDEF0_0000_0000_0000_0000_0000_0000_0003
+    provider, _ = local_pipeline(db, a, b, c)
+    tracer = provider.get_tracer("t")
+    record_run(tracer, T0 + 2000 * MS)  # a: the newest run
+    record_run(tracer, T0)  # b
+    record_run(tracer, T0 + 1000 * MS)  # c
+    assert provider.force_flush()
+    provider.shutdown()
+
+    store = SpanStore(db)
+    hex_a, hex_b, hex_c = (format(x, "032x") for x in (a, b, c))
+    assert store.resolve("last") == hex_a
+    assert store.resolve(" LAST ") == hex_a
+    assert store.resolve(hex_b) == hex_b
+    assert store.resolve("abc2") == hex_b
+    assert store.resolve("ABC1") == hex_a
+    assert store.resolve("0xdef") == hex_c
+    with pytest.raises(TraceNotFoundError, match="several traces"):
+        store.resolve("abc")
+    with pytest.raises(TraceNotFoundError, match="no trace id starts with '123'"):
+        store.resolve("123")
+    with pytest.raises(TraceNotFoundError, match="not a trace id"):
+        store.resolve("abc%")
+    with pytest.raises(TraceNotFoundError):
+        store.get_trace("f" * 32)
+
+
+def test_store_is_created_on_first_export_in_wal_mode(db: Path) -> None:
+    provider, backend = local_pipeline(db)
+    [check] = backend.check()
+    assert check.status == "ok" and "will be created" in check.detail
+    assert not db.exists() and not db.parent.exists()  # building the pipeline wrote nothing
+    with pytest.raises(StoreNotFoundError, match="no trace store at"):
+        SpanStore(db).list_runs()
+    assert not db.exists()  # reading never creates
+
+    record_run(provider.get_tracer("t"), T0)
+    assert provider.force_flush()
+    provider.shutdown()
+    assert db.is_file()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    path_check, store_check = backend.check()
+    assert path_check.status == "ok" and str(db) in path_check.detail
+    assert store_check.status == "ok" and "1 traces, 7 spans" in store_check.detail
+
+
+def test_queue_size_comes_from_config(db: Path) -> None:
+    config = TraceConfig(local=LocalConfig(path=str(db), max_queue_size=7))
+    [processor] = LocalBackend(config).processors()
+    assert isinstance(processor, BoundedBatchSpanProcessor)
+    assert processor.max_queue_size == 7
+    assert isinstance(processor.exporter, SqliteSpanExporter)
+    assert processor.exporter.store.path == db
+    processor.shutdown(0.5)
+
+
+def test_default_path_is_dot_runnertrace_in_the_working_directory() -> None:
+    backend = LocalBackend(load_settings().trace)
+    assert backend.path == Path.cwd() / ".runnertrace" / "traces.db"
+
+
+def _span(trace_id: int, span_id: int, parent: SpanContext | None = None) -> ReadableSpan:
+    flags = TraceFlags(TraceFlags.SAMPLED)
+    return ReadableSpan(
+        name=f"span {span_id}",
+        context=SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags),
+        parent=parent,
+        attributes={"gen_ai.usage.input_tokens": 1, "blob": b"\x00" * 10},
+        start_time=T0 + span_id,
+        end_time=T0 + span_id + 5,
+    )
+
+
+def test_concurrent_writers_lose_nothing(db: Path) -> None:
+    """Four exporters (own connections) and four threads sharing one exporter, at once."""
+    shared = SqliteSpanExporter(db)
+    exporters = [SqliteSpanExporter(db) for _ in range(4)] + [shared] * 4
+    batches, per_batch = 25, 4
+    start = threading.Barrier(len(exporters))
+    failures: list[SpanExportResult] = []
+
+    def write(worker: int, exporter: SqliteSpanExporter) -> None:
+        start.wait()
+        for batch in range(batches):
+            spans = [_span(worker * 1000 + batch + 1, i + 1) for i in range(per_batch)]
+            result = exporter.export(spans)
+            if result is not SpanExportResult.SUCCESS:
+                failures.append(result)
+
+    threads = [threading.Thread(target=write, args=(i, e)) for i, e in enumerate(exporters)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for exporter in exporters:
+        exporter.shutdown()
+
+    assert failures == []
+    store = SpanStore(db)
+    assert store.count() == (len(exporters) * batches * per_batch, len(exporters) * batches)
+    # bytes never reach the store, only their size
+    span = store.get_trace(format(1001, "032x"))[0]
+    assert span.attributes["blob"] == "<10 bytes>"
+
+
+def test_trace_without_its_root_is_listed_as_incomplete(db: Path) -> None:
+    exporter = SqliteSpanExporter(db)
+    parent = SpanContext(7, 99, is_remote=False)
+    assert exporter.export([_span(7, 1, parent), _span(7, 2, parent)]) is SpanExportResult.SUCCESS
+    [run] = SpanStore(db).list_runs()
+    assert run.status == "incomplete" and run.span_count == 2 and run.input_tokens == 2
+
+
+def test_a_span_under_a_remote_parent_is_a_root(db: Path) -> None:
+    exporter = SqliteSpanExporter(db)
+    remote = SpanContext(8, 99, is_remote=True)
+    exporter.export([_span(8, 1, remote)])
+    [run] = SpanStore(db).list_runs()
+    assert run.status == "ok" and run.name == "span 1"
+    [span] = SpanStore(db).get_trace(run.trace_id)
+    assert span.is_root and span.parent_span_id == format(99, "016x")
+
+
+def test_unwritable_location_fails_the_check_and_the_export_without_raising(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    db = blocker / "traces.db"
+    backend = LocalBackend(TraceConfig(local=LocalConfig(path=str(db))))
+    [check] = backend.check()
+    assert check.status == "fail" and "not a directory" in check.detail and check.fix
+
+    caplog.set_level(logging.WARNING, logger="runnertrace")
+    internal_log.reset()
+    exporter = SqliteSpanExporter(db)
+    assert exporter.export([_span(1, 1)]) is SpanExportResult.FAILURE
+    assert exporter.export([_span(1, 2)]) is SpanExportResult.FAILURE
+    messages = [r.getMessage() for r in caplog.records if "cannot write spans" in r.getMessage()]
+    assert len(messages) == 1 and str(db) in messages[0]
+
+
+def test_a_store_from_a_newer_version_is_refused(db: Path) -> None:
+    SqliteSpanExporter(db).export([_span(1, 1)])
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA user_version=99")
+    with pytest.raises(StoreError, match="newer than this runnertrace"):
+        SpanStore(db).list_runs()
+
+
+def test_a_file_that_is_not_a_database_gives_a_clear_error(tmp_path: Path) -> None:
+    bogus = tmp_path / "traces.db"
+    bogus.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match=str(bogus)):
+        SpanStore(bogus).list_runs()
+    [path_check, store_check] = LocalBackend(
+        TraceConfig(local=LocalConfig(path=str(bogus)))
+    ).check()
+    assert path_check.status == "ok" and store_check.status == "fail"
+
+
+async def test_a_traced_native_run_lands_in_the_store(tmp_path: Path) -> None:
+    from runnertrace.core import Runtime, Session
+    from runnertrace.core.models import AgentRequestText
+    from runnertrace.runners.native import Agent, NativeModule, ScriptedLlm, calculator
+    from runnertrace.tracing import get_tracing_setup
+
+    db = tmp_path / "e2e.db"
+    settings = load_settings()
+    settings.trace.enabled = True
+    settings.trace.local.path = str(db)
+    runtime = Runtime(settings=settings)
+    native = Agent(ScriptedLlm(), tools=[calculator], name="calc")
+    agent = NativeModule([native], runtime=runtime).get(native)
+    reply = await runtime.run(agent, Session("e2e"), [AgentRequestText(prompt="What is 6 * 7?")])
+    assert str(reply) == "The answer is 42."
+    assert get_tracing_setup(settings.trace).flush()
+
+    store = SpanStore(db)
+    [run] = store.list_runs()
+    assert (run.agent, run.framework, run.mode, run.status) == ("calc", "native", "run", "ok")
+    assert run.session_id == "e2e"
+    spans = store.get_trace(store.resolve("last"))
+    chats = [s for s in spans if s.span_type == "message"]
+    assert run.input_tokens == sum(s.attributes["gen_ai.usage.input_tokens"] for s in chats) > 0
+    assert [(s.name, d) for s, d in span_tree(spans)] == [
+        ("invoke_agent calc", 0),
+        ("agent_step calc", 1),
+        ("chat scripted-1", 2),
+        ("execute_tool calculator", 2),
+        ("agent_step calc", 1),
+        ("chat scripted-1", 2),
+    ]
