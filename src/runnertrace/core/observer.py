@@ -19,6 +19,7 @@ import contextvars
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from runnertrace.core.context import reset_var
 from runnertrace.core.events import StreamEvent
 
 __all__ = ["EventSink", "claim_observer", "observing"]
@@ -41,7 +42,7 @@ def observing(sink: EventSink) -> Iterator[None]:
     try:
         yield
     finally:
-        _sink.reset(token)
+        reset_var(_sink, token)
 
 
 @contextmanager
@@ -59,4 +60,4 @@ def claim_observer() -> Iterator[EventSink]:
     try:
         yield sink
     finally:
-        _sink.reset(token)
+        reset_var(_sink, token)

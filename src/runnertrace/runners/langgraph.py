@@ -132,7 +132,7 @@ def _merge_callbacks(ours: Sequence[Any], theirs: Any) -> Any:
         manager.handlers = [*ours, *manager.handlers]
         manager.inheritable_handlers = [*ours, *manager.inheritable_handlers]
         return manager
-    return [*ours, *theirs]
+    return [*theirs, *ours]
 
 
 def merge_config(ours: Mapping[str, Any], theirs: Mapping[str, Any] | None) -> dict[str, Any]:
