@@ -463,7 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         err.print(Text(str(exc), style="red"), soft_wrap=True)
         return 2
-    except (CommandError, StoreError, TraceNotFoundError) as exc:
+    except (CommandError, StoreError, TraceNotFoundError, OSError) as exc:
         err.print(Text(f"error: {exc}", style="red"), soft_wrap=True)
         return 1
     except KeyboardInterrupt:

@@ -38,13 +38,14 @@ from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Iterable,
     Iterator,
     Mapping,
     Sequence,
 )
 from contextlib import aclosing, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, cast
 
 from pydantic import BaseModel, Field, PrivateAttr
 
@@ -79,6 +80,9 @@ from runnertrace.core.module import Module
 from runnertrace.core.observer import EventSink, claim_observer
 from runnertrace.core.runner import Runner
 from runnertrace.core.session import Session
+
+if TYPE_CHECKING:
+    from runnertrace.core.runtime import Runtime
 
 try:
     from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
@@ -132,7 +136,7 @@ def _merge_callbacks(ours: Sequence[Any], theirs: Any) -> Any:
         manager.handlers = [*ours, *manager.handlers]
         manager.inheritable_handlers = [*ours, *manager.inheritable_handlers]
         return manager
-    return [*theirs, *ours]
+    return [*ours, *theirs]
 
 
 def merge_config(ours: Mapping[str, Any], theirs: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -909,7 +913,7 @@ class LangGraphModule(Module):
 
     runner_class = LangGraphRunner
 
-    def __init__(self, agents: Any, runtime: Any = None) -> None:
+    def __init__(self, agents: Iterable[Any], runtime: Runtime | None = None) -> None:
         self._names: dict[int, str] = {}
         super().__init__(agents, runtime)
 

@@ -202,13 +202,15 @@ def _args_text(args: str | dict[str, Any] | None) -> str:
     return args if isinstance(args, str) else json.dumps(args)
 
 
+_RESULT_KINDS = frozenset({"tool-return", "builtin-tool-return", "retry-prompt"})
+
+
 def _result_text(part: Any) -> tuple[str, bool]:
     """The text a tool result part sends the model, and whether it is an error."""
-    if isinstance(part, ToolReturnPart) or part.part_kind == "builtin-tool-return":
-        outcome = getattr(part, "outcome", "success")
-        return part.model_response_str(wrap_if_error=False), outcome in ERROR_OUTCOMES
-    # A deprecated RetryPromptPart: always an error the model is asked to fix.
-    return part.model_response(), True
+    if part.part_kind == "retry-prompt":  # deprecated form: always an error to fix
+        return part.model_response(), True
+    outcome = getattr(part, "outcome", "success")
+    return part.model_response_str(wrap_if_error=False), outcome in ERROR_OUTCOMES
 
 
 class _EventMapper:
@@ -229,8 +231,8 @@ class _EventMapper:
         self._saw_parts = False
         # part index -> (part kind, our id) for parts of the open message still open
         self._parts: dict[int, tuple[str, str]] = {}
-        # tool calls asked for in the open step that have no result yet: id -> name
-        self._pending_calls: dict[str, str] = {}
+        # tool calls asked for in the open step that have no result yet
+        self._pending_calls: set[str] = set()
         # a call id a later delta replaced -> the id we announced
         self._aliases: dict[str, str] = {}
 
@@ -248,8 +250,10 @@ class _EventMapper:
             if ctx.messages and ctx.messages[-1].kind == "request":
                 parts.extend(ctx.messages[-1].parts)
             for part in parts:
-                call_id = getattr(part, "tool_call_id", None)
-                if call_id is not None and call_id in self._pending_calls:
+                if part.part_kind not in _RESULT_KINDS:
+                    continue
+                call_id = self._aliases.get(part.tool_call_id, part.tool_call_id)
+                if call_id in self._pending_calls:
                     self._result(call_id, *_result_text(part))
         self._end_step()
 
@@ -315,35 +319,49 @@ class _EventMapper:
         self._saw_parts = True
         if index in self._parts:  # a new start for an index replaces the old part
             self._close_part(index)
-        kind = part.part_kind
-        if kind == "text":
-            if part.content:
-                self._emit(ev.TextDelta(message_id=message_id, delta=part.content))
-        elif kind == "thinking":
-            reasoning_id = f"{message_id}-r{index}"
-            self._parts[index] = (kind, reasoning_id)
-            self._emit(ev.ReasoningStart(message_id=reasoning_id))
-            if part.content:
-                self._emit(ev.ReasoningDelta(message_id=reasoning_id, delta=part.content))
-        elif kind in ("tool-call", "builtin-tool-call"):
-            call_id = part.tool_call_id
-            self._parts[index] = (kind, call_id)
-            self._pending_calls[call_id] = part.tool_name
-            self._emit(
-                ev.ToolCallStart(
-                    tool_call_id=call_id,
-                    tool_name=part.tool_name or "unknown",
-                    parent_message_id=message_id,
-                )
+        start = self._PART_STARTS.get(part.part_kind)
+        if start is not None:
+            start(self, message_id, index, part)
+
+    def _start_text(self, message_id: str, index: int, part: Any) -> None:
+        if part.content:
+            self._emit(ev.TextDelta(message_id=message_id, delta=part.content))
+
+    def _start_thinking(self, message_id: str, index: int, part: Any) -> None:
+        reasoning_id = f"{message_id}-r{index}"
+        self._parts[index] = ("thinking", reasoning_id)
+        self._emit(ev.ReasoningStart(message_id=reasoning_id))
+        if part.content:
+            self._emit(ev.ReasoningDelta(message_id=reasoning_id, delta=part.content))
+
+    def _start_call(self, message_id: str, index: int, part: Any) -> None:
+        call_id = part.tool_call_id
+        self._parts[index] = ("call", call_id)
+        self._pending_calls.add(call_id)
+        self._emit(
+            ev.ToolCallStart(
+                tool_call_id=call_id,
+                tool_name=part.tool_name or "unknown",
+                parent_message_id=message_id,
             )
-            args = _args_text(part.args)
-            if args:
-                self._emit(ev.ToolCallArgs(tool_call_id=call_id, delta=args))
-        elif kind == "builtin-tool-return":
-            # A provider-run tool's result arrives inside the response itself.
-            call_id = self._aliases.get(part.tool_call_id, part.tool_call_id)
-            if call_id in self._pending_calls:
-                self._result(call_id, *_result_text(part))
+        )
+        args = _args_text(part.args)
+        if args:
+            self._emit(ev.ToolCallArgs(tool_call_id=call_id, delta=args))
+
+    def _start_native_return(self, message_id: str, index: int, part: Any) -> None:
+        # A provider-run tool's result arrives inside the response itself.
+        call_id = self._aliases.get(part.tool_call_id, part.tool_call_id)
+        if call_id in self._pending_calls:
+            self._result(call_id, *_result_text(part))
+
+    _PART_STARTS: ClassVar[dict[str, Callable[[_EventMapper, str, int, Any], None]]] = {
+        "text": _start_text,
+        "thinking": _start_thinking,
+        "tool-call": _start_call,
+        "builtin-tool-call": _start_call,
+        "builtin-tool-return": _start_native_return,
+    }
 
     def part_delta(self, index: int, delta: Any) -> None:
         message_id = self._message_id
@@ -393,7 +411,7 @@ class _EventMapper:
             self._result(call_id, part.model_response_str(), False)
 
     def _result(self, call_id: str, content: str, is_error: bool) -> None:
-        self._pending_calls.pop(call_id, None)
+        self._pending_calls.discard(call_id)
         self._emit(ev.ToolCallResult(tool_call_id=call_id, content=content, is_error=is_error))
 
     # the native stream (stream mode) ------------------------------------------------------

@@ -31,7 +31,7 @@ from runnertrace._internal.errors import handle_internal_errors
 from runnertrace.core.config import TraceConfig
 from runnertrace.core.observer import observing
 from runnertrace.tracing.content import ContentPolicy
-from runnertrace.tracing.setup import TracingSetup, get_tracing_setup
+from runnertrace.tracing.setup import TracingSetup, get_tracing_setup, setup_key
 from runnertrace.tracing.state import RunTracer
 
 __all__ = ["TracingRunner", "traced"]
@@ -66,6 +66,7 @@ class TracingRunner:
         self.policy = ContentPolicy.from_config(config)
         self._deltas_as_events = config.deltas == "events"
         self._lambda = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
+        self._setup_key = setup_key(config)
 
     def __repr__(self) -> str:
         return f"TracingRunner({self.base!r})"
@@ -82,7 +83,9 @@ class TracingRunner:
     @property
     def setup(self) -> TracingSetup:
         override = _setup_override.get()
-        return override if override is not None else get_tracing_setup(self.settings)
+        if override is not None:
+            return override
+        return get_tracing_setup(self.settings, self._setup_key)
 
     # -- span bookkeeping (all guarded) -------------------------------------------------------
     def _begin(self, agent: Any, session: Any, requests: Any, mode: str) -> RunTracer | None:

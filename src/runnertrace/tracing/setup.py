@@ -118,9 +118,17 @@ _PIPELINE_EXCLUDES = {
 }
 
 
-def get_tracing_setup(config: TraceConfig) -> TracingSetup:
-    """The (cached) pipeline for ``config``; made on first use, never at import."""
-    key = config.model_dump_json(exclude=_PIPELINE_EXCLUDES)
+def setup_key(config: TraceConfig) -> str:
+    """What identifies a pipeline: the settings that change providers or exporters."""
+    return config.model_dump_json(exclude=_PIPELINE_EXCLUDES)
+
+
+def get_tracing_setup(config: TraceConfig, key: str | None = None) -> TracingSetup:
+    """The (cached) pipeline for ``config``; made on first use, never at import.
+
+    Callers on a hot path pass a precomputed ``key`` (see :func:`setup_key`).
+    """
+    key = setup_key(config) if key is None else key
     setup = _setups.get(key)
     if setup is not None:
         return setup

@@ -236,6 +236,8 @@ class RunTracer:
         """End what a step left open. A tool still waiting for its result ends normally
         (some frameworks never report results); an open message or reasoning block is
         incomplete."""
+        if not (self.reasoning or self.messages or self.tools):
+            return
         for table in (self.reasoning, self.messages, self.tools):
             for key in [k for k, v in table.items() if v.owner is step]:
                 item = table.pop(key)
