@@ -668,13 +668,6 @@ async def test_traced_span_tree_in_both_modes(mode: str, captured_spans: Capture
     assert dict(tool_span.attributes or {})[A.TOOL_CALL_ID] == "call_0"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TracingRunner ends a tool span at the end of the step that asked for it; "
-    "LangGraph runs the tool in the next step (`tools`), so the result is reported "
-    "as an anomaly and not recorded. Needs the tracing state machine to keep an "
-    "awaiting tool span open until its result.",
-)
 @pytest.mark.parametrize("mode", ["run", "stream"])
 async def test_traced_tool_span_records_the_result(
     mode: str, captured_spans: CapturedSpans

@@ -154,7 +154,13 @@ def format_validation_error(exc: ValidationError, *, prefix: str = "") -> str:
 
 def load_settings(**overrides: Any) -> Settings:
     """Read the configuration; raises :class:`ConfigError` on any invalid value."""
+    import yaml
+
     try:
         return Settings(**overrides)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc)) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"cannot parse the config file: {exc}") from None
+    except (TypeError, ValueError) as exc:  # e.g. a top level that is not a mapping
+        raise ConfigError(f"invalid runnertrace configuration: {exc}") from None

@@ -11,12 +11,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from runnertrace.exporters.local_store import SpanStore, SqliteSpanExporter, StoreError
 from runnertrace.tracing.backend import Backend, Check
-from runnertrace.tracing.export import BoundedBatchSpanProcessor
 
 __all__ = ["LocalBackend"]
 
@@ -34,12 +32,8 @@ class LocalBackend(Backend):
     def exporter(self) -> SpanExporter:
         return SqliteSpanExporter(self.path)
 
-    def processors(self) -> list[SpanProcessor]:
-        processors = super().processors()
-        for processor in processors:
-            if isinstance(processor, BoundedBatchSpanProcessor):
-                processor.max_queue_size = self.trace_config.local.max_queue_size
-        return processors
+    def max_queue_size(self) -> int:
+        return self.trace_config.local.max_queue_size
 
     def check(self) -> list[Check]:
         path = self.path

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.util.types import AttributeValue
 
@@ -59,6 +59,14 @@ class Backend(ABC):
         """Extra resource attributes for this backend's copy of each span."""
         return {}
 
+    def max_queue_size(self) -> int:
+        """How many finished spans may wait for export before new ones are dropped."""
+        return 2048
+
+    def bind(self, provider: TracerProvider) -> None:
+        """Called once our processors are on ``provider`` (e.g. to instrument onto it)."""
+        return None
+
     def processors(self) -> list[SpanProcessor]:
         """The span processors to add to the provider: by default one bounded batch queue."""
         from runnertrace.tracing.export import BoundedBatchSpanProcessor, MappedSpanExporter
@@ -70,6 +78,7 @@ class Backend(ABC):
             BoundedBatchSpanProcessor(
                 exporter,
                 name=self.name,
+                max_queue_size=self.max_queue_size(),
                 export_timeout_s=self.trace_config.flush_timeout_s,
             )
         ]

@@ -157,6 +157,9 @@ def _build(config: TraceConfig) -> TracingSetup:
         for processor in backend.processors():
             provider.add_span_processor(processor)
             processors.append(processor)
+    if isinstance(provider, TracerProvider):
+        for backend in backends:
+            backend.bind(provider)
     return TracingSetup(
         provider,
         owns_provider=owns,

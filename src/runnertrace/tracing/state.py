@@ -40,7 +40,18 @@ _CLIENT = SpanKind.CLIENT
 class _Open:
     """An open span plus what we aggregate for it until it ends."""
 
-    __slots__ = ("ctx", "deltas", "first_ns", "kind", "meta", "owner", "parts", "span", "start_ns")
+    __slots__ = (
+        "awaiting",
+        "ctx",
+        "deltas",
+        "first_ns",
+        "kind",
+        "meta",
+        "owner",
+        "parts",
+        "span",
+        "start_ns",
+    )
 
     def __init__(self, span: Span, kind: str, start_ns: int) -> None:
         self.span = span
@@ -52,6 +63,7 @@ class _Open:
         self.parts: list[str] | None = None
         self.meta: dict[str, Any] | None = None
         self.owner: _Open | None = None
+        self.awaiting = False  # a tool whose step ended before its result arrived
 
     def context(self) -> Context:
         if self.ctx is None:
@@ -233,17 +245,22 @@ class RunTracer:
             self._close(step, incomplete=step is not popped[0])
 
     def _close_children(self, step: _Open) -> None:
-        """End what a step left open. A tool still waiting for its result ends normally
-        (some frameworks never report results); an open message or reasoning block is
-        incomplete."""
+        """End what a step left open; an open message or reasoning block is incomplete.
+
+        A tool still waiting for its result outlives the step that asked for it
+        (LangGraph runs tools in the next step): it ends at its result, or
+        normally at run end, since some frameworks never report results."""
         if not (self.reasoning or self.messages or self.tools):
             return
         for table in (self.reasoning, self.messages, self.tools):
             for key in [k for k, v in table.items() if v.owner is step]:
+                if table is self.tools:
+                    table[key].owner = None
+                    table[key].awaiting = True
+                    continue
                 item = table.pop(key)
-                if item.kind != "tool":
-                    self._anomaly(f"{item.kind} {key!r} still open when its step ended")
-                self._close(item, incomplete=item.kind != "tool")
+                self._anomaly(f"{item.kind} {key!r} still open when its step ended")
+                self._close(item, incomplete=True)
 
     # -- messages -----------------------------------------------------------------------
     def _on_message_start(self, event: Any) -> None:
@@ -486,10 +503,13 @@ class RunTracer:
         try:
             dangling = [*self.reasoning.values(), *self.messages.values(), *self.tools.values()]
             dangling += [step for _, step in reversed(self.steps)]
-            if dangling and error is None and not cancelled:
-                self._anomaly(f"{len(dangling)} span(s) still open when the run ended")
+            # Tools whose step ended while they awaited a result end normally.
+            unexpected = [item for item in dangling if not item.awaiting]
+            if unexpected and error is None and not cancelled:
+                self._anomaly(f"{len(unexpected)} span(s) still open when the run ended")
             for item in dangling:
-                self._close(item, incomplete=True, error=error, cancelled=cancelled)
+                failed = error is not None or cancelled or not item.awaiting
+                self._close(item, incomplete=failed, error=error, cancelled=cancelled)
             self.reasoning.clear()
             self.messages.clear()
             self.tools.clear()
