@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
+from tests.tracing_helpers import ForeignAgent, ForeignRunner, ForeignSession, scripted_events
 
 from runnertrace import TracingRunner, traced
 from runnertrace._internal.errors import tolerate_internal_errors
@@ -19,7 +20,6 @@ from runnertrace.runners.native import Agent, NativeModule, NativeRunner, Script
 from runnertrace.runners.native.tools import tool
 from runnertrace.testing import CapturedSpans, capture_spans
 from runnertrace.tracing.state import RunTracer
-from tests.tracing_helpers import ForeignAgent, ForeignRunner, ForeignSession, scripted_events
 
 PROMPT = [AgentRequestText(prompt="What is 1234 * 5678, plus 17?")]
 

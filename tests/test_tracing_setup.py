@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
+from tests import backends
+from tests.tracing_helpers import ForeignAgent, ForeignRunner, ForeignSession
 
 from runnertrace import traced
 from runnertrace._internal.errors import tolerate_internal_errors
@@ -22,8 +24,6 @@ from runnertrace.core.models import AgentRequestImage, AgentRequestText
 from runnertrace.runners.native import Agent, NativeRunner, ScriptedLlm, calculator
 from runnertrace.testing import CapturedSpans
 from runnertrace.tracing.setup import get_tracing_setup, reset_tracing_setups
-from tests import backends
-from tests.tracing_helpers import ForeignAgent, ForeignRunner, ForeignSession
 
 SECRET = "sk-test-0123456789abcdefXYZ"
 EMAIL = "alice@example.com"
@@ -175,7 +175,7 @@ async def test_redaction_hook_scrubs_every_attribute(
 
 
 def test_bad_redact_path_is_a_clear_error() -> None:
-    with pytest.raises(ConfigError, match="trace.redact"):
+    with pytest.raises(ConfigError, match=r"trace\.redact"):
         traced(NativeRunner(), redact="tests.backends.no_such_function")
 
 
@@ -231,8 +231,9 @@ def test_app_provider_is_reused_never_replaced() -> None:
         from tests import backends
         runner = traced(NativeRunner(), TraceConfig(type="tests.backends.MemoryBackend"))
         agent = CA("math", runner, Agent(ScriptedLlm(), tools=[calculator], name="math"))
+        prompt = [AgentRequestText(prompt="What is 2 * 3?")]
         with trace.get_tracer("app").start_as_current_span("app request"):
-            asyncio.run(runner.run(agent, Session("s"), [AgentRequestText(prompt="What is 2 * 3?")]))
+            asyncio.run(runner.run(agent, Session("s"), prompt))
         assert trace.get_tracer_provider() is app
         assert runner.setup.provider is app and not runner.setup.owns_provider
         runner.setup.flush()

@@ -11,10 +11,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from runnertrace import traced
-from runnertrace.core import events as ev
-from runnertrace.testing import CapturedSpans, capture_spans
 from tests.tracing_helpers import (
     ForeignAgent,
     ForeignRunner,
@@ -22,6 +18,10 @@ from tests.tracing_helpers import (
     OpenSpanTracker,
     scripted_events,
 )
+
+from runnertrace import traced
+from runnertrace.core import events as ev
+from runnertrace.testing import CapturedSpans, capture_spans
 
 N_EVENTS = len(scripted_events())
 
@@ -95,7 +95,7 @@ async def test_abandoned_stream_closed_later_by_the_loop(
     index: int, tracked: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    captured, tracker = tracked
+    _captured, tracker = tracked
 
     async def consume_some() -> None:
         stream = traced(ForeignRunner()).stream(ForeignAgent(), ForeignSession(), [])

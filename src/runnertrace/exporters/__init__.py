@@ -24,6 +24,5 @@ def validate_backend_name(name: str) -> None:
         return
     valid = ", ".join(sorted(BUILTIN_BACKENDS))
     raise ValueError(
-        f"unknown trace type {name!r}; expected one of {valid}, "
-        "or a dotted path to a backend class"
+        f"unknown trace type {name!r}; expected one of {valid}, or a dotted path to a backend class"
     )
