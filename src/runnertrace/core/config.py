@@ -161,6 +161,7 @@ def load_settings(**overrides: Any) -> Settings:
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc)) from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"cannot parse the config file: {exc}") from None
+        path = os.environ.get(CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE)
+        raise ConfigError(f"cannot parse {path}: {exc}") from None
     except (TypeError, ValueError) as exc:  # e.g. a top level that is not a mapping
         raise ConfigError(f"invalid runnertrace configuration: {exc}") from None
