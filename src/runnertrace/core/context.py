@@ -69,6 +69,20 @@ class ToolContext:
 
 
 @contextmanager
+def ensure_tool_context(agent: Agent, session: Session, requests: list[Any]) -> Iterator[None]:
+    """Make ``ToolContext.get()`` resolve in tools when a runner is called directly.
+
+    The Runtime activates a tool context around every run; a bare
+    ``runner.run()`` gets one here (without a runtime). Shared by all runners.
+    """
+    if _tool_context.get() is not None:
+        yield
+        return
+    with ToolContext(agent=agent, session=session, requests=list(requests)).activate():
+        yield
+
+
+@contextmanager
 def run_scope(agent: Agent, session: Session) -> Iterator[None]:
     """Make ``agent`` and ``session`` current for hooks, factories and native hooks."""
     tok_s = current_session.set(session)

@@ -43,7 +43,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import aclosing, contextmanager
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, cast
 
@@ -52,7 +52,7 @@ from pydantic import BaseModel, Field, PrivateAttr
 from runnertrace._internal.errors import handle_internal_errors, should_raise
 from runnertrace._internal.imports import require
 from runnertrace.core.agent import Agent
-from runnertrace.core.context import ToolContext
+from runnertrace.core.context import ensure_tool_context
 from runnertrace.core.events import (
     MessageEnd,
     MessageStart,
@@ -839,23 +839,9 @@ class LangGraphRunner(Runner):
             produced = {k: v for k, v in final.items() if k in declared}
             session.write_back_framework_context(loaded, produced)
 
-    @staticmethod
-    @contextmanager
-    def _tool_context(
-        agent: Agent, session: Session, requests: list[AgentRequest]
-    ) -> Iterator[None]:
-        """Make ``ToolContext.get()`` resolve in tools even when called without a Runtime."""
-        try:
-            ToolContext.get()
-        except RuntimeError:
-            with ToolContext(agent=agent, session=session, requests=list(requests)).activate():
-                yield
-            return
-        yield
-
     # -- run / stream ------------------------------------------------------------------
     async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:
-        with claim_observer() as report, self._tool_context(agent, session, requests):
+        with claim_observer() as report, ensure_tool_context(agent, session, requests):
             observer = ObserverCallback(report)
             prepared = await self._prepare(agent, session, requests, [observer])
             try:
@@ -872,7 +858,7 @@ class LangGraphRunner(Runner):
     ) -> AsyncIterator[StreamEvent]:
         # Hide any run-mode observer from nested runs: in stream mode the events
         # are yielded, not reported.
-        with claim_observer(), self._tool_context(agent, session, requests):
+        with claim_observer(), ensure_tool_context(agent, session, requests):
             prepared = await self._prepare(agent, session, requests, [])
             mapper = EventMapper()
             root: str | None = None

@@ -59,8 +59,7 @@ import copy
 import inspect
 import json
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
@@ -69,7 +68,7 @@ from pydantic import BaseModel, TypeAdapter
 from runnertrace._internal.imports import require
 from runnertrace.core import events as ev
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.context import ToolContext
+from runnertrace.core.context import ensure_tool_context
 from runnertrace.core.events import StreamEvent
 from runnertrace.core.models import (
     AgentReply,
@@ -688,7 +687,7 @@ class OpenAIRunner(Runner):
         with claim_observer() as report:
             mapper = _EventMapper(report, options.get("run_config"))
             options["hooks"] = _compose(_ObserverHooks(mapper), options.get("hooks"))
-            with _tool_context(agent, session, requests):
+            with ensure_tool_context(agent, session, requests):
                 result = await SdkRunner.run(
                     native, prepared.input, context=prepared.context, **options
                 )
@@ -706,7 +705,7 @@ class OpenAIRunner(Runner):
         # The SDK runs the loop in a task created right here; claiming the
         # observer around its creation hides any run-mode sink from the tools,
         # so a nested untraced run never reports into an outer run's trace.
-        with claim_observer(), _tool_context(agent, session, requests):
+        with claim_observer(), ensure_tool_context(agent, session, requests):
             result = SdkRunner.run_streamed(
                 native, prepared.input, context=prepared.context, **prepared.options
             )
@@ -730,22 +729,6 @@ class OpenAIRunner(Runner):
                 result.cancel()
             await native_events.aclose()
         self._save(session, prepared, result)
-
-
-@contextmanager
-def _tool_context(agent: CoreAgent, session: Session, requests: list[Any]) -> Iterator[None]:
-    """Make ``ToolContext.get()`` work in tools when the runner is called directly.
-
-    The Runtime activates one around every run; a bare ``runner.run()`` gets one
-    here, without a runtime.
-    """
-    try:
-        ToolContext.get()
-    except RuntimeError:
-        with ToolContext(agent=agent, session=session, requests=requests).activate():
-            yield
-        return
-    yield
 
 
 class OpenAIModule(Module):

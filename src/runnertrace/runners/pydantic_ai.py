@@ -80,11 +80,10 @@ from collections.abc import (
     AsyncIterable,
     AsyncIterator,
     Callable,
-    Iterator,
     Mapping,
     Sequence,
 )
-from contextlib import aclosing, contextmanager, suppress
+from contextlib import aclosing, suppress
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, ClassVar
@@ -125,7 +124,7 @@ from pydantic_ai.tools import RunContext  # noqa: E402
 
 from runnertrace.core import events as ev  # noqa: E402
 from runnertrace.core.agent import Agent  # noqa: E402
-from runnertrace.core.context import ToolContext  # noqa: E402
+from runnertrace.core.context import ensure_tool_context  # noqa: E402
 from runnertrace.core.models import (  # noqa: E402
     AgentReply,
     AgentReplyAny,
@@ -613,18 +612,6 @@ def _silenced_instrumentation() -> AbstractCapability[Any]:
 # -- the runner ---------------------------------------------------------------------------------
 
 
-@contextmanager
-def _tool_context(agent: Agent, session: Session, requests: list[AgentRequest]) -> Iterator[None]:
-    """Make ``ToolContext.get()`` work in tools when the runner is called without a Runtime."""
-    try:
-        ToolContext.get()
-    except RuntimeError:
-        with ToolContext(agent=agent, session=session, requests=requests).activate():
-            yield
-        return
-    yield
-
-
 class PydanticAIRunner(Runner):
     """Runs a ``pydantic_ai.Agent`` (any ``AbstractAgent``) in run or stream mode."""
 
@@ -725,7 +712,7 @@ class PydanticAIRunner(Runner):
             options, loaded = await self._call_options(
                 agent, session, requests, observer, streaming=False
             )
-            with _tool_context(agent, session, requests):
+            with ensure_tool_context(agent, session, requests):
                 result = await native.run(**options)
         self._save(session, result, loaded, options["deps"])
         return self._reply(result, prompt_of(requests))
@@ -738,7 +725,7 @@ class PydanticAIRunner(Runner):
         observer = _StreamObserver(_EventMapper(queue.push, agent.name, streaming=True))
         # In stream mode the events are yielded, not reported: hide any run-mode
         # observer from nested runs.
-        with claim_observer(), _tool_context(agent, session, requests):
+        with claim_observer(), ensure_tool_context(agent, session, requests):
             options, loaded = await self._call_options(
                 agent, session, requests, observer, streaming=True
             )
