@@ -31,14 +31,12 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.util.types import AttributeValue
 
 from runnertrace.core.config import ConfigError
-from runnertrace.exporters._mapping import PruningMappedSpanExporter
 from runnertrace.exporters.otlp import OtlpHttpBackend, Setting, lookup, validate_url
 from runnertrace.tracing import attributes as A
-from runnertrace.tracing.export import BoundedBatchSpanProcessor
 
 __all__ = ["LogfireBackend", "base_url_for_token"]
 
@@ -87,14 +85,6 @@ class LogfireBackend(OtlpHttpBackend):
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": self._token().required()}
-
-    def processors(self) -> list[SpanProcessor]:
-        exporter = PruningMappedSpanExporter(self.exporter(), self, self.dropped_attributes)
-        return [
-            BoundedBatchSpanProcessor(
-                exporter, name=self.name, export_timeout_s=self.trace_config.flush_timeout_s
-            )
-        ]
 
     def map_attributes(self, span: ReadableSpan) -> Mapping[str, AttributeValue] | None:
         attrs = span.attributes or {}

@@ -43,6 +43,8 @@ class Backend(ABC):
     """
 
     name: ClassVar[str] = "custom"
+    dropped_attributes: ClassVar[frozenset[str]] = frozenset()
+    """Keys removed from this backend's copy (a vendor that mangles them, e.g. scrubbing)."""
 
     def __init__(self, config: TraceConfig) -> None:
         self.trace_config = config
@@ -72,7 +74,11 @@ class Backend(ABC):
         from runnertrace.tracing.export import BoundedBatchSpanProcessor, MappedSpanExporter
 
         exporter = self.exporter()
-        if type(self).map_attributes is not Backend.map_attributes or self.resource_attributes():
+        if (
+            type(self).map_attributes is not Backend.map_attributes
+            or self.resource_attributes()
+            or self.dropped_attributes
+        ):
             exporter = MappedSpanExporter(exporter, self)
         return [
             BoundedBatchSpanProcessor(

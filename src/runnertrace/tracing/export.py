@@ -68,11 +68,15 @@ class MappedSpanExporter(SpanExporter):
     def map_span(self, span: ReadableSpan) -> ReadableSpan:
         extra = self.backend.map_attributes(span)
         resource = self._resource(span.resource)
-        if not extra and resource is span.resource:
+        dropped = self.backend.dropped_attributes
+        original = span.attributes or {}
+        if not extra and resource is span.resource and dropped.isdisjoint(original):
             return span
-        attributes = dict(span.attributes or {})
+        attributes = dict(original)
         if extra:
             attributes.update(extra)
+        for key in dropped:
+            attributes.pop(key, None)
         return ReadableSpan(
             name=span.name,
             context=span.context,
