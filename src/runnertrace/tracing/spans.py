@@ -155,6 +155,18 @@ class LeanSpan(trace_api.Span, ReadableSpan):
             self._dropped_attributes += 1
         attributes[key] = value
 
+    def set_trusted(self, attributes: dict[str, Any]) -> None:
+        """Merge attributes whose values are already valid (runnertrace's own)."""
+        if self._end_time is not None:
+            return
+        own = self._attributes
+        own.update(attributes)
+        excess = len(own) - self._tracer.max_attributes
+        if excess > 0:
+            for key in list(own)[:excess]:
+                del own[key]
+            self._dropped_attributes += excess
+
     def add_event(
         self,
         name: str,
@@ -229,12 +241,12 @@ class LeanTracer(trace_api.Tracer):
     """A tracer over an SDK ``TracerProvider``'s parts that makes :class:`LeanSpan`s."""
 
     def __init__(self, provider: TracerProvider, name: str, version: str) -> None:
-        self.processor = provider._active_span_processor  # noqa: SLF001 - we own this provider
+        self.processor = provider._active_span_processor  # we own this provider
         self.sampler = provider.sampler
         self.ids = provider.id_generator
         self.resource = provider.resource
         self.scope = InstrumentationScope(name, version)
-        limits: SpanLimits = provider._span_limits  # noqa: SLF001
+        limits: SpanLimits = provider._span_limits
         self.max_attributes = _limit(limits.max_span_attributes)
         self.max_events = _limit(limits.max_events)
         self.max_value_length: int | None = limits.max_span_attribute_length
@@ -246,6 +258,47 @@ class LeanTracer(trace_api.Tracer):
             isinstance(self.sampler, ParentBased)
             and getattr(self.sampler, "_local_parent_sampled", None) is ALWAYS_ON
         )
+        # Our own attributes may skip cleaning unless a value-length limit applies.
+        self.trusting = self.inherit and self.max_value_length is None
+
+    def start_child(
+        self,
+        name: str,
+        parent: trace_api.Span,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        start_time: int,
+    ) -> trace_api.Span:
+        """A child of ``parent`` with runnertrace's own (valid) ``attributes``, taken as is.
+
+        The fast path needs a recording parent of ours and a sampler that samples
+        such children anyway; anything else takes the general path.
+        """
+        if (
+            not self.trusting
+            or type(parent) is not LeanSpan
+            or parent._tracer is not self
+            or parent._end_time is not None
+            or len(attributes) > self.max_attributes
+        ):
+            return self.start_span(
+                name, trace_api.set_span_in_context(parent), kind, attributes, (), start_time
+            )
+        up = parent._context
+        span = LeanSpan(
+            self,
+            name,
+            SpanContext(
+                up.trace_id, self.ids.generate_span_id(), False, up.trace_flags, up.trace_state
+            ),
+            up,
+            kind,
+            attributes,
+            (),
+            start_time,
+        )
+        self.processor.on_start(span, parent_context=None)
+        return span
 
     def start_span(
         self,
@@ -284,9 +337,7 @@ class LeanTracer(trace_api.Tracer):
                 span_context = SpanContext(trace_id, self.ids.generate_span_id(), False, flags)
                 return trace_api.NonRecordingSpan(span_context)
             sampled_attributes = result.attributes
-        span_context = SpanContext(
-            trace_id, self.ids.generate_span_id(), False, flags, trace_state
-        )
+        span_context = SpanContext(trace_id, self.ids.generate_span_id(), False, flags, trace_state)
         cleaned: dict[str, Any] = {}
         max_len = self.max_value_length
         for source in (sampled_attributes, attributes):

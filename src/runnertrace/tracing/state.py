@@ -28,6 +28,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from runnertrace._internal.errors import internal_log, report_internal_error
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.content import ContentPolicy, request_parts
+from runnertrace.tracing.spans import LeanSpan, LeanTracer
 
 __all__ = ["RunTracer"]
 
@@ -105,7 +106,30 @@ class RunTracer:
             common[A.CONVERSATION_ID] = session_id
         if user_id:
             common[A.USER_ID] = user_id
-        self.common = self._clean(common)
+        self.common = common = self._clean(common)
+        # Per-kind attribute templates: a span's start attributes are one dict copy
+        # plus its own few keys.
+        self.templates: dict[str, dict[str, Any]] = {
+            "step": {**common, A.SPAN_TYPE: "step", A.OPENINFERENCE_KIND: "CHAIN"},
+            "message": {
+                **common,
+                A.SPAN_TYPE: "message",
+                A.OPERATION: "chat",
+                A.OPENINFERENCE_KIND: "LLM",
+                A.REQUEST_STREAM: mode == "stream",
+            },
+            "reasoning": {**common, A.SPAN_TYPE: "reasoning"},
+            "tool": {
+                **common,
+                A.SPAN_TYPE: "tool",
+                A.OPERATION: "execute_tool",
+                A.TOOL_TYPE: "function",
+                A.OPENINFERENCE_KIND: "TOOL",
+            },
+        }
+        # The lean tracer takes our (already valid) attributes as they are and
+        # parents as spans; any other tracer gets the plain OTel API calls.
+        self.lean = isinstance(tracer, LeanTracer) and tracer.trusting
         self.steps: list[tuple[tuple[str, Any], _Open]] = []
         self.messages: dict[str, _Open] = {}
         self.reasoning: dict[str, _Open] = {}
@@ -148,6 +172,9 @@ class RunTracer:
             "run",
             now,
         )
+        # An unsampled run records nothing below its run span (whose context still
+        # propagates the decision to nested runs and foreign spans).
+        self.recording = self.run.span.is_recording()
 
     # -- helpers ------------------------------------------------------------------------
     def _clean(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -184,17 +211,28 @@ class RunTracer:
         attrs: dict[str, Any],
         span_kind: SpanKind = _INTERNAL,
     ) -> _Open:
+        """Open a child span; ``attrs`` is a copy of ``self.templates[kind]`` plus its keys."""
         now = time.time_ns()
-        attrs.update(self.common)
-        attrs[A.SPAN_TYPE] = kind
-        span = self.tracer.start_span(
-            name,
-            context=parent.context(),
-            kind=span_kind,
-            attributes=self._clean(attrs),
-            start_time=now,
-        )
+        if self.redactor is not None:
+            attrs = self._clean(attrs)
+        if self.lean:
+            span: Span = self.tracer.start_child(  # type: ignore[attr-defined]
+                name, parent.span, span_kind, attrs, now
+            )
+        else:
+            span = self.tracer.start_span(
+                name, context=parent.context(), kind=span_kind, attributes=attrs, start_time=now
+            )
         return _Open(span, kind, now)
+
+    def _put(self, span: Span, attrs: dict[str, Any]) -> None:
+        """Set several of our own (valid, already redacted) attributes at once."""
+        if not attrs:
+            return
+        if self.lean and type(span) is LeanSpan:
+            span.set_trusted(attrs)
+        else:
+            span.set_attributes(attrs)
 
     def nesting_context(self) -> Context:
         """Parent for a run nested in this one: the newest open tool, else step, else run."""
@@ -206,6 +244,8 @@ class RunTracer:
     def handle(self, event: Any) -> None:
         """Record ``event``; a fault here is logged once and never reaches the host."""
         try:
+            if not self.recording:
+                return
             handler = _HANDLERS.get(getattr(event, "type", None))
             if handler is None:
                 self._anomaly(f"unknown event type {getattr(event, 'type', None)!r}")
@@ -221,7 +261,8 @@ class RunTracer:
     def _on_step_start(self, event: Any) -> None:
         name = event.step_name
         index = getattr(event, "step_index", None)
-        attrs: dict[str, Any] = {A.OPENINFERENCE_KIND: "CHAIN", A.STEP_NAME: name}
+        attrs = self.templates["step"].copy()
+        attrs[A.STEP_NAME] = name
         if index is not None:
             attrs[A.STEP_INDEX] = index
         self.steps.append(
@@ -270,11 +311,7 @@ class RunTracer:
             self._close(self.messages.pop(mid), incomplete=True)
         model = getattr(event, "model", None)
         provider = getattr(event, "provider", None)
-        attrs: dict[str, Any] = {
-            A.OPERATION: "chat",
-            A.OPENINFERENCE_KIND: "LLM",
-            A.REQUEST_STREAM: self.mode == "stream",
-        }
+        attrs = self.templates["message"].copy()
         if model:
             attrs[A.REQUEST_MODEL] = model
             self.model = model
@@ -311,15 +348,16 @@ class RunTracer:
             item.meta = item.meta or {}
             item.meta["chars"] = item.meta.get("chars", 0) + len(delta)
 
-    def _finish_deltas(self, item: _Open) -> None:
-        span = item.span
-        span.set_attribute(A.DELTA_COUNT, item.deltas)
+    def _delta_attributes(self, item: _Open) -> dict[str, Any]:
+        """The aggregated-delta attributes of a message or reasoning span."""
+        attrs: dict[str, Any] = {A.DELTA_COUNT: item.deltas}
         if item.meta and "chars" in item.meta:
-            span.set_attribute(A.DELTA_CHARS, item.meta["chars"])
+            attrs[A.DELTA_CHARS] = item.meta["chars"]
         if item.first_ns:
             ttfc = (item.first_ns - item.start_ns) / 1e9
-            span.set_attribute(A.TTFC, ttfc)
-            span.set_attribute(A.TTFC_LOGFIRE, ttfc)
+            attrs[A.TTFC] = ttfc
+            attrs[A.TTFC_LOGFIRE] = ttfc
+        return attrs
 
     def _on_message_end(self, event: Any) -> None:
         item = self.messages.pop(event.message_id, None)
@@ -327,20 +365,21 @@ class RunTracer:
             self._anomaly(f"message_end for unknown message {event.message_id!r}")
             return
         span = item.span
-        self._finish_deltas(item)
+        attrs = self._delta_attributes(item)
         finish = getattr(event, "finish_reason", None)
         if finish:
-            span.set_attribute(A.FINISH_REASONS, [finish])
+            attrs[A.FINISH_REASONS] = (str(finish),)
         for key, field in _USAGE_FIELDS:
             value = getattr(event, field, None)
             if value is not None:
-                span.set_attribute(key, value)
+                attrs[key] = value
         self.input_tokens += getattr(event, "input_tokens", None) or 0
         self.output_tokens += getattr(event, "output_tokens", None) or 0
         for key, field in ((A.RESPONSE_MODEL, "response_model"), (A.RESPONSE_ID, "response_id")):
             value = getattr(event, field, None)
             if value:
-                self._set(span, key, value)
+                attrs[key] = self.redactor(value) if self.redactor else value
+        self._put(span, attrs)
         if item.parts is not None:
             parts: list[dict[str, Any]] = []
             text = "".join(item.parts)
@@ -359,7 +398,7 @@ class RunTracer:
             self._anomaly(f"duplicate reasoning_start {rid!r}")
             self._close(self.reasoning.pop(rid), incomplete=True)
         parent = next(reversed(self.messages.values())) if self.messages else self._container()
-        item = self._start("reasoning", "reasoning", parent, {})
+        item = self._start("reasoning", "reasoning", parent, self.templates["reasoning"].copy())
         if self.capture:
             item.parts = []
         self.reasoning[rid] = item
@@ -377,7 +416,7 @@ class RunTracer:
         if item is None:
             self._anomaly(f"reasoning_end for unknown block {event.message_id!r}")
             return
-        self._finish_deltas(item)
+        self._put(item.span, self._delta_attributes(item))
         if item.parts is not None:
             message = {
                 "role": "assistant",
@@ -393,14 +432,10 @@ class RunTracer:
             self._anomaly(f"duplicate tool_call_start {cid!r}")
             self._close(self.tools.pop(cid), incomplete=True)
         name = event.tool_name
-        attrs = {
-            A.OPERATION: "execute_tool",
-            A.TOOL_NAME: name,
-            A.TOOL_CALL_ID: cid,
-            A.TOOL_TYPE: "function",
-            A.OPENINFERENCE_KIND: "TOOL",
-            A.LEGACY_TOOL_NAME: name,
-        }
+        attrs = self.templates["tool"].copy()
+        attrs[A.TOOL_NAME] = name
+        attrs[A.TOOL_CALL_ID] = cid
+        attrs[A.LEGACY_TOOL_NAME] = name
         item = self._start(f"execute_tool {name}", "tool", self._container(), attrs)
         item.meta = {"name": name, "parent": getattr(event, "parent_message_id", None)}
         if self.capture:
@@ -479,7 +514,7 @@ class RunTracer:
         if not span.is_recording():
             return
         if item.kind in ("message", "reasoning"):
-            self._finish_deltas(item)
+            self._put(span, self._delta_attributes(item))
         if incomplete:
             span.set_attribute(A.INCOMPLETE, True)
         if cancelled:
