@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from runnertrace.core.context import reset_var
 from runnertrace.core.events import StreamEvent
 
-__all__ = ["EventSink", "claim_observer", "observing"]
+__all__ = ["EventSink", "claim_observer", "install_observer", "observing", "uninstall_observer"]
 
 EventSink = Callable[[StreamEvent], None]
 
@@ -33,6 +33,19 @@ _sink: contextvars.ContextVar[EventSink | None] = contextvars.ContextVar(
 
 def _discard(event: StreamEvent) -> None:
     """The sink used when nobody observes the run."""
+
+
+def install_observer(sink: EventSink) -> contextvars.Token[EventSink | None]:
+    """Install ``sink`` for runners called from here on; undo with :func:`uninstall_observer`.
+
+    The function pair is for hot paths (one per traced run); :func:`observing`
+    is the same as a ``with`` block.
+    """
+    return _sink.set(sink)
+
+
+def uninstall_observer(token: contextvars.Token[EventSink | None]) -> None:
+    reset_var(_sink, token)
 
 
 @contextmanager

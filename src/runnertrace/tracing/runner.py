@@ -29,7 +29,8 @@ from opentelemetry import context as otel_context
 
 from runnertrace._internal.errors import handle_internal_errors
 from runnertrace.core.config import TraceConfig
-from runnertrace.core.observer import observing
+from runnertrace.core.context import reset_var
+from runnertrace.core.observer import install_observer, uninstall_observer
 from runnertrace.tracing.content import ContentPolicy
 from runnertrace.tracing.setup import TracingSetup, get_tracing_setup, setup_key
 from runnertrace.tracing.state import RunTracer
@@ -123,15 +124,16 @@ class TracingRunner:
             return await self.base.run(agent, session, requests)
         active = _active_run.set(run)
         token = otel_context.attach(run.run.context())
+        sink = install_observer(run.handle)
         try:
-            with observing(run.handle):
-                reply = await self.base.run(agent, session, requests)
+            reply = await self.base.run(agent, session, requests)
         except BaseException as exc:
             self._end(run, error=exc)
             raise
         finally:
+            uninstall_observer(sink)
             otel_context.detach(token)
-            _active_run.reset(active)
+            reset_var(_active_run, active)
         self._end(run, reply=reply)
         return reply
 

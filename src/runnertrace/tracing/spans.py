@@ -39,11 +39,20 @@ from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry import trace as trace_api
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import (
+    Link,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
 from opentelemetry.util import types
 
 __all__ = ["LeanSpan", "LeanTracer", "lean_tracer_for"]
@@ -60,7 +69,7 @@ try:  # the SDK's own value cleaning, so non-plain values are stored as it would
     from opentelemetry.attributes import _clean_attribute_value as _sdk_clean
 except ImportError:  # pragma: no cover - older or newer SDK layout
 
-    def _sdk_clean(value: Any, max_len: int | None) -> Any:
+    def _sdk_clean(value: Any, max_len: int | None) -> Any:  # type: ignore[no-redef]
         if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
             return tuple(value)
         return value
@@ -90,23 +99,27 @@ class LeanSpan(trace_api.Span, ReadableSpan):
         links: Sequence[Link],
         start_time: int,
     ) -> None:
-        # ReadableSpan's fields, set directly (its __init__ would build a Resource).
+        # ReadableSpan's fields, set directly (its __init__ would build a Resource);
+        # the ones that rarely change are class attributes until they do.
         self._name = name
         self._context = context
         self._parent = parent
         self._kind = kind
+        self._attributes = self._attrs = attributes  # _attrs: the same dict, typed
+        if links:
+            self._links = tuple(links)
+        self._start_time = start_time
+        self._tracer = tracer
         self._resource = tracer.resource
         self._instrumentation_scope = tracer.scope
-        self._instrumentation_info = None
-        self._attributes = attributes
-        self._events: list[Event] = []
-        self._links = tuple(links)
-        self._status = _UNSET
-        self._start_time = start_time
-        self._end_time: int | None = None
-        self._tracer = tracer
-        self._dropped_attributes = 0
-        self._dropped_events = 0
+
+    _instrumentation_info = None
+    _events: Sequence[Event] = ()
+    _links: tuple[Link, ...] = ()
+    _status = _UNSET
+    _end_time: int | None = None
+    _dropped_attributes = 0
+    _dropped_events = 0
 
     # -- ReadableSpan ----------------------------------------------------------------------
     @property
@@ -119,7 +132,7 @@ class LeanSpan(trace_api.Span, ReadableSpan):
 
     # -- trace_api.Span ----------------------------------------------------------------------
     def get_span_context(self) -> SpanContext:
-        return self._context
+        return self._context  # type: ignore[return-value]  # always set here
 
     def is_recording(self) -> bool:
         return self._end_time is None
@@ -148,8 +161,10 @@ class LeanSpan(trace_api.Span, ReadableSpan):
         value = _clean(value, self._tracer.max_value_length)
         if value is None:
             return
-        attributes = self._attributes
-        if key not in attributes and len(attributes) >= self._tracer.max_attributes:
+        attributes = self._attrs
+        if key in attributes:
+            del attributes[key]  # as in the SDK: a re-set key becomes the newest
+        elif len(attributes) >= self._tracer.max_attributes:
             # As the SDK does: the oldest attribute makes room.
             del attributes[next(iter(attributes))]
             self._dropped_attributes += 1
@@ -159,13 +174,12 @@ class LeanSpan(trace_api.Span, ReadableSpan):
         """Merge attributes whose values are already valid (runnertrace's own)."""
         if self._end_time is not None:
             return
-        own = self._attributes
+        own = self._attrs
+        if len(own) + len(attributes) > self._tracer.max_attributes:
+            for key, value in attributes.items():  # near the limit: the SDK's order
+                self._put(key, value)
+            return
         own.update(attributes)
-        excess = len(own) - self._tracer.max_attributes
-        if excess > 0:
-            for key in list(own)[:excess]:
-                del own[key]
-            self._dropped_attributes += excess
 
     def add_event(
         self,
@@ -175,16 +189,31 @@ class LeanSpan(trace_api.Span, ReadableSpan):
     ) -> None:
         if self._frozen("add_event"):
             return
-        if len(self._events) >= self._tracer.max_events:
+        tracer = self._tracer
+        events = self._events
+        if not isinstance(events, list):
+            events = self._events = []
+        elif len(events) >= tracer.max_events:
+            del events[0]  # as the SDK's bounded list does: the oldest goes
             self._dropped_events += 1
-            return
-        max_len = self._tracer.max_value_length
-        cleaned = {}
-        for key, value in (attributes or {}).items():
-            value = _clean(value, max_len)
-            if value is not None and key and type(key) is str:
-                cleaned[key] = value
-        self._events.append(Event(name, cleaned, timestamp or time.time_ns()))
+        cleaned: types.Attributes
+        if attributes and (
+            tracer.max_event_value_length is not None
+            or len(attributes) > tracer.max_event_attributes
+        ):
+            cleaned = BoundedAttributes(
+                tracer.max_event_attributes,
+                attributes,
+                immutable=True,
+                max_value_len=tracer.max_event_value_length,
+            )
+        else:
+            cleaned = {}
+            for key, value in (attributes or {}).items():
+                value = _clean(value, None)
+                if value is not None and key and type(key) is str:
+                    cleaned[key] = value
+        events.append(Event(name, cleaned, timestamp if timestamp is not None else time.time_ns()))
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
         if self._frozen("add_link") or not context.is_valid:
@@ -241,7 +270,8 @@ class LeanTracer(trace_api.Tracer):
     """A tracer over an SDK ``TracerProvider``'s parts that makes :class:`LeanSpan`s."""
 
     def __init__(self, provider: TracerProvider, name: str, version: str) -> None:
-        self.processor = provider._active_span_processor  # we own this provider
+        # The provider's own multi-processor: every processor added to it, in order.
+        self.processor: Any = provider._active_span_processor  # we own this provider
         self.sampler = provider.sampler
         self.ids = provider.id_generator
         self.resource = provider.resource
@@ -250,6 +280,8 @@ class LeanTracer(trace_api.Tracer):
         self.max_attributes = _limit(limits.max_span_attributes)
         self.max_events = _limit(limits.max_events)
         self.max_value_length: int | None = limits.max_span_attribute_length
+        self.max_event_attributes = _limit(limits.max_event_attributes)
+        self.max_event_value_length: int | None = limits.max_attribute_length
         is_random = getattr(self.ids, "is_trace_id_random", None)
         self.root_flags = _SAMPLED_RANDOM if is_random is not None and is_random() else _SAMPLED
         # Children of our own (always sampled) spans can skip the sampler only if
@@ -284,7 +316,7 @@ class LeanTracer(trace_api.Tracer):
             return self.start_span(
                 name, trace_api.set_span_in_context(parent), kind, attributes, (), start_time
             )
-        up = parent._context
+        up: SpanContext = parent._context  # type: ignore[assignment]  # always set here
         span = LeanSpan(
             self,
             name,
@@ -311,14 +343,39 @@ class LeanTracer(trace_api.Tracer):
         record_exception: bool = True,
         set_status_on_exception: bool = True,
     ) -> trace_api.Span:
+        return self._start(name, context, kind, attributes, links, start_time, trusted=False)
+
+    def start_trusted(
+        self,
+        name: str,
+        context: Context | None,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        start_time: int,
+    ) -> trace_api.Span:
+        """``start_span`` for runnertrace's own (valid) attributes: they are taken as is."""
+        return self._start(name, context, kind, attributes, (), start_time, trusted=self.trusting)
+
+    def _start(
+        self,
+        name: str,
+        context: Context | None,
+        kind: SpanKind,
+        attributes: types.Attributes,
+        links: Sequence[Link] | None,
+        start_time: int | None,
+        *,
+        trusted: bool,
+    ) -> trace_api.Span:
         parent_span = trace_api.get_current_span(context)
-        parent = parent_span.get_span_context()
+        parent: SpanContext | None = parent_span.get_span_context()
         links = links or ()
         if self.inherit and type(parent_span) is LeanSpan and parent_span._tracer is self:
+            assert parent is not None
             trace_id = parent.trace_id
             flags = parent.trace_flags
-            trace_state = parent.trace_state
-            sampled_attributes: types.Attributes = None
+            trace_state: TraceState | None = parent.trace_state
+            source: types.Attributes = attributes
         else:
             if parent is None or not parent.is_valid:
                 parent = None
@@ -331,21 +388,26 @@ class LeanTracer(trace_api.Tracer):
                 flags = self.root_flags
             else:
                 flags = _SAMPLED_RANDOM if parent.trace_flags.random_trace_id else _SAMPLED
-            if not result.decision.is_sampled():
+            decision: Any = result.decision  # (the SDK's Decision methods are untyped)
+            if not decision.is_sampled():
                 flags = TraceFlags(flags & ~TraceFlags.SAMPLED)
-            if not result.decision.is_recording():
-                span_context = SpanContext(trace_id, self.ids.generate_span_id(), False, flags)
+            if not decision.is_recording():
+                span_context = SpanContext(
+                    trace_id, self.ids.generate_span_id(), False, flags, trace_state
+                )
                 return trace_api.NonRecordingSpan(span_context)
-            sampled_attributes = result.attributes
+            source = result.attributes  # the SDK records what the sampler returns
         span_context = SpanContext(trace_id, self.ids.generate_span_id(), False, flags, trace_state)
-        cleaned: dict[str, Any] = {}
-        max_len = self.max_value_length
-        for source in (sampled_attributes, attributes):
-            if source:
-                for key, value in source.items():
-                    value = _clean(value, max_len)
-                    if value is not None:
-                        cleaned[key] = value
+        cleaned: dict[str, Any]
+        if trusted and (source is attributes or source == attributes):
+            cleaned = dict(attributes or ())
+        else:
+            cleaned = {}
+            max_len = self.max_value_length
+            for key, value in (source or {}).items():
+                value = _clean(value, max_len)
+                if value is not None and key and type(key) is str:
+                    cleaned[key] = value
         span = LeanSpan(
             self,
             name,

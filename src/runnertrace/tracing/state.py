@@ -14,6 +14,7 @@ run. Whatever is still open when the run ends is closed then.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -100,33 +101,14 @@ class RunTracer:
         self.redactor = policy.redactor
         self.deltas_as_events = deltas_as_events
         self.mode = mode
-        common: dict[str, Any] = {A.AGENT_NAME: agent_name}
-        if session_id:
-            common[A.SESSION_ID] = session_id
-            common[A.CONVERSATION_ID] = session_id
-        if user_id:
-            common[A.USER_ID] = user_id
-        self.common = common = self._clean(common)
-        # Per-kind attribute templates: a span's start attributes are one dict copy
-        # plus its own few keys.
-        self.templates: dict[str, dict[str, Any]] = {
-            "step": {**common, A.SPAN_TYPE: "step", A.OPENINFERENCE_KIND: "CHAIN"},
-            "message": {
-                **common,
-                A.SPAN_TYPE: "message",
-                A.OPERATION: "chat",
-                A.OPENINFERENCE_KIND: "LLM",
-                A.REQUEST_STREAM: mode == "stream",
-            },
-            "reasoning": {**common, A.SPAN_TYPE: "reasoning"},
-            "tool": {
-                **common,
-                A.SPAN_TYPE: "tool",
-                A.OPERATION: "execute_tool",
-                A.TOOL_TYPE: "function",
-                A.OPENINFERENCE_KIND: "TOOL",
-            },
-        }
+        if self.redactor is None:
+            self.common, self.templates = _templates(
+                agent_name, framework, session_id, user_id, mode
+            )
+        else:  # a redactor may see (and change) every value: nothing shared
+            self.common, self.templates = _templates.__wrapped__(
+                agent_name, framework, session_id, user_id, mode, self.redactor
+            )
         # The lean tracer takes our (already valid) attributes as they are and
         # parents as spans; any other tracer gets the plain OTel API calls.
         self.lean = isinstance(tracer, LeanTracer) and tracer.trusting
@@ -141,15 +123,7 @@ class RunTracer:
         self.finished = False
         self.model: str | None = None
         now = time.time_ns()
-        attrs = {
-            **self.common,
-            A.SPAN_TYPE: "run",
-            A.OPERATION: "invoke_agent",
-            A.AGENT_ID: agent_name,
-            A.OPENINFERENCE_KIND: "AGENT",
-            A.FRAMEWORK: framework,
-            A.MODE: mode,
-        }
+        attrs = self.templates["run"].copy()
         if self.capture and requests is not None:
             parts = request_parts(requests)
             messages = [{"role": "user", "parts": parts}]
@@ -161,17 +135,18 @@ class RunTracer:
                 attrs[A.SYSTEM_INSTRUCTIONS] = policy.text(
                     [{"type": "text", "content": instructions}]
                 )
-        self.run = _Open(
-            tracer.start_span(
-                f"invoke_agent {agent_name}",
-                context=parent,
-                kind=_INTERNAL,
-                attributes=self._clean(attrs),
-                start_time=now,
-            ),
-            "run",
-            now,
-        )
+        if self.capture:
+            attrs = self._clean(attrs)
+        name = f"invoke_agent {agent_name}"
+        if self.lean:
+            run_span = tracer.start_trusted(  # type: ignore[attr-defined]
+                name, parent, _INTERNAL, attrs, now
+            )
+        else:
+            run_span = tracer.start_span(
+                name, context=parent, kind=_INTERNAL, attributes=attrs, start_time=now
+            )
+        self.run = _Open(run_span, "run", now)
         # An unsampled run records nothing below its run span (whose context still
         # propagates the decision to nested runs and foreign spans).
         self.recording = self.run.span.is_recording()
@@ -262,9 +237,9 @@ class RunTracer:
         name = event.step_name
         index = getattr(event, "step_index", None)
         attrs = self.templates["step"].copy()
-        attrs[A.STEP_NAME] = name
+        attrs[A.STEP_NAME] = _text(name)
         if index is not None:
-            attrs[A.STEP_INDEX] = index
+            attrs[A.STEP_INDEX] = _number(index)
         self.steps.append(
             ((name, index), self._start(f"agent_step {name}", "step", self._container(), attrs))
         )
@@ -313,9 +288,11 @@ class RunTracer:
         provider = getattr(event, "provider", None)
         attrs = self.templates["message"].copy()
         if model:
+            model = _text(model)
             attrs[A.REQUEST_MODEL] = model
             self.model = model
         if provider:
+            provider = _text(provider)
             attrs[A.PROVIDER] = provider
             attrs[A.SYSTEM] = provider
         item = self._start(
@@ -372,12 +349,13 @@ class RunTracer:
         for key, field in _USAGE_FIELDS:
             value = getattr(event, field, None)
             if value is not None:
-                attrs[key] = value
+                attrs[key] = _number(value)
         self.input_tokens += getattr(event, "input_tokens", None) or 0
         self.output_tokens += getattr(event, "output_tokens", None) or 0
         for key, field in ((A.RESPONSE_MODEL, "response_model"), (A.RESPONSE_ID, "response_id")):
             value = getattr(event, field, None)
             if value:
+                value = _text(value)
                 attrs[key] = self.redactor(value) if self.redactor else value
         self._put(span, attrs)
         if item.parts is not None:
@@ -431,10 +409,10 @@ class RunTracer:
         if cid in self.tools:
             self._anomaly(f"duplicate tool_call_start {cid!r}")
             self._close(self.tools.pop(cid), incomplete=True)
-        name = event.tool_name
+        name = _text(event.tool_name)
         attrs = self.templates["tool"].copy()
         attrs[A.TOOL_NAME] = name
-        attrs[A.TOOL_CALL_ID] = cid
+        attrs[A.TOOL_CALL_ID] = _text(cid)
         attrs[A.LEGACY_TOOL_NAME] = name
         item = self._start(f"execute_tool {name}", "tool", self._container(), attrs)
         item.meta = {"name": name, "parent": getattr(event, "parent_message_id", None)}
@@ -457,7 +435,7 @@ class RunTracer:
         if item is None:
             self._anomaly(f"tool_call_end for unknown call {event.tool_call_id!r}")
             return
-        item.span.set_attribute(A.DELTA_COUNT, item.deltas)
+        self._put(item.span, {A.DELTA_COUNT: item.deltas})
         if item.parts is None:
             return
         arguments = "".join(item.parts)
@@ -550,19 +528,26 @@ class RunTracer:
             self.tools.clear()
             self.steps.clear()
             span = self.run.span
+            attrs: dict[str, Any] = {}
             if self.input_tokens or self.output_tokens:
-                span.set_attribute(A.AGG_INPUT_TOKENS, self.input_tokens)
-                span.set_attribute(A.AGG_OUTPUT_TOKENS, self.output_tokens)
+                attrs[A.AGG_INPUT_TOKENS] = self.input_tokens
+                attrs[A.AGG_OUTPUT_TOKENS] = self.output_tokens
             if self.model:
-                span.set_attribute(A.REQUEST_MODEL, self.model)
+                attrs[A.REQUEST_MODEL] = self.model
             if self.anomalies:
-                span.set_attribute(A.MALFORMED, self.anomalies)
-            if reply is not None:
-                self._record_reply(span, reply)
+                attrs[A.MALFORMED] = self.anomalies
             if cancelled:
-                span.set_attribute(A.CANCELLED, True)
+                attrs[A.CANCELLED] = True
             if error is not None:
-                span.set_attribute(A.ERROR_TYPE, _error_type(error))
+                attrs[A.ERROR_TYPE] = _error_type(error)
+            if reply is not None:
+                kind = getattr(reply, "type", None)
+                if kind:
+                    attrs[A.REPLY_TYPE] = str(kind)
+            self._put(span, attrs)
+            if reply is not None and self.capture:
+                self._record_reply(span, reply)
+            if error is not None:
                 self._record_exception(span, error)
                 span.set_status(Status(StatusCode.ERROR, self._message(error)))
             span.end()
@@ -583,11 +568,6 @@ class RunTracer:
         span.add_event("exception", self._clean(attrs))
 
     def _record_reply(self, span: Span, reply: Any) -> None:
-        kind = getattr(reply, "type", None)
-        if kind:
-            span.set_attribute(A.REPLY_TYPE, str(kind))
-        if not self.capture:
-            return
         text = self.policy.text(str(reply))
         message = {
             "role": "assistant",
@@ -596,6 +576,70 @@ class RunTracer:
         }
         self._set(span, A.OUTPUT_MESSAGES, self.policy.text([message]))
         self._set(span, A.OUTPUT_VALUE, text)
+
+
+@functools.lru_cache(maxsize=256)
+def _templates(
+    agent_name: str,
+    framework: str,
+    session_id: str | None,
+    user_id: str | None,
+    mode: str,
+    redactor: Callable[[str], str] | None = None,
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The attributes every span of a run shares, and per-kind start templates.
+
+    Cached: runs of one agent in one session share them (they are only ever
+    copied, never changed). A span's start attributes are then one dict copy
+    plus its own few keys.
+    """
+    common: dict[str, Any] = {A.AGENT_NAME: agent_name}
+    if session_id:
+        common[A.SESSION_ID] = session_id
+        common[A.CONVERSATION_ID] = session_id
+    if user_id:
+        common[A.USER_ID] = user_id
+    if redactor is not None:
+        common = {k: redactor(v) for k, v in common.items()}
+    templates = {
+        "run": {
+            **common,
+            A.SPAN_TYPE: "run",
+            A.OPERATION: "invoke_agent",
+            A.AGENT_ID: common[A.AGENT_NAME],
+            A.OPENINFERENCE_KIND: "AGENT",
+            A.FRAMEWORK: framework,
+            A.MODE: mode,
+        },
+        "step": {**common, A.SPAN_TYPE: "step", A.OPENINFERENCE_KIND: "CHAIN"},
+        "message": {
+            **common,
+            A.SPAN_TYPE: "message",
+            A.OPERATION: "chat",
+            A.OPENINFERENCE_KIND: "LLM",
+            A.REQUEST_STREAM: mode == "stream",
+        },
+        "reasoning": {**common, A.SPAN_TYPE: "reasoning"},
+        "tool": {
+            **common,
+            A.SPAN_TYPE: "tool",
+            A.OPERATION: "execute_tool",
+            A.TOOL_TYPE: "function",
+            A.OPENINFERENCE_KIND: "TOOL",
+        },
+    }
+    return common, templates
+
+
+def _text(value: Any) -> str:
+    """An event field as an attribute string (foreign events may carry anything)."""
+    return value if type(value) is str else str(value)
+
+
+def _number(value: Any) -> int | float | str:
+    """A numeric event field as an attribute value; anything else as its text."""
+    kind = type(value)
+    return value if kind is int or kind is float else str(value)
 
 
 def _finish(reason: str | None) -> str:
