@@ -38,6 +38,8 @@ from runnertrace.tracing.runner import _setup_override
 from runnertrace.tracing.setup import TracingSetup
 from runnertrace.tracing.spans import LeanSpan, LeanTracer, lean_tracer_for
 
+REDACT = "runnertrace.tracing.content.redact_secrets_and_emails"
+
 
 def _provider(**kwargs: Any) -> tuple[TracerProvider, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
