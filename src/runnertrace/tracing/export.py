@@ -152,18 +152,15 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
+        # The hot path takes no lock: deque appends are atomic, and the worker is
+        # only woken when a batch fills (otherwise it wakes on its own schedule).
+        # Concurrent producers may overshoot the bound by one span each.
         if self._shutdown or not span.context.trace_flags.sampled:
             return
-        with self._cond:
-            if len(self._queue) >= self.max_queue_size:
+        queue = self._queue
+        if len(queue) >= self.max_queue_size:
+            with self._cond:
                 self.dropped += 1
-                drop = True
-            else:
-                self._queue.append(span)
-                drop = False
-                if len(self._queue) >= self.max_batch_size:
-                    self._cond.notify()
-        if drop:
             internal_log.warning(
                 f"queue-full-{self.name}",
                 "runnertrace: %s export queue is full (%d spans); dropping spans "
@@ -172,6 +169,11 @@ class BoundedBatchSpanProcessor(SpanProcessor):
                 self.max_queue_size,
                 self.dropped,
             )
+            return
+        queue.append(span)
+        if len(queue) == self.max_batch_size:
+            with self._cond:
+                self._cond.notify()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         deadline = time.monotonic() + timeout_millis / 1000
@@ -234,7 +236,8 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         if result is SpanExportResult.SUCCESS:
             self.exported += len(batch)
             return
-        self.dropped += len(batch)
+        with self._cond:
+            self.dropped += len(batch)
         internal_log.warning(
             f"export-failed-{self.name}",
             "runnertrace: %s export failed; %d spans dropped so far",
