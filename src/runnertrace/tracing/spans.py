@@ -42,7 +42,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, TracerProvider
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
     Link,
@@ -290,6 +290,11 @@ class LeanTracer(trace_api.Tracer):
             isinstance(self.sampler, ParentBased)
             and getattr(self.sampler, "_local_parent_sampled", None) is ALWAYS_ON
         )
+        # Roots may skip the sampler when it samples every root (sample_rate 1).
+        root = getattr(self.sampler, "_root", None)
+        self.root_always = self.inherit and (
+            root is ALWAYS_ON or (isinstance(root, TraceIdRatioBased) and root.rate >= 1.0)
+        )
         # Our own attributes may skip cleaning unless a value-length limit applies.
         self.trusting = self.inherit and self.max_value_length is None
 
@@ -370,18 +375,27 @@ class LeanTracer(trace_api.Tracer):
         parent_span = trace_api.get_current_span(context)
         parent: SpanContext | None = parent_span.get_span_context()
         links = links or ()
-        if self.inherit and type(parent_span) is LeanSpan and parent_span._tracer is self:
-            assert parent is not None
+        trace_state: TraceState | None
+        source: types.Attributes = attributes
+        if parent is None or not parent.is_valid:
+            parent = None
+        if parent is None and self.root_always:
+            # What the sampler would answer: sample, no trace state.
+            trace_id = self.ids.generate_trace_id()
+            flags = self.root_flags
+            trace_state = None
+        elif (
+            parent is not None
+            and self.inherit
+            and parent.trace_flags.sampled
+            and not parent.is_remote
+        ):
+            # A sampled local parent under ParentBased: ALWAYS_ON keeps its state.
             trace_id = parent.trace_id
-            flags = parent.trace_flags
-            trace_state: TraceState | None = parent.trace_state
-            source: types.Attributes = attributes
+            flags = _SAMPLED_RANDOM if parent.trace_flags.random_trace_id else _SAMPLED
+            trace_state = parent.trace_state
         else:
-            if parent is None or not parent.is_valid:
-                parent = None
-                trace_id = self.ids.generate_trace_id()
-            else:
-                trace_id = parent.trace_id
+            trace_id = self.ids.generate_trace_id() if parent is None else parent.trace_id
             result = self.sampler.should_sample(context, trace_id, name, kind, attributes, links)
             trace_state = result.trace_state
             if parent is None:
