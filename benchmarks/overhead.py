@@ -74,6 +74,7 @@ PROMPT = "What is 1234 * 5678, plus 17?"
 # so on an idle machine the two agree.
 cpu_clock = time.process_time
 BUDGET_S = 6.0  # per measurement; with 7 of them the whole run stays well under 60 s
+MODEL_LATENCY_S = 0.005  # for the info row only: still far faster than any hosted model
 SPANS = 9  # per traced run of PROMPT: the run, 3 steps, 3 model messages, 2 tool calls
 
 
@@ -232,7 +233,47 @@ async def measure_runs(rounds: int, batch: int, figures: dict[str, float]) -> li
             )
         )
     rows.extend(await _measure_local(run_plain, requests, rounds, batch))
+    rows.append(await _measure_with_latency(requests, rounds))
     return rows
+
+
+class _SlowScriptedLlm(ScriptedLlm):
+    """``ScriptedLlm`` answering after ``MODEL_LATENCY_S``, like a (very fast) real model."""
+
+    async def generate(self, request: Any) -> Any:
+        await asyncio.sleep(MODEL_LATENCY_S)
+        return await super().generate(request)
+
+
+async def _measure_with_latency(requests: list[Any], rounds: int) -> Row:
+    """Info: traced/untraced *wall* time when each model call takes a few milliseconds."""
+
+    def agent(runner: Any) -> CoreAgent:
+        native = Agent(_SlowScriptedLlm(), tools=[calculator], name="calc")
+        return CoreAgent("calc", runner, native)
+
+    plain, wrapped = agent(NativeRunner()), agent(TracingRunner(NativeRunner(), DISCARD))
+
+    async def once(target: CoreAgent) -> float:
+        start = time.perf_counter()
+        await target.runner.run(target, Session("s"), requests)
+        return time.perf_counter() - start
+
+    ratios, base, traced = [], [], []
+    for i in _rounds(max(rounds, 8), BUDGET_S / 2):
+        pair = (plain, wrapped) if i % 2 == 0 else (wrapped, plain)
+        first, second = await once(pair[0]), await once(pair[1])
+        b, t = (first, second) if i % 2 == 0 else (second, first)
+        base.append(b)
+        traced.append(t)
+        ratios.append(t / b)
+    return Row(
+        f"(a) wall time, model calls of {MODEL_LATENCY_S * 1e3:g} ms",
+        _median(ratios),
+        "x",
+        f"{_median(base) * 1e3:.2f} -> {_median(traced) * 1e3:.2f} ms/run (3 model calls; "
+        f"{_spread(ratios)})",
+    )
 
 
 async def _measure_local(
