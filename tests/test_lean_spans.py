@@ -258,8 +258,20 @@ def test_ended_lean_span_is_frozen(caplog: pytest.LogCaptureFixture) -> None:
     assert sum("ended span" in r.getMessage() for r in caplog.records) == 4
 
 
+class _EndingTracker(OpenSpanTracker):
+    """Also counts the SDK's ``_on_ending`` hook (called just before ``on_end``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.endings: list[str] = []
+
+    def _on_ending(self, span: Any) -> None:
+        assert span.context.span_id in self.open  # before on_end, as the SDK orders it
+        self.endings.append(span.name)
+
+
 def test_processors_see_every_lean_span_start_and_end() -> None:
-    tracker = OpenSpanTracker()
+    tracker = _EndingTracker()
     provider, exporter = _provider()
     provider.add_span_processor(tracker)
     setup = TracingSetup(provider, owns_provider=True)
@@ -270,6 +282,7 @@ def test_processors_see_every_lean_span_start_and_end() -> None:
         _setup_override.reset(token)
     assert tracker.started == len(exporter.get_finished_spans()) == 7
     assert tracker.open == {}
+    assert sorted(tracker.endings) == sorted(s.name for s in exporter.get_finished_spans())
 
 
 def test_unsampled_run_records_nothing_and_propagates_the_decision() -> None:
