@@ -150,6 +150,7 @@ class RunTracer:
         # An unsampled run records nothing below its run span (whose context still
         # propagates the decision to nested runs and foreign spans).
         self.recording = self.run.span.is_recording()
+        self.accepting = self.recording  # until the run finishes
 
     # -- helpers ------------------------------------------------------------------------
     def _clean(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -219,16 +220,15 @@ class RunTracer:
     def handle(self, event: Any) -> None:
         """Record ``event``; a fault here is logged once and never reaches the host."""
         try:
-            if not self.recording:
-                return
             handler = _HANDLERS.get(getattr(event, "type", None))
-            if handler is None:
+            if handler is not None and self.accepting:
+                handler(self, event)
+            elif not self.recording:
+                return
+            elif handler is None:
                 self._anomaly(f"unknown event type {getattr(event, 'type', None)!r}")
-                return
-            if self.finished:
+            else:
                 self._anomaly(f"{event.type} after the run ended")
-                return
-            handler(self, event)
         except Exception as exc:  # noqa: BLE001 - telemetry boundary
             report_internal_error("span state machine", exc)
 
@@ -246,6 +246,12 @@ class RunTracer:
 
     def _on_step_end(self, event: Any) -> None:
         key = (event.step_name, getattr(event, "step_index", None))
+        steps = self.steps
+        if steps and steps[-1][0] == key:  # the usual case: the innermost step ends
+            step = steps.pop()[1]
+            self._close_children(step)
+            step.span.end()
+            return
         for pos in range(len(self.steps) - 1, -1, -1):
             if self.steps[pos][0] == key:
                 break
@@ -513,6 +519,7 @@ class RunTracer:
         if self.finished:
             return
         self.finished = True
+        self.accepting = False
         try:
             dangling = [*self.reasoning.values(), *self.messages.values(), *self.tools.values()]
             dangling += [step for _, step in reversed(self.steps)]
