@@ -150,22 +150,22 @@ class TracingRunner:
             self._end(run, error=exc)
             raise
         exhausted = False
+        next_event, handle, run_context = events.__anext__, run.handle, run.run.context()
         try:
             while True:
                 # Make our run current only while the base produces the next event;
-                # set and restore happen in this same step, whatever the consumer does.
-                previous = _active_run.get()
-                _active_run.set(run)
-                token = otel_context.attach(run.run.context())
+                # set and reset happen in this same step, whatever the consumer does.
+                active = _active_run.set(run)
+                token = otel_context.attach(run_context)
                 try:
-                    event = await events.__anext__()
+                    event = await next_event()
                 except StopAsyncIteration:
                     exhausted = True
                     break
                 finally:
                     otel_context.detach(token)
-                    _active_run.set(previous)
-                run.handle(event)
+                    _active_run.reset(active)
+                handle(event)
                 yield event
         except GeneratorExit:
             # The consumer stopped early (aclose, break, or the loop finalising an
