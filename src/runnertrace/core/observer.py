@@ -51,11 +51,11 @@ def uninstall_observer(token: contextvars.Token[EventSink | None]) -> None:
 @contextmanager
 def observing(sink: EventSink) -> Iterator[None]:
     """Install ``sink`` for the runner called inside the block."""
-    token = _sink.set(sink)
+    token = install_observer(sink)
     try:
         yield
     finally:
-        reset_var(_sink, token)
+        uninstall_observer(token)
 
 
 @contextmanager

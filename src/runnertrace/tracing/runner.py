@@ -29,7 +29,6 @@ from opentelemetry import context as otel_context
 
 from runnertrace._internal.errors import handle_internal_errors
 from runnertrace.core.config import TraceConfig
-from runnertrace.core.context import reset_var
 from runnertrace.core.observer import install_observer, uninstall_observer
 from runnertrace.tracing.content import ContentPolicy
 from runnertrace.tracing.setup import TracingSetup, get_tracing_setup, setup_key
@@ -133,7 +132,7 @@ class TracingRunner:
         finally:
             uninstall_observer(sink)
             otel_context.detach(token)
-            reset_var(_active_run, active)
+            _active_run.reset(active)
         self._end(run, reply=reply)
         return reply
 

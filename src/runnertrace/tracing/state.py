@@ -135,7 +135,7 @@ class RunTracer:
                 attrs[A.SYSTEM_INSTRUCTIONS] = policy.text(
                     [{"type": "text", "content": instructions}]
                 )
-        if self.capture:
+        if self.capture:  # the content keys; the template's values are redacted already
             attrs = self._clean(attrs)
         name = f"invoke_agent {agent_name}"
         if self.lean:
@@ -246,12 +246,6 @@ class RunTracer:
 
     def _on_step_end(self, event: Any) -> None:
         key = (event.step_name, getattr(event, "step_index", None))
-        steps = self.steps
-        if steps and steps[-1][0] == key:  # the usual case: the innermost step ends
-            step = steps.pop()[1]
-            self._close_children(step)
-            step.span.end()
-            return
         for pos in range(len(self.steps) - 1, -1, -1):
             if self.steps[pos][0] == key:
                 break
