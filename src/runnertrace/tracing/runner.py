@@ -26,8 +26,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from opentelemetry import context as otel_context
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 
-from runnertrace._internal.errors import handle_internal_errors
+from runnertrace._internal.errors import handle_internal_errors, report_internal_error
 from runnertrace.core.config import TraceConfig
 from runnertrace.core.observer import install_observer, uninstall_observer
 from runnertrace.tracing.content import ContentPolicy
@@ -42,6 +43,26 @@ _active_run: contextvars.ContextVar[RunTracer | None] = contextvars.ContextVar(
 _setup_override: contextvars.ContextVar[TracingSetup | None] = contextvars.ContextVar(
     "runnertrace_setup_override", default=None
 )
+
+
+def _context_switches() -> tuple[Any, Any]:
+    """``attach``/``detach`` for the OTel current context, as cheap as they can be.
+
+    With the default runtime context (a ``ContextVar``), its own ``set``/``reset``
+    are used: a stream sets and resets the context around every event, and the
+    API's Python wrappers cost more than the rest of that switch. Our attach and
+    detach always happen in one step of one task, so the API's "Failed to
+    detach context" safety net is never needed there. Any other runtime context
+    (``OTEL_PYTHON_CONTEXT``) gets the API's functions.
+    """
+    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+    var = getattr(runtime, "_current_context", None)
+    if isinstance(runtime, ContextVarsRuntimeContext) and isinstance(var, contextvars.ContextVar):
+        return var.set, var.reset
+    return otel_context.attach, otel_context.detach
+
+
+_attach, _detach = _context_switches()
 
 
 class TracingRunner:
@@ -67,6 +88,7 @@ class TracingRunner:
         self._deltas_as_events = config.deltas == "events"
         self._lambda = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
         self._setup_key = setup_key(config)
+        self._framework = str(getattr(base, "framework", None) or type(base).__name__)
 
     def __repr__(self) -> str:
         return f"TracingRunner({self.base!r})"
@@ -89,25 +111,29 @@ class TracingRunner:
 
     # -- span bookkeeping (all guarded) -------------------------------------------------------
     def _begin(self, agent: Any, session: Any, requests: Any, mode: str) -> RunTracer | None:
-        with handle_internal_errors("starting the run span"):
+        # The boundary of handle_internal_errors, inline: this runs once per run.
+        try:
             setup = self.setup
             if setup.disabled:
                 return None
             outer = _active_run.get()
             parent = outer.nesting_context() if outer is not None else None
+            policy = self.policy
             return RunTracer(
                 setup.tracer,
-                self.policy,
+                policy,
                 agent_name=str(getattr(agent, "name", None) or type(agent).__name__),
-                framework=str(getattr(self.base, "framework", None) or type(self.base).__name__),
+                framework=self._framework,
                 session_id=getattr(session, "id", None),
                 user_id=self.settings.user_id,
                 mode=mode,
                 deltas_as_events=self._deltas_as_events,
                 parent=parent,
                 requests=requests,
-                instructions=getattr(getattr(agent, "native", None), "instructions", None) or None,
+                instructions=_instructions(agent) if policy.capture else None,
             )
+        except Exception as exc:  # noqa: BLE001 - telemetry boundary
+            report_internal_error("starting the run span", exc)
         return None
 
     def _end(self, run: RunTracer, **outcome: Any) -> None:
@@ -122,7 +148,7 @@ class TracingRunner:
         if run is None:
             return await self.base.run(agent, session, requests)
         active = _active_run.set(run)
-        token = otel_context.attach(run.run.context())
+        token = _attach(run.run.context())
         sink = install_observer(run.handle)
         try:
             reply = await self.base.run(agent, session, requests)
@@ -131,7 +157,7 @@ class TracingRunner:
             raise
         finally:
             uninstall_observer(sink)
-            otel_context.detach(token)
+            _detach(token)
             _active_run.reset(active)
         self._end(run, reply=reply)
         return reply
@@ -150,20 +176,21 @@ class TracingRunner:
             raise
         exhausted = False
         next_event, handle, run_context = events.__anext__, run.handle, run.run.context()
+        set_run, reset_run = _active_run.set, _active_run.reset
         try:
             while True:
                 # Make our run current only while the base produces the next event;
                 # set and reset happen in this same step, whatever the consumer does.
-                active = _active_run.set(run)
-                token = otel_context.attach(run_context)
+                active = set_run(run)
+                token = _attach(run_context)
                 try:
                     event = await next_event()
                 except StopAsyncIteration:
                     exhausted = True
                     break
                 finally:
-                    otel_context.detach(token)
-                    _active_run.reset(active)
+                    _detach(token)
+                    reset_run(active)
                 handle(event)
                 yield event
         except GeneratorExit:
@@ -179,6 +206,11 @@ class TracingRunner:
         finally:
             if not exhausted:
                 await _close(events)
+
+
+def _instructions(agent: Any) -> str | None:
+    """The system instructions of a native agent (captured with content only)."""
+    return getattr(getattr(agent, "native", None), "instructions", None) or None
 
 
 def _is_cancellation(exc: BaseException) -> bool:

@@ -40,32 +40,28 @@ _CLIENT = SpanKind.CLIENT
 
 
 class _Open:
-    """An open span plus what we aggregate for it until it ends."""
+    """An open span plus what we aggregate for it until it ends.
 
-    __slots__ = (
-        "awaiting",
-        "ctx",
-        "deltas",
-        "first_ns",
-        "kind",
-        "meta",
-        "owner",
-        "parts",
-        "span",
-        "start_ns",
-    )
+    One is made per span on the hot path, so only the three fields every span
+    has are written at creation; the rest read as these class defaults until
+    set.
+    """
+
+    ctx: Context | None = None
+    deltas = 0  # deltas (text, reasoning) or argument chunks (tool calls) seen
+    chars = 0  # characters of the aggregated deltas
+    first_ns = 0  # time of the first delta
+    parts: list[str] | None = None  # captured text (content capture only)
+    calls: list[dict[str, Any]] | None = None  # a message's captured tool calls
+    name = ""  # a tool call's tool name
+    parent_id: Any = None  # a tool call's parent message id
+    owner: _Open | None = None  # the step this span started in
+    awaiting = False  # a tool whose step ended before its result arrived
 
     def __init__(self, span: Span, kind: str, start_ns: int) -> None:
         self.span = span
         self.kind = kind
         self.start_ns = start_ns
-        self.ctx: Context | None = None
-        self.deltas = 0
-        self.first_ns = 0
-        self.parts: list[str] | None = None
-        self.meta: dict[str, Any] | None = None
-        self.owner: _Open | None = None
-        self.awaiting = False  # a tool whose step ended before its result arrived
 
     def context(self) -> Context:
         if self.ctx is None:
@@ -79,6 +75,13 @@ def _error_type(exc: BaseException) -> str:
 
 class RunTracer:
     """Turns one run's events into spans. Not thread-safe: one run, one task."""
+
+    # Per-run counters start as these class defaults (written only on change).
+    anomalies = 0
+    input_tokens = 0
+    output_tokens = 0
+    finished = False
+    model: str | None = None
 
     def __init__(
         self,
@@ -102,11 +105,11 @@ class RunTracer:
         self.deltas_as_events = deltas_as_events
         self.mode = mode
         if self.redactor is None:
-            self.common, self.templates = _templates(
+            self.common, self.templates, largest = _templates(
                 agent_name, framework, session_id, user_id, mode
             )
         else:  # a redactor may see (and change) every value: nothing shared
-            self.common, self.templates = _templates.__wrapped__(
+            self.common, self.templates, largest = _templates.__wrapped__(
                 agent_name, framework, session_id, user_id, mode, self.redactor
             )
         # The lean tracer takes our (already valid) attributes as they are and
@@ -116,12 +119,6 @@ class RunTracer:
         self.messages: dict[str, _Open] = {}
         self.reasoning: dict[str, _Open] = {}
         self.tools: dict[str, _Open] = {}
-        self.seen_ids: set[str] = set()
-        self.anomalies = 0
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self.finished = False
-        self.model: str | None = None
         now = time.time_ns()
         attrs = self.templates["run"].copy()
         if self.capture and requests is not None:
@@ -149,8 +146,16 @@ class RunTracer:
         self.run = _Open(run_span, "run", now)
         # An unsampled run records nothing below its run span (whose context still
         # propagates the decision to nested runs and foreign spans).
-        self.recording = self.run.span.is_recording()
-        self.accepting = self.recording  # until the run finishes
+        self.recording = self.accepting = run_span.is_recording()  # accepting: until the end
+        # Children take the lean tracer's unchecked path when what it assumes holds
+        # for the whole run (see LeanTracer.start_child): a sampled lean run span,
+        # and room for every start attribute under the count limit.
+        self.fast = (
+            self.lean
+            and type(run_span) is LeanSpan
+            and run_span._context.trace_flags.sampled  # type: ignore[union-attr]
+            and largest <= tracer.max_attributes  # type: ignore[attr-defined]
+        )
 
     # -- helpers ------------------------------------------------------------------------
     def _clean(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -191,7 +196,7 @@ class RunTracer:
         now = time.time_ns()
         if self.redactor is not None:
             attrs = self._clean(attrs)
-        if self.lean:
+        if self.fast:
             span: Span = self.tracer.start_child(  # type: ignore[attr-defined]
                 name, parent.span, span_kind, attrs, now
             )
@@ -237,15 +242,21 @@ class RunTracer:
         name = event.step_name
         index = getattr(event, "step_index", None)
         attrs = self.templates["step"].copy()
-        attrs[A.STEP_NAME] = _text(name)
+        attrs[A.STEP_NAME] = name if type(name) is str else str(name)
         if index is not None:
             attrs[A.STEP_INDEX] = _number(index)
-        self.steps.append(
-            ((name, index), self._start(f"agent_step {name}", "step", self._container(), attrs))
-        )
+        steps = self.steps
+        parent = steps[-1][1] if steps else self.run
+        steps.append(((name, index), self._start(f"agent_step {name}", "step", parent, attrs)))
 
     def _on_step_end(self, event: Any) -> None:
         key = (event.step_name, getattr(event, "step_index", None))
+        steps = self.steps
+        if steps and steps[-1][0] == key:  # the usual case: the innermost step ends
+            step = steps.pop()[1]
+            self._close_children(step)
+            self._close(step, incomplete=False)
+            return
         for pos in range(len(self.steps) - 1, -1, -1):
             if self.steps[pos][0] == key:
                 break
@@ -288,20 +299,21 @@ class RunTracer:
         provider = getattr(event, "provider", None)
         attrs = self.templates["message"].copy()
         if model:
-            model = _text(model)
-            attrs[A.REQUEST_MODEL] = model
-            self.model = model
+            if type(model) is not str:
+                model = str(model)
+            attrs[A.REQUEST_MODEL] = self.model = model
         if provider:
-            provider = _text(provider)
-            attrs[A.PROVIDER] = provider
-            attrs[A.SYSTEM] = provider
+            if type(provider) is not str:
+                provider = str(provider)
+            attrs[A.PROVIDER] = attrs[A.SYSTEM] = provider
+        owner = self.steps[-1][1] if self.steps else None
         item = self._start(
-            f"chat {model}" if model else "chat", "message", self._container(), attrs, _CLIENT
+            f"chat {model}" if model else "chat", "message", owner or self.run, attrs, _CLIENT
         )
+        item.owner = owner
         if self.capture:
             item.parts = []
         self.messages[mid] = item
-        self._own(item)
 
     def _on_text_delta(self, event: Any) -> None:
         item = self.messages.get(event.message_id)
@@ -322,14 +334,13 @@ class RunTracer:
                 attrs["content"] = self.policy.truncate(delta)
             item.span.add_event("gen_ai.content.delta", self._clean(attrs))
         else:
-            item.meta = item.meta or {}
-            item.meta["chars"] = item.meta.get("chars", 0) + len(delta)
+            item.chars += len(delta)
 
     def _delta_attributes(self, item: _Open) -> dict[str, Any]:
         """The aggregated-delta attributes of a message or reasoning span."""
         attrs: dict[str, Any] = {A.DELTA_COUNT: item.deltas}
-        if item.meta and "chars" in item.meta:
-            attrs[A.DELTA_CHARS] = item.meta["chars"]
+        if item.deltas and not self.deltas_as_events:
+            attrs[A.DELTA_CHARS] = item.chars
         if item.first_ns:
             ttfc = (item.first_ns - item.start_ns) / 1e9
             attrs[A.TTFC] = ttfc
@@ -363,8 +374,7 @@ class RunTracer:
             text = "".join(item.parts)
             if text:
                 parts.append({"type": "text", "content": text})
-            for call in (item.meta or {}).get("calls", ()):
-                parts.append(call)
+            parts.extend(item.calls or ())
             message = {"role": "assistant", "parts": parts, "finish_reason": _finish(finish)}
             self._set(span, A.OUTPUT_MESSAGES, self.policy.text([message]))
         span.end()
@@ -375,12 +385,13 @@ class RunTracer:
         if rid in self.reasoning:
             self._anomaly(f"duplicate reasoning_start {rid!r}")
             self._close(self.reasoning.pop(rid), incomplete=True)
-        parent = next(reversed(self.messages.values())) if self.messages else self._container()
+        owner = self.steps[-1][1] if self.steps else None
+        parent = next(reversed(self.messages.values())) if self.messages else owner or self.run
         item = self._start("reasoning", "reasoning", parent, self.templates["reasoning"].copy())
+        item.owner = owner
         if self.capture:
             item.parts = []
         self.reasoning[rid] = item
-        self._own(item)
 
     def _on_reasoning_delta(self, event: Any) -> None:
         item = self.reasoning.get(event.message_id)
@@ -409,17 +420,20 @@ class RunTracer:
         if cid in self.tools:
             self._anomaly(f"duplicate tool_call_start {cid!r}")
             self._close(self.tools.pop(cid), incomplete=True)
-        name = _text(event.tool_name)
+        name = event.tool_name
+        if type(name) is not str:
+            name = str(name)
         attrs = self.templates["tool"].copy()
-        attrs[A.TOOL_NAME] = name
-        attrs[A.TOOL_CALL_ID] = _text(cid)
-        attrs[A.LEGACY_TOOL_NAME] = name
-        item = self._start(f"execute_tool {name}", "tool", self._container(), attrs)
-        item.meta = {"name": name, "parent": getattr(event, "parent_message_id", None)}
+        attrs[A.TOOL_NAME] = attrs[A.LEGACY_TOOL_NAME] = name
+        attrs[A.TOOL_CALL_ID] = cid if type(cid) is str else str(cid)
+        owner = self.steps[-1][1] if self.steps else None
+        item = self._start(f"execute_tool {name}", "tool", owner or self.run, attrs)
+        item.owner = owner
+        item.name = name
         if self.capture:
             item.parts = []
+            item.parent_id = getattr(event, "parent_message_id", None)
         self.tools[cid] = item
-        self._own(item)
 
     def _on_tool_call_args(self, event: Any) -> None:
         item = self.tools.get(event.tool_call_id)
@@ -442,19 +456,19 @@ class RunTracer:
         text = self.policy.truncate(arguments)
         self._set(item.span, A.TOOL_ARGUMENTS, text)
         self._set(item.span, A.INPUT_VALUE, text)
-        assert item.meta is not None
-        asking = self.messages.get(item.meta["parent"] or "")
+        asking = self.messages.get(item.parent_id or "")
         if asking is not None and asking.parts is not None:
             try:
                 parsed: Any = json.loads(arguments) if arguments else {}
             except ValueError:
                 parsed = arguments
-            asking.meta = asking.meta or {}
-            asking.meta.setdefault("calls", []).append(
+            if asking.calls is None:
+                asking.calls = []
+            asking.calls.append(
                 {
                     "type": "tool_call",
                     "id": event.tool_call_id,
-                    "name": item.meta["name"],
+                    "name": item.name,
                     "arguments": parsed,
                 }
             )
@@ -473,11 +487,6 @@ class RunTracer:
             span.set_attribute(A.ERROR_TYPE, "tool_error")
             span.set_status(Status(StatusCode.ERROR, "tool returned an error"))
         span.end()
-
-    def _own(self, item: _Open) -> None:
-        """Remember the step a child started in, so the step's end can close it."""
-        if self.steps:
-            item.owner = self.steps[-1][1]
 
     # -- closing -------------------------------------------------------------------------
     def _close(
@@ -515,19 +524,8 @@ class RunTracer:
         self.finished = True
         self.accepting = False
         try:
-            dangling = [*self.reasoning.values(), *self.messages.values(), *self.tools.values()]
-            dangling += [step for _, step in reversed(self.steps)]
-            # Tools whose step ended while they awaited a result end normally.
-            unexpected = [item for item in dangling if not item.awaiting]
-            if unexpected and error is None and not cancelled:
-                self._anomaly(f"{len(unexpected)} span(s) still open when the run ended")
-            for item in dangling:
-                failed = error is not None or cancelled or not item.awaiting
-                self._close(item, incomplete=failed, error=error, cancelled=cancelled)
-            self.reasoning.clear()
-            self.messages.clear()
-            self.tools.clear()
-            self.steps.clear()
+            if self.reasoning or self.messages or self.tools or self.steps:
+                self._close_dangling(error, cancelled)
             span = self.run.span
             attrs: dict[str, Any] = {}
             if self.input_tokens or self.output_tokens:
@@ -554,6 +552,21 @@ class RunTracer:
             span.end()
         except Exception as exc:  # noqa: BLE001 - telemetry boundary
             report_internal_error("span state machine (finish)", exc)
+
+    def _close_dangling(self, error: BaseException | None, cancelled: bool) -> None:
+        dangling = [*self.reasoning.values(), *self.messages.values(), *self.tools.values()]
+        dangling += [step for _, step in reversed(self.steps)]
+        # Tools whose step ended while they awaited a result end normally.
+        unexpected = [item for item in dangling if not item.awaiting]
+        if unexpected and error is None and not cancelled:
+            self._anomaly(f"{len(unexpected)} span(s) still open when the run ended")
+        for item in dangling:
+            failed = error is not None or cancelled or not item.awaiting
+            self._close(item, incomplete=failed, error=error, cancelled=cancelled)
+        self.reasoning.clear()
+        self.messages.clear()
+        self.tools.clear()
+        self.steps.clear()
 
     def _record_exception(self, span: Span, error: BaseException) -> None:
         if self.redactor is None:
@@ -587,8 +600,9 @@ def _templates(
     user_id: str | None,
     mode: str,
     redactor: Callable[[str], str] | None = None,
-) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """The attributes every span of a run shares, and per-kind start templates.
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]], int]:
+    """The attributes every span of a run shares, per-kind start templates, and
+    the most attributes any span starts with (a template plus its own keys).
 
     Cached: runs of one agent in one session share them (they are only ever
     copied, never changed). A span's start attributes are then one dict copy
@@ -629,7 +643,11 @@ def _templates(
             A.OPENINFERENCE_KIND: "TOOL",
         },
     }
-    return common, templates
+    return common, templates, max(map(len, templates.values())) + _OWN_START_KEYS
+
+
+# Keys a handler adds to its template at a span's start (at most: a tool call's three).
+_OWN_START_KEYS = 3
 
 
 def _text(value: Any) -> str:
