@@ -139,7 +139,7 @@ class LeanSpan(trace_api.Span, ReadableSpan):
         self._context = context
         self._parent = parent
         self._kind = kind
-        self._attributes = self._attrs = attributes  # _attrs: the same dict, typed
+        self._attributes = attributes
         if links:
             self._links = tuple(links)
         self._start_time = start_time
@@ -195,7 +195,7 @@ class LeanSpan(trace_api.Span, ReadableSpan):
         value = _clean(value, self._tracer.max_value_length)
         if value is None:
             return
-        attributes = self._attrs
+        attributes: dict[str, Any] = self._attributes  # type: ignore[assignment]
         if key in attributes:
             del attributes[key]  # as in the SDK: a re-set key becomes the newest
         elif len(attributes) >= self._tracer.max_attributes:
@@ -208,7 +208,7 @@ class LeanSpan(trace_api.Span, ReadableSpan):
         """Merge attributes whose values are already valid (runnertrace's own)."""
         if self._end_time is not None:
             return
-        own = self._attrs
+        own: dict[str, Any] = self._attributes  # type: ignore[assignment]
         if len(own) + len(attributes) > self._tracer.max_attributes:
             for key, value in attributes.items():  # near the limit: the SDK's order
                 self._put(key, value)
@@ -298,7 +298,7 @@ class LeanSpan(trace_api.Span, ReadableSpan):
         tracer = self._tracer
         if tracer.on_ending is not None:
             tracer.on_ending(self)
-        tracer.processor.on_end(self)
+        tracer.on_end(self)
 
     def __repr__(self) -> str:
         return f"LeanSpan(name={self._name!r}, context={self._context!r})"
@@ -310,9 +310,13 @@ class LeanTracer(trace_api.Tracer):
     def __init__(self, provider: TracerProvider, name: str, version: str) -> None:
         # The provider's own multi-processor: every processor added to it, in order.
         self.processor: Any = provider._active_span_processor  # we own this provider
+        # Bound once: the multi-processor stays, processors added later join its tuple.
+        self.on_start = self.processor.on_start
         self.on_ending = getattr(self.processor, "_on_ending", None)  # newer SDKs only
+        self.on_end = self.processor.on_end
         self.sampler = provider.sampler
         self.ids = provider.id_generator
+        self.new_span_id = self.ids.generate_span_id
         self.resource = provider.resource
         self.scope = InstrumentationScope(name, version)
         limits: SpanLimits = provider._span_limits
@@ -357,14 +361,14 @@ class LeanTracer(trace_api.Tracer):
         span = LeanSpan(
             self,
             name,
-            _span_context(up.trace_id, self.ids.generate_span_id(), up.trace_flags, up.trace_state),
+            _span_context(up.trace_id, self.new_span_id(), up.trace_flags, up.trace_state),
             up,
             kind,
             attributes,
             (),
             start_time,
         )
-        self.processor.on_start(span, parent_context=None)
+        self.on_start(span, parent_context=None)
         return span
 
     def start_span(
@@ -442,7 +446,7 @@ class LeanTracer(trace_api.Tracer):
                 return trace_api.NonRecordingSpan(span_context)
             source = result.attributes  # the SDK records what the sampler returns
         span_context = _span_context(
-            trace_id, self.ids.generate_span_id(), flags, trace_state if trace_state is not None else _NO_STATE
+            trace_id, self.new_span_id(), flags, trace_state if trace_state is not None else _NO_STATE
         )
         cleaned: dict[str, Any]
         if trusted and type(attributes) is dict and (source is attributes or source == attributes):
@@ -468,7 +472,7 @@ class LeanTracer(trace_api.Tracer):
             span._dropped_attributes = len(cleaned) - self.max_attributes
             for key in list(cleaned)[: span._dropped_attributes]:
                 del cleaned[key]
-        self.processor.on_start(span, parent_context=context)
+        self.on_start(span, parent_context=context)
         return span
 
     @contextmanager

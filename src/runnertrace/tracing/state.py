@@ -114,7 +114,7 @@ class RunTracer:
             )
         # The lean tracer takes our (already valid) attributes as they are and
         # parents as spans; any other tracer gets the plain OTel API calls.
-        self.lean = isinstance(tracer, LeanTracer) and tracer.trusting
+        self.lean = type(tracer) is LeanTracer and tracer.trusting  # (no ABC isinstance)
         self.steps: list[tuple[tuple[str, Any], _Open]] = []
         self.messages: dict[str, _Open] = {}
         self.reasoning: dict[str, _Open] = {}
