@@ -15,9 +15,13 @@ untargeted "info" rows that explain them:
     batches are interleaved, alternating which goes first; the ratio is the
     median of the per-round ratios, with its interquartile range.
     Info rows: run mode again with the real ``local`` SQLite backend (export
-    on its background thread included), and the *floors* for (a): the untraced
-    run plus 9 bare ``start_span``/``end`` calls, of our lean tracer and of the
-    SDK's own tracer, i.e. the best a tracer of each kind could do here.
+    on its background thread included), and the *floors* for (a), measured the
+    same way: the untraced run plus nothing but a bare ``start_span``/``end``
+    per span, at the very events that open and close the spans (the run span
+    and 8 children, parents passed as a context), through the SDK's own tracer
+    and through our lean one. No tracer that records these spans live can be
+    cheaper than its floor; in stream mode the floor's calls are even made in
+    the consumer's loop, without the wrapping generator a tracer needs.
 (b) cost per span of ``RunTracer.handle`` fed a prebuilt event list (3 cycles of
     step / message / tool-call events, 10 spans with the run span) relative to
     the floor the issue names: a bare OTel SDK ``start_span(name).end()``, from
@@ -58,6 +62,7 @@ from runnertrace.core import events as ev
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.config import TraceConfig
 from runnertrace.core.models import AgentRequestText
+from runnertrace.core.observer import observing
 from runnertrace.core.session import Session
 from runnertrace.runners.native import Agent, NativeRunner, ScriptedLlm, calculator
 from runnertrace.tracing import get_tracing_setup
@@ -73,7 +78,7 @@ PROMPT = "What is 1234 * 5678, plus 17?"
 # other processes' load then barely moves the figures. Nothing here waits on I/O,
 # so on an idle machine the two agree.
 cpu_clock = time.process_time
-BUDGET_S = 6.0  # per measurement; with 7 of them the whole run stays well under 60 s
+BUDGET_S = 6.0  # per measurement (floors: half); the whole run stays around a minute
 MODEL_LATENCY_S = 0.005  # for the info row only: still far faster than any hosted model
 SPANS = 9  # per traced run of PROMPT: the run, 3 steps, 3 model messages, 2 tool calls
 
@@ -169,6 +174,7 @@ async def _paired(
     traced: Callable[[], Awaitable[None]],
     rounds: int,
     batch: int,
+    budget_s: float = BUDGET_S,
 ) -> tuple[float, float, list[float]]:
     """Interleaved rounds; returns (median base s, median traced s, per-round ratios)."""
     base_times: list[float] = []
@@ -177,7 +183,7 @@ async def _paired(
     for _ in range(3):  # warm up both paths (imports, caches, the tracing setup)
         await base()
         await traced()
-    for i in _rounds(rounds, BUDGET_S):
+    for i in _rounds(rounds, budget_s):
         if i % 2 == 0:
             b = await _timed_async(base, batch)
             t = await _timed_async(traced, batch)
@@ -191,6 +197,50 @@ async def _paired(
 
 
 # -- (a) traced vs untraced agent runs -----------------------------------------------------------
+_OPENS = {
+    "step_start": "step_index",
+    "message_start": "message_id",
+    "tool_call_start": "tool_call_id",
+}
+_CLOSES = {
+    "step_end": "step_index",
+    "message_end": "message_id",
+    "tool_call_result": "tool_call_id",
+}
+
+
+class _BareSpans:
+    """The floor of (a): one bare ``start_span``/``end`` per span, nothing else.
+
+    Used as the run-mode observer (or called per streamed event): a span opens at
+    each step, message and tool-call start and ends at the matching end, as a
+    child of the run span, which :meth:`run` opens and closes around the run.
+    """
+
+    def __init__(self, tracer: Any) -> None:
+        self.tracer = tracer
+        self.count = 0
+        self.open: dict[tuple[str, Any], Any] = {}
+        self.parent: Any = None
+
+    def begin(self) -> Any:
+        root = self.tracer.start_span("invoke_agent calc")
+        self.parent = trace_api.set_span_in_context(root)
+        return root
+
+    def __call__(self, event: Any) -> None:
+        kind = event.type
+        field = _OPENS.get(kind)
+        if field is not None:
+            key = (field, getattr(event, field))
+            self.open[key] = self.tracer.start_span(kind, context=self.parent)
+            self.count += 1
+            return
+        field = _CLOSES.get(kind)
+        if field is not None:
+            self.open.pop((field, getattr(event, field))).end()
+
+
 def _agent(runner: Any) -> CoreAgent:
     native = Agent(ScriptedLlm(), tools=[calculator], name="calc")
     return CoreAgent("calc", runner, native)
@@ -232,8 +282,59 @@ async def measure_runs(rounds: int, batch: int, figures: dict[str, float]) -> li
                 TARGET_RATIO_A,
             )
         )
+    rows.extend(await _measure_floors(plain, run_plain, stream_plain, requests, rounds, batch))
     rows.extend(await _measure_local(run_plain, requests, rounds, batch))
     rows.append(await _measure_with_latency(requests, rounds))
+    return rows
+
+
+async def _measure_floors(
+    plain: CoreAgent,
+    run_plain: Callable[[], Awaitable[None]],
+    stream_plain: Callable[[], Awaitable[None]],
+    requests: list[Any],
+    rounds: int,
+    batch: int,
+) -> list[Row]:
+    """Info: (a)'s floors, measured in place (see the module docstring)."""
+    setup = get_tracing_setup(DISCARD)
+    rows = []
+    for label, tracer in (
+        ("OTel SDK", setup.provider.get_tracer("floor")),
+        ("lean", setup.tracer),
+    ):
+        bare = _BareSpans(tracer)
+
+        async def run_bare(bare: _BareSpans = bare) -> None:
+            root = bare.begin()
+            with observing(bare):
+                await plain.runner.run(plain, Session("s"), requests)
+            root.end()
+
+        async def stream_bare(bare: _BareSpans = bare) -> None:
+            root = bare.begin()
+            async for event in plain.runner.stream(plain, Session("s"), requests):
+                bare(event)
+            root.end()
+
+        for mode, base, floor in (
+            ("run", run_plain, run_bare),
+            ("stream", stream_plain, stream_bare),
+        ):
+            bare.count = 0
+            await floor()
+            if bare.count + 1 != SPANS:
+                raise AssertionError(f"the floor made {bare.count + 1} spans, not {SPANS}")
+            b, t, ratios = await _paired(base, floor, rounds, batch, BUDGET_S / 2)
+            rows.append(
+                Row(
+                    f"(a) floor: untraced + {SPANS} bare {label} spans, {mode}",
+                    _median(ratios),
+                    "x",
+                    f"{b * 1e6:.0f} -> {t * 1e6:.0f} us/run (+{(t - b) * 1e6:.0f} us; "
+                    f"{_spread(ratios)})",
+                )
+            )
     return rows
 
 
@@ -528,24 +629,6 @@ def print_table(rows: list[Row]) -> None:
         print(f"{r.label.ljust(width)}  {value:>8}  {target:>8}  {r.verdict:7}  {r.detail}")
 
 
-def floor_rows(figures: dict[str, float]) -> list[Row]:
-    """What (a) could be at best: the untraced run plus SPANS bare spans, of each tracer."""
-    rows = []
-    for mode in ("run", "stream"):
-        base = figures[f"untraced_{mode}"]
-        for label, key in (("lean", "bare_span"), ("SDK", "sdk_bare_span")):
-            spans = SPANS * figures[key]
-            rows.append(
-                Row(
-                    f"(a) floor: untraced + {SPANS} bare {label} spans, {mode}",
-                    (base + spans) / base,
-                    "x",
-                    f"{spans * 1e6:.0f} us of bare start_span+end on a {base * 1e6:.0f} us run",
-                )
-            )
-    return rows
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     quick = "--quick" in args
@@ -557,7 +640,6 @@ def main(argv: list[str] | None = None) -> int:
     rows += measure_state_machine(
         rounds=4 if quick else 20, runs=20 if quick else 150, figures=figures
     )
-    rows[3:3] = floor_rows(figures)
     rows += measure_deltas(rounds=4 if quick else 20, count=500 if quick else 5000)
     print(f"runnertrace tracing overhead (python {sys.version.split()[0]})")
     print_table(rows)

@@ -321,3 +321,42 @@ def test_lean_tracer_is_only_used_for_plain_providers() -> None:
     custom = ParentBased(TraceIdRatioBased(0.5), local_parent_sampled=TraceIdRatioBased(0.5))
     tracer = lean_tracer_for(TracerProvider(sampler=custom), "t", "1")
     assert tracer is not None and not tracer.trusting  # children go through the sampler
+
+
+def test_fast_span_context_equals_the_api_constructor() -> None:
+    from opentelemetry.trace import TraceFlags, TraceState
+
+    from runnertrace.tracing.spans import _span_context
+
+    state = TraceState([("vendor", "value")])
+    for trace_id, span_id, flags in (
+        (1, 2, TraceFlags(TraceFlags.SAMPLED)),
+        ((1 << 128) - 1, (1 << 64) - 1, TraceFlags(TraceFlags.SAMPLED | 2)),
+        (0x5B8EFFF798038103D269B633813FC60C, 0xEEE19B7EC3C1B174, TraceFlags(0)),
+    ):
+        fast = _span_context(trace_id, span_id, flags, state)
+        real = trace_api.SpanContext(trace_id, span_id, False, flags, state)
+        assert type(fast) is trace_api.SpanContext
+        assert tuple(fast) == tuple(real)
+        assert (fast.trace_id, fast.span_id, fast.is_remote) == (trace_id, span_id, False)
+        assert fast.is_valid and fast.trace_flags == flags and fast.trace_state is state
+
+
+def test_lean_child_spans_carry_the_parent_trace_and_a_fresh_valid_id() -> None:
+    provider, exporter = _provider()
+    tracer = lean_tracer_for(provider, "t", "1")
+    assert tracer is not None
+    root = tracer.start_span("root")
+    assert isinstance(root, LeanSpan)
+    child = tracer.start_child("child", root, SpanKind.CLIENT, {"k": "v"}, 5)
+    child.end(9)
+    root.end()
+    exported = {s.name: s for s in exporter.get_finished_spans()}
+    assert exported["child"].parent == root.get_span_context()
+    context = exported["child"].context
+    assert context is not None and context.is_valid
+    assert context.trace_id == root.get_span_context().trace_id
+    assert context.span_id not in (0, root.get_span_context().span_id)
+    assert exported["child"].kind is SpanKind.CLIENT
+    assert (exported["child"].start_time, exported["child"].end_time) == (5, 9)
+    assert dict(exported["child"].attributes or {}) == {"k": "v"}

@@ -25,13 +25,11 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-from opentelemetry import context as otel_context
-from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
-
 from runnertrace._internal.errors import handle_internal_errors, report_internal_error
 from runnertrace.core.config import TraceConfig
 from runnertrace.core.observer import install_observer, uninstall_observer
 from runnertrace.tracing.content import ContentPolicy
+from runnertrace.tracing.otelctx import attach, detach
 from runnertrace.tracing.setup import TracingSetup, get_tracing_setup, setup_key
 from runnertrace.tracing.state import RunTracer
 
@@ -43,26 +41,6 @@ _active_run: contextvars.ContextVar[RunTracer | None] = contextvars.ContextVar(
 _setup_override: contextvars.ContextVar[TracingSetup | None] = contextvars.ContextVar(
     "runnertrace_setup_override", default=None
 )
-
-
-def _context_switches() -> tuple[Any, Any]:
-    """``attach``/``detach`` for the OTel current context, as cheap as they can be.
-
-    With the default runtime context (a ``ContextVar``), its own ``set``/``reset``
-    are used: a stream sets and resets the context around every event, and the
-    API's Python wrappers cost more than the rest of that switch. Our attach and
-    detach always happen in one step of one task, so the API's "Failed to
-    detach context" safety net is never needed there. Any other runtime context
-    (``OTEL_PYTHON_CONTEXT``) gets the API's functions.
-    """
-    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
-    var = getattr(runtime, "_current_context", None)
-    if isinstance(runtime, ContextVarsRuntimeContext) and isinstance(var, contextvars.ContextVar):
-        return var.set, var.reset
-    return otel_context.attach, otel_context.detach
-
-
-_attach, _detach = _context_switches()
 
 
 class TracingRunner:
@@ -148,7 +126,7 @@ class TracingRunner:
         if run is None:
             return await self.base.run(agent, session, requests)
         active = _active_run.set(run)
-        token = _attach(run.run.context())
+        token = attach(run.run.context())
         sink = install_observer(run.handle)
         try:
             reply = await self.base.run(agent, session, requests)
@@ -157,7 +135,7 @@ class TracingRunner:
             raise
         finally:
             uninstall_observer(sink)
-            _detach(token)
+            detach(token)
             _active_run.reset(active)
         self._end(run, reply=reply)
         return reply
@@ -182,14 +160,14 @@ class TracingRunner:
                 # Make our run current only while the base produces the next event;
                 # set and reset happen in this same step, whatever the consumer does.
                 active = set_run(run)
-                token = _attach(run_context)
+                token = attach(run_context)
                 try:
                     event = await next_event()
                 except StopAsyncIteration:
                     exhausted = True
                     break
                 finally:
-                    _detach(token)
+                    detach(token)
                     reset_run(active)
                 handle(event)
                 yield event

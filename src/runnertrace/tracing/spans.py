@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -58,6 +58,8 @@ from opentelemetry.trace import (
     TraceState,
 )
 from opentelemetry.util import types
+
+from runnertrace.tracing.otelctx import current_span
 
 __all__ = ["LeanSpan", "LeanTracer", "lean_tracer_for"]
 
@@ -103,9 +105,7 @@ def _context_factory() -> Any:
     flags, state = TraceFlags(1), _NO_STATE
 
     def fast(trace_id: int, span_id: int, flags: TraceFlags, state: TraceState) -> SpanContext:
-        return make(  # type: ignore[no-any-return]
-            SpanContext, (trace_id, span_id, False, flags, state, trace_id != 0 != span_id)
-        )
+        return make(SpanContext, (trace_id, span_id, False, flags, state, trace_id != 0 != span_id))
 
     def checked(trace_id: int, span_id: int, flags: TraceFlags, state: TraceState) -> SpanContext:
         return SpanContext(trace_id, span_id, False, flags, state)
@@ -311,7 +311,7 @@ class LeanTracer(trace_api.Tracer):
         # The provider's own multi-processor: every processor added to it, in order.
         self.processor: Any = provider._active_span_processor  # we own this provider
         # Bound once: the multi-processor stays, processors added later join its tuple.
-        self.on_start = self.processor.on_start
+        self.on_start: Callable[..., None] = self.processor.on_start
         self.on_ending = getattr(self.processor, "_on_ending", None)  # newer SDKs only
         self.on_end = self.processor.on_end
         self.sampler = provider.sampler
@@ -406,7 +406,7 @@ class LeanTracer(trace_api.Tracer):
         *,
         trusted: bool,
     ) -> trace_api.Span:
-        parent_span = trace_api.get_current_span(context)
+        parent_span = current_span(context)
         parent: SpanContext | None = parent_span.get_span_context()
         links = links or ()
         trace_state: TraceState | None
@@ -445,9 +445,9 @@ class LeanTracer(trace_api.Tracer):
                 )
                 return trace_api.NonRecordingSpan(span_context)
             source = result.attributes  # the SDK records what the sampler returns
-        span_context = _span_context(
-            trace_id, self.new_span_id(), flags, trace_state if trace_state is not None else _NO_STATE
-        )
+        if trace_state is None:
+            trace_state = _NO_STATE
+        span_context = _span_context(trace_id, self.new_span_id(), flags, trace_state)
         cleaned: dict[str, Any]
         if trusted and type(attributes) is dict and (source is attributes or source == attributes):
             cleaned = attributes

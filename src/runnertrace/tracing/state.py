@@ -357,13 +357,19 @@ class RunTracer:
         finish = getattr(event, "finish_reason", None)
         if finish:
             attrs[A.FINISH_REASONS] = (str(finish),)
-        for key, field in _USAGE_FIELDS:
+        tokens = getattr(event, "input_tokens", None)
+        if tokens is not None:
+            attrs[A.INPUT_TOKENS] = _number(tokens)
+            self.input_tokens += tokens or 0
+        tokens = getattr(event, "output_tokens", None)
+        if tokens is not None:
+            attrs[A.OUTPUT_TOKENS] = _number(tokens)
+            self.output_tokens += tokens or 0
+        for key, field in _DETAIL_USAGE_FIELDS:
             value = getattr(event, field, None)
             if value is not None:
                 attrs[key] = _number(value)
-        self.input_tokens += getattr(event, "input_tokens", None) or 0
-        self.output_tokens += getattr(event, "output_tokens", None) or 0
-        for key, field in ((A.RESPONSE_MODEL, "response_model"), (A.RESPONSE_ID, "response_id")):
+        for key, field in _RESPONSE_FIELDS:
             value = getattr(event, field, None)
             if value:
                 value = _text(value)
@@ -673,12 +679,11 @@ def _finish(reason: str | None) -> str:
     return "error" if reason == "error" else str(reason)
 
 
-_USAGE_FIELDS = (
-    (A.INPUT_TOKENS, "input_tokens"),
-    (A.OUTPUT_TOKENS, "output_tokens"),
+_DETAIL_USAGE_FIELDS = (  # beside input and output tokens, which are also summed per run
     (A.CACHE_READ_TOKENS, "cache_read_input_tokens"),
     (A.REASONING_TOKENS, "reasoning_output_tokens"),
 )
+_RESPONSE_FIELDS = ((A.RESPONSE_MODEL, "response_model"), (A.RESPONSE_ID, "response_id"))
 
 _HANDLERS: dict[Any, Callable[[RunTracer, Any], None]] = {
     "step_start": RunTracer._on_step_start,
