@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from opentelemetry.sdk.resources import Resource
@@ -17,10 +17,15 @@ from runnertrace._internal.errors import internal_log, report_internal_error
 if TYPE_CHECKING:
     from runnertrace.tracing.backend import Backend
 
-__all__ = ["BoundedBatchSpanProcessor", "MappedSpanExporter", "run_with_timeout"]
+__all__ = [
+    "BoundedBatchSpanProcessor",
+    "MappedSpanExporter",
+    "run_all_with_timeout",
+    "run_with_timeout",
+]
 
 
-def run_with_timeout(fn: object, timeout_s: float, what: str) -> bool:
+def run_with_timeout(fn: Callable[[], object], timeout_s: float, what: str) -> bool:
     """Call ``fn()`` in a daemon thread; give up after ``timeout_s``.
 
     Vendor exporters do not all honour their own timeouts (Logfire's flush was
@@ -28,24 +33,43 @@ def run_with_timeout(fn: object, timeout_s: float, what: str) -> bool:
     bounded here, independently of the exporter. Returns ``False`` on timeout,
     on a fault, or when ``fn`` itself returns ``False``.
     """
-    done = threading.Event()
-    outcome: list[bool] = []
+    return run_all_with_timeout([fn], timeout_s, what)
 
-    def target() -> None:
-        try:
-            outcome.append(fn() is not False)  # type: ignore[operator]
-        except Exception as exc:  # noqa: BLE001 - exporter fault, reported below
-            internal_log.warning(what, "runnertrace: %s failed: %r", what, exc)
-        finally:
-            done.set()
 
-    threading.Thread(target=target, name=f"runnertrace-{what}", daemon=True).start()
-    if not done.wait(timeout_s):
+def run_all_with_timeout(fns: Sequence[Callable[[], object]], timeout_s: float, what: str) -> bool:
+    """:func:`run_with_timeout` for several calls at once, under one deadline.
+
+    Each call gets its own daemon thread and they all start together, so one
+    hanging exporter cannot spend the time the others need: with one backend
+    down, a flush still delivers everything to the healthy ones.
+    """
+    deadline = time.monotonic() + timeout_s
+    runs: list[tuple[threading.Event, list[bool]]] = []
+    for fn in fns:
+        done = threading.Event()
+        outcome: list[bool] = []
+
+        def target(
+            fn: Callable[[], object] = fn,
+            done: threading.Event = done,
+            outcome: list[bool] = outcome,
+        ) -> None:
+            try:
+                outcome.append(fn() is not False)
+            except Exception as exc:  # noqa: BLE001 - exporter fault, reported here
+                internal_log.warning(what, "runnertrace: %s failed: %r", what, exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=target, name=f"runnertrace-{what}", daemon=True).start()
+        runs.append((done, outcome))
+    finished = [done.wait(max(0.0, deadline - time.monotonic())) for done, _ in runs]
+    if not all(finished):
         internal_log.warning(
             f"{what}-timeout", "runnertrace: %s did not finish within %.1fs", what, timeout_s
         )
         return False
-    return bool(outcome) and outcome[0]
+    return all(bool(outcome) and outcome[0] for _, outcome in runs)
 
 
 class MappedSpanExporter(SpanExporter):

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from runnertrace import __version__
 from runnertrace.core.config import TraceConfig
 from runnertrace.tracing.backend import Backend
-from runnertrace.tracing.export import run_with_timeout
+from runnertrace.tracing.export import run_all_with_timeout
 from runnertrace.tracing.spans import lean_tracer_for
 
 __all__ = ["TracingSetup", "build_backends", "get_tracing_setup", "reset_tracing_setups"]
@@ -62,24 +63,15 @@ class TracingSetup:
     def flush(self, timeout_s: float | None = None) -> bool:
         """Flush our processors; returns within ``timeout_s`` even if an exporter hangs."""
         timeout = self.flush_timeout_s if timeout_s is None else timeout_s
-        processors = list(self.processors)
-
-        def flush_all() -> bool:
-            results = [processor.force_flush(int(timeout * 1000)) for processor in processors]
-            return all(results)
-
-        return run_with_timeout(flush_all, timeout, "flush")
+        millis = int(timeout * 1000)
+        # All at once (one backend down must not use up the others' time).
+        calls = [functools.partial(p.force_flush, millis) for p in self.processors]
+        return run_all_with_timeout(calls, timeout, "flush")
 
     def shutdown(self, timeout_s: float | None = None) -> bool:
-        """Shut our processors down, bounded by ``timeout_s`` in total."""
+        """Shut our processors down, concurrently, bounded by ``timeout_s`` in total."""
         timeout = self.flush_timeout_s if timeout_s is None else timeout_s
-        processors = list(self.processors)
-
-        def shutdown_all() -> None:
-            for processor in processors:
-                processor.shutdown()
-
-        return run_with_timeout(shutdown_all, timeout, "shutdown")
+        return run_all_with_timeout([p.shutdown for p in self.processors], timeout, "shutdown")
 
 
 def build_backends(config: TraceConfig) -> list[Backend]:
