@@ -16,12 +16,16 @@ untargeted "info" rows that explain them:
     median of the per-round ratios, with its interquartile range.
     Info rows: run mode again with the real ``local`` SQLite backend (export
     on its background thread included), and the *floors* for (a), measured the
-    same way: the untraced run plus nothing but a bare ``start_span``/``end``
-    per span, at the very events that open and close the spans (the run span
-    and 8 children, parents passed as a context), through the SDK's own tracer
-    and through our lean one. No tracer that records these spans live can be
-    cheaper than its floor; in stream mode the floor's calls are even made in
-    the consumer's loop, without the wrapping generator a tracer needs.
+    same way. Each floor is the untraced run plus the least a live tracer must
+    do at the events that open and close its 9 spans (the run span and 8
+    children): first nothing but pairing each start with its end (no span at
+    all); then a bare span per pair, with no attributes and no state machine,
+    made three ways: by the lean tracer's unchecked child path (the cheapest
+    span this code base can make), by the OTel API ``start_span``/``end`` on
+    the lean tracer, and by the same on the OTel SDK's own tracer (the floor the
+    issue names for (b)). No tracer that records these spans live can be cheaper
+    than its floor. In stream mode the floors do their work in the consumer's
+    loop, without the wrapping generator a tracer needs.
 (b) cost per span of ``RunTracer.handle`` fed a prebuilt event list (3 cycles of
     step / message / tool-call events, 10 spans with the run span) relative to
     the floor the issue names: a bare OTel SDK ``start_span(name).end()``, from
@@ -56,6 +60,7 @@ from typing import Any
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanKind
 
 from runnertrace import TracingRunner
 from runnertrace.core import events as ev
@@ -209,18 +214,54 @@ _CLOSES = {
 }
 
 
-class _BareSpans:
-    """The floor of (a): one bare ``start_span``/``end`` per span, nothing else.
+class _Floor:
+    """A floor of (a): the least a live tracer must do per event, in one of three sizes.
 
-    Used as the run-mode observer (or called per streamed event): a span opens at
-    each step, message and tool-call start and ends at the matching end, as a
-    child of the run span, which :meth:`run` opens and closes around the run.
+    Used as the run-mode observer (or called per streamed event). It pairs each
+    step, message and tool-call start with its end, exactly as a tracer must;
+    what it opens per pair, and around the run, is up to the subclass.
     """
+
+    label = "nothing but paired events"
 
     def __init__(self, tracer: Any) -> None:
         self.tracer = tracer
         self.count = 0
         self.open: dict[tuple[str, Any], Any] = {}
+
+    def begin(self) -> Any:
+        """Open the run's span (here: nothing)."""
+        return _NO_SPAN
+
+    def child(self, name: str) -> Any:
+        return _NO_SPAN
+
+    def __call__(self, event: Any) -> None:
+        kind = event.type
+        field = _OPENS.get(kind)
+        if field is not None:
+            self.open[(field, getattr(event, field))] = self.child(kind)
+            self.count += 1
+            return
+        field = _CLOSES.get(kind)
+        if field is not None:
+            self.open.pop((field, getattr(event, field))).end()
+
+
+class _NoSpan:
+    def end(self) -> None:
+        return None
+
+
+_NO_SPAN = _NoSpan()
+
+
+class _BareSpans(_Floor):
+    """One bare OTel ``start_span``/``end`` per span (the floor the issue names)."""
+
+    def __init__(self, tracer: Any, label: str) -> None:
+        super().__init__(tracer)
+        self.label = label
         self.parent: Any = None
 
     def begin(self) -> Any:
@@ -228,17 +269,23 @@ class _BareSpans:
         self.parent = trace_api.set_span_in_context(root)
         return root
 
-    def __call__(self, event: Any) -> None:
-        kind = event.type
-        field = _OPENS.get(kind)
-        if field is not None:
-            key = (field, getattr(event, field))
-            self.open[key] = self.tracer.start_span(kind, context=self.parent)
-            self.count += 1
-            return
-        field = _CLOSES.get(kind)
-        if field is not None:
-            self.open.pop((field, getattr(event, field))).end()
+    def child(self, name: str) -> Any:
+        return self.tracer.start_span(name, context=self.parent)
+
+
+class _LeanChildren(_Floor):
+    """The cheapest spans this code base can make: the lean tracer's unchecked child path."""
+
+    label = "bare lean unchecked-child spans"
+
+    def begin(self) -> Any:
+        self.root = self.tracer.start_trusted(
+            "invoke_agent calc", None, SpanKind.INTERNAL, {}, time.time_ns()
+        )
+        return self.root
+
+    def child(self, name: str) -> Any:
+        return self.tracer.start_child(name, self.root, SpanKind.INTERNAL, {}, time.time_ns())
 
 
 def _agent(runner: Any) -> CoreAgent:
@@ -299,19 +346,20 @@ async def _measure_floors(
     """Info: (a)'s floors, measured in place (see the module docstring)."""
     setup = get_tracing_setup(DISCARD)
     rows = []
-    for label, tracer in (
-        ("OTel SDK", setup.provider.get_tracer("floor")),
-        ("lean", setup.tracer),
+    for bare in (
+        _Floor(None),
+        _LeanChildren(setup.tracer),
+        _BareSpans(setup.tracer, "bare lean API spans"),
+        _BareSpans(setup.provider.get_tracer("floor"), "bare OTel SDK spans"),
     ):
-        bare = _BareSpans(tracer)
 
-        async def run_bare(bare: _BareSpans = bare) -> None:
+        async def run_bare(bare: _Floor = bare) -> None:
             root = bare.begin()
             with observing(bare):
                 await plain.runner.run(plain, Session("s"), requests)
             root.end()
 
-        async def stream_bare(bare: _BareSpans = bare) -> None:
+        async def stream_bare(bare: _Floor = bare) -> None:
             root = bare.begin()
             async for event in plain.runner.stream(plain, Session("s"), requests):
                 bare(event)
@@ -328,7 +376,7 @@ async def _measure_floors(
             b, t, ratios = await _paired(base, floor, rounds, batch, BUDGET_S / 2)
             rows.append(
                 Row(
-                    f"(a) floor: untraced + {SPANS} bare {label} spans, {mode}",
+                    f"(a) floor, {mode}: {bare.label}",
                     _median(ratios),
                     "x",
                     f"{b * 1e6:.0f} -> {t * 1e6:.0f} us/run (+{(t - b) * 1e6:.0f} us; "
