@@ -21,7 +21,7 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,7 +75,11 @@ _COLUMNS = (
     "status_code, status_description, input_tokens, output_tokens, attributes, events, "
     "resource, scope"
 )
-_INSERT = f"INSERT OR REPLACE INTO spans ({_COLUMNS}) VALUES ({', '.join('?' * 17)})"
+_INSERT_HEAD = f"INSERT OR REPLACE INTO spans ({_COLUMNS}) VALUES "
+_ROW_WIDTH = 17  # the columns above, one value each in span_row()
+_ROW_PARAMS = f"({', '.join('?' * _ROW_WIDTH)})"
+# SQLite's default bound-variable limit before 3.32 (newer ones report their own).
+_OLD_VARIABLE_LIMIT = 999
 _SELECT = f"SELECT {_COLUMNS} FROM spans"
 
 _HEX_PREFIX = re.compile(r"[0-9a-f]{1,32}")
@@ -236,6 +240,26 @@ def span_row(span: ReadableSpan) -> tuple[object, ...]:
     )
 
 
+def _insert_statements(
+    conn: sqlite3.Connection, rows: Sequence[tuple[object, ...]]
+) -> Iterator[tuple[str, list[object]]]:
+    """Multi-row INSERTs for ``rows``: as few statements as the variable limit allows.
+
+    Why not ``executemany``: the sqlite3 module releases the GIL around every
+    row's step, and while the host keeps the CPU busy, each release can cost
+    the export thread a whole GIL switch interval (5 ms) to get the GIL back.
+    One statement per row means a wait per span; this way a batch waits a few
+    times.
+    """
+    getlimit = getattr(conn, "getlimit", None)  # Python 3.11+
+    limit = getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) if getlimit else _OLD_VARIABLE_LIMIT
+    per_statement = max(1, limit // _ROW_WIDTH)
+    for start in range(0, len(rows), per_statement):
+        chunk = rows[start : start + per_statement]
+        params = [value for row in chunk for value in row]
+        yield _INSERT_HEAD + ", ".join([_ROW_PARAMS] * len(chunk)), params
+
+
 def _stored(row: Sequence[Any]) -> StoredSpan:
     return StoredSpan(
         trace_id=row[0],
@@ -368,7 +392,8 @@ class SpanStore:
             conn = self._connection(create=True)
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.executemany(_INSERT, rows)
+                for sql, params in _insert_statements(conn, rows):
+                    conn.execute(sql, params)
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
