@@ -72,3 +72,8 @@ def redact_planted(text: str) -> str:
     return text.replace("sk-test-0123456789abcdefXYZ", "[KEY]").replace(
         "alice@example.com", "[EMAIL]"
     )
+
+
+def redact_to_none(text: str) -> None:
+    """A broken redaction hook: returns nothing instead of the redacted text."""
+    return None

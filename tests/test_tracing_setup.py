@@ -174,6 +174,28 @@ async def test_redaction_hook_scrubs_every_attribute(
     assert EMAIL not in text
 
 
+async def test_a_redactor_that_returns_no_text_fails_closed(
+    captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nothing unredacted (and no invalid value) is exported; the run goes on; one clear log."""
+    planted = [AgentRequestText(prompt=f"my key is {SECRET}; what is 2 * 3?")]
+    agent = CoreAgent("math", NativeRunner(), Agent(ScriptedLlm(), tools=[calculator], name="m"))
+    runner = traced(NativeRunner(), capture_content=True, redact="tests.backends.redact_to_none")
+    untraced = await NativeRunner().run(agent, Session("s"), planted)
+    caplog.set_level(logging.WARNING, logger="runnertrace")
+    with tolerate_internal_errors():
+        reply = await runner.run(agent, Session("s"), planted)
+        streamed = [event.type async for event in runner.stream(agent, Session("s"), planted)]
+    assert reply.text == untraced.text
+    assert streamed[-1] == "step_end"
+    assert captured_spans.spans == []
+    faults = [r for r in caplog.records if "must return the redacted text" in r.getMessage()]
+    assert len(faults) == 1
+    assert "tests.backends.redact_to_none returned NoneType" in faults[0].getMessage()
+    with pytest.raises(TypeError, match=r"trace\.redact: .* returned NoneType"):
+        await runner.run(agent, Session("s"), planted)  # under pytest, it raises
+
+
 def test_bad_redact_path_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match=r"trace\.redact"):
         traced(NativeRunner(), redact="tests.backends.no_such_function")

@@ -63,7 +63,29 @@ def load_redactor(path: str | None) -> Redactor | None:
         raise ConfigError(f"trace.redact: cannot load {path!r}: {exc}") from exc
     if not callable(fn):
         raise ConfigError(f"trace.redact: {path!r} is not callable; expected (str) -> str")
-    return fn
+    return _returning_text(fn, path)
+
+
+def _returning_text(fn: Callable[[str], Any], path: str) -> Redactor:
+    """``fn``, refusing any result but a ``str``.
+
+    A redactor that returns ``None`` (meaning "drop it"?) or bytes would put a
+    value on the span that exporters reject, losing a whole batch. Failing
+    closed is the safe answer for a privacy hook: the fault is logged once (it
+    raises under pytest), and the span it was for is not recorded, so nothing
+    unredacted is exported either.
+    """
+
+    def redact(text: str) -> str:
+        result = fn(text)
+        if not isinstance(result, str):
+            raise TypeError(
+                f"trace.redact: {path} returned {type(result).__name__}; "
+                "a redactor must return the redacted text as a str"
+            )
+        return result
+
+    return redact
 
 
 @dataclass(frozen=True)
