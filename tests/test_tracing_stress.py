@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import threading
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.backends import MEMORY
 from tests.tracing_helpers import (
     ForeignAgent,
     ForeignRunner,
@@ -21,7 +24,9 @@ from tests.tracing_helpers import (
 
 from runnertrace import traced
 from runnertrace.core import events as ev
+from runnertrace.core.config import TraceConfig
 from runnertrace.testing import CapturedSpans, capture_spans
+from runnertrace.tracing.setup import get_tracing_setup
 
 N_EVENTS = len(scripted_events())
 
@@ -132,46 +137,83 @@ async def test_a_thousand_concurrent_runs_never_cross_link(
     mode: str, captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    runner = traced(ForeignRunner(pause=0.0))
-
-    class Sleepy(ForeignRunner):
-        async def stream(self, agent: Any, session: Any, requests: Any) -> Any:
-            for event in scripted_events(prefix=session.id):
-                await asyncio.sleep(0)  # interleave every run with every other
-                yield event
-
-        async def run(self, agent: Any, session: Any, requests: Any) -> Any:
-            from runnertrace.core.observer import claim_observer
-
-            with claim_observer() as report:
-                for event in scripted_events(prefix=session.id):
-                    await asyncio.sleep(0)
-                    report(event)
-            return self.reply
-
-    runner = traced(Sleepy())
-
-    async def one(i: int) -> None:
-        session = ForeignSession(id=f"s{i}")
-        if mode == "run":
-            await runner.run(ForeignAgent(), session, [])
-        else:
-            async for _ in runner.stream(ForeignAgent(), session, []):
-                pass
-
-    await asyncio.gather(*(one(i) for i in range(1000)))
-    by_trace: dict[int, list[Any]] = defaultdict(list)
-    for span in captured_spans.spans:
-        by_trace[span.context.trace_id].append(span)
-    assert len(by_trace) == 1000
-    for spans in by_trace.values():
-        assert len(spans) == 7
-        assert len({(s.attributes or {})["session.id"] for s in spans}) == 1
-        ids = {s.context.span_id for s in spans}
-        roots = [s for s in spans if s.parent is None]
-        assert len(roots) == 1
-        assert all(s.parent.span_id in ids for s in spans if s.parent is not None)
+    runner = traced(_Interleaving())
+    await asyncio.gather(*(_one(runner, mode, f"s{i}") for i in range(1000)))
+    _assert_separate_traces(captured_spans.spans, 1000)
     no_detach_failures(caplog)
+
+
+class _Interleaving(ForeignRunner):
+    """Yields to the loop before every event, so concurrent runs interleave fully."""
+
+    async def stream(self, agent: Any, session: Any, requests: Any) -> Any:
+        for event in scripted_events(prefix=session.id):
+            await asyncio.sleep(0)
+            yield event
+
+    async def run(self, agent: Any, session: Any, requests: Any) -> Any:
+        from runnertrace.core.observer import claim_observer
+
+        with claim_observer() as report:
+            for event in scripted_events(prefix=session.id):
+                await asyncio.sleep(0)
+                report(event)
+        return self.reply
+
+
+async def _one(runner: Any, mode: str, session_id: str) -> None:
+    session = ForeignSession(id=session_id)
+    if mode == "run":
+        await runner.run(ForeignAgent(), session, [])
+    else:
+        async for _ in runner.stream(ForeignAgent(), session, []):
+            pass
+
+
+def _assert_separate_traces(spans: Sequence[Any], runs: int) -> None:
+    """``runs`` traces of 7 spans, each with one root, one session and no foreign parent."""
+    by_trace: dict[int, list[Any]] = defaultdict(list)
+    for span in spans:
+        by_trace[span.context.trace_id].append(span)
+    assert len(by_trace) == runs
+    for trace in by_trace.values():
+        assert len(trace) == 7
+        assert len({(s.attributes or {})["session.id"] for s in trace}) == 1
+        ids = {s.context.span_id for s in trace}
+        roots = [s for s in trace if s.parent is None]
+        assert len(roots) == 1
+        assert all(s.parent.span_id in ids for s in trace if s.parent is not None)
+
+
+def test_runs_on_many_threads_each_with_its_own_loop_never_cross_link() -> None:
+    """One runner and one pipeline shared by 4 threads, each running 50 runs on its own loop."""
+    config = TraceConfig(type="tests.backends.MemoryBackend")
+    MEMORY.clear()
+    runner = traced(_Interleaving(), config)
+    failures: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def worker(thread: int) -> None:
+        async def runs() -> None:
+            await asyncio.gather(
+                *(_one(runner, ("run", "stream")[i % 2], f"t{thread}-{i}") for i in range(50))
+            )
+
+        start.wait()
+        try:
+            asyncio.run(runs())
+        except BaseException as exc:  # reported by the assertion below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert get_tracing_setup(config).flush()
+    _assert_separate_traces(MEMORY.get_finished_spans(), 200)
+    MEMORY.clear()
 
 
 EVENT_IDS = st.sampled_from(["a", "b", "c"])
