@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace as trace_api
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ConcurrentMultiSpanProcessor, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
@@ -285,6 +285,44 @@ def test_processors_see_every_lean_span_start_and_end() -> None:
     assert sorted(tracker.endings) == sorted(s.name for s in exporter.get_finished_spans())
 
 
+def test_a_processor_added_later_still_gets_its_ending_hook() -> None:
+    """The "no processor has _on_ending" shortcut is per processor tuple, not for good."""
+    provider, exporter = _provider()
+    tracer = lean_tracer_for(provider, "t", "1")
+    assert tracer is not None
+    tracer.start_span("before").end()  # no _on_ending anywhere: the shortcut is taken
+    assert tracer.without_ending is not None
+    tracker = _EndingTracker()
+    provider.add_span_processor(tracker)
+    root = tracer.start_span("root")
+    assert isinstance(root, LeanSpan)
+    tracer.start_child("child", root, SpanKind.INTERNAL, {}, 1).end()
+    root.end()
+    assert tracker.endings == ["child", "root"]
+    assert tracker.open == {}
+    assert [s.name for s in exporter.get_finished_spans()] == ["before", "child", "root"]
+
+
+def test_span_ids_from_the_default_generator_are_valid_and_distinct(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    provider = TracerProvider()  # the SDK's RandomIdGenerator
+    tracer = lean_tracer_for(provider, "t", "1")
+    assert tracer is not None
+    root = tracer.start_span("root")
+    assert isinstance(root, LeanSpan)
+    ids = {
+        tracer.start_child("c", root, SpanKind.INTERNAL, {}, 1).get_span_context().span_id
+        for _ in range(2000)
+    }
+    assert len(ids) == 2000 and 0 not in ids
+    # A draw of 0 (an invalid id) falls back to the generator, which redraws.
+    monkeypatch.setattr(tracer, "quick_span_id", lambda bits: 0)
+    monkeypatch.setattr(tracer, "new_span_id", lambda: 42)
+    child = tracer.start_child("c", root, SpanKind.INTERNAL, {}, 1)
+    assert child.get_span_context().span_id == 42 and child.get_span_context().is_valid
+
+
 def test_unsampled_run_records_nothing_and_propagates_the_decision() -> None:
     sampler = ParentBased(TraceIdRatioBased(0.0))
     seen: list[Any] = []
@@ -318,6 +356,8 @@ def test_lean_tracer_is_only_used_for_plain_providers() -> None:
     assert lean_tracer_for(TracerProvider(), "t", "1") is not None
     assert lean_tracer_for(CustomProvider(), "t", "1") is None
     assert lean_tracer_for(trace_api.NoOpTracerProvider(), "t", "1") is None
+    concurrent = TracerProvider(active_span_processor=ConcurrentMultiSpanProcessor())
+    assert lean_tracer_for(concurrent, "t", "1") is None
     custom = ParentBased(TraceIdRatioBased(0.5), local_parent_sampled=TraceIdRatioBased(0.5))
     tracer = lean_tracer_for(TracerProvider(sampler=custom), "t", "1")
     assert tracer is not None and not tracer.trusting  # children go through the sampler

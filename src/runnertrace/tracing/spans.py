@@ -36,6 +36,7 @@ performs single dict operations, which are atomic in CPython.
 from __future__ import annotations
 
 import logging
+import random
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -45,7 +46,16 @@ from typing import Any
 from opentelemetry import trace as trace_api
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, TracerProvider
+from opentelemetry.sdk.trace import (
+    Event,
+    ReadableSpan,
+    SpanLimits,
+    SpanProcessor,
+    SynchronousMultiSpanProcessor,
+    TracerProvider,
+)
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
@@ -296,9 +306,11 @@ class LeanSpan(trace_api.Span, ReadableSpan):
             return
         self._end_time = end_time if end_time is not None else time.time_ns()
         tracer = self._tracer
-        if tracer.on_ending is not None:
-            tracer.on_ending(self)
-        tracer.on_end(self)
+        processors = tracer.processor._span_processors
+        if tracer.on_ending is not None and processors is not tracer.without_ending:
+            tracer.ending(self, processors)
+        for processor in processors:
+            processor.on_end(self)
 
     def __repr__(self) -> str:
         return f"LeanSpan(name={self._name!r}, context={self._context!r})"
@@ -310,13 +322,18 @@ class LeanTracer(trace_api.Tracer):
     def __init__(self, provider: TracerProvider, name: str, version: str) -> None:
         # The provider's own multi-processor: every processor added to it, in order.
         self.processor: Any = provider._active_span_processor  # we own this provider
-        # Bound once: the multi-processor stays, processors added later join its tuple.
-        self.on_start: Callable[..., None] = self.processor.on_start
+        # Processors are called from its tuple directly (added ones join a new tuple).
         self.on_ending = getattr(self.processor, "_on_ending", None)  # newer SDKs only
-        self.on_end = self.processor.on_end
+        # The last processor tuple found to have no _on_ending hook of its own.
+        self.without_ending: tuple[SpanProcessor, ...] | None = None
         self.sampler = provider.sampler
         self.ids = provider.id_generator
         self.new_span_id = self.ids.generate_span_id
+        # The SDK's default generator draws from ``random.getrandbits``; a draw of 0
+        # (invalid) falls back to the generator itself, which redraws.
+        self.quick_span_id: Callable[[int], int] = (
+            random.getrandbits if type(self.ids) is RandomIdGenerator else _no_quick_id
+        )
         self.resource = provider.resource
         self.scope = InstrumentationScope(name, version)
         limits: SpanLimits = provider._span_limits
@@ -341,6 +358,14 @@ class LeanTracer(trace_api.Tracer):
         # Our own attributes may skip cleaning unless a value-length limit applies.
         self.trusting = self.inherit and self.max_value_length is None
 
+    def ending(self, span: LeanSpan, processors: tuple[SpanProcessor, ...]) -> None:
+        """Call the processors' ``_on_ending`` hooks, unless none of them has one."""
+        if all(getattr(type(p), "_on_ending", None) in _NO_ENDINGS for p in processors):
+            self.without_ending = processors
+            return
+        assert self.on_ending is not None
+        self.on_ending(span)
+
     def start_child(
         self,
         name: str,
@@ -358,17 +383,19 @@ class LeanTracer(trace_api.Tracer):
         sampled span of this tracer, and ``attributes`` fits the count limit.
         """
         up: Any = parent._context
+        span_id = self.quick_span_id(64) or self.new_span_id()
         span = LeanSpan(
             self,
             name,
-            _span_context(up.trace_id, self.new_span_id(), up.trace_flags, up.trace_state),
+            _span_context(up.trace_id, span_id, up.trace_flags, up.trace_state),
             up,
             kind,
             attributes,
             (),
             start_time,
         )
-        self.on_start(span, parent_context=None)
+        for processor in self.processor._span_processors:
+            processor.on_start(span, parent_context=None)
         return span
 
     def start_span(
@@ -472,7 +499,8 @@ class LeanTracer(trace_api.Tracer):
             span._dropped_attributes = len(cleaned) - self.max_attributes
             for key in list(cleaned)[: span._dropped_attributes]:
                 del cleaned[key]
-        self.on_start(span, parent_context=context)
+        for processor in self.processor._span_processors:
+            processor.on_start(span, parent_context=context)
         return span
 
     @contextmanager
@@ -498,6 +526,23 @@ class LeanTracer(trace_api.Tracer):
             yield current
 
 
+def _no_quick_id(bits: int) -> int:
+    """No shortcut for a custom id generator: 0 sends ``start_child`` to the generator."""
+    return 0
+
+
+# The SDK's own no-op ``_on_ending`` hooks: a processor with one of these needs no call.
+_NO_ENDINGS = frozenset(
+    hook
+    for hook in (
+        getattr(SpanProcessor, "_on_ending", None),
+        getattr(SimpleSpanProcessor, "_on_ending", None),
+        getattr(BatchSpanProcessor, "_on_ending", None),
+    )
+    if hook is not None
+)
+
+
 def _limit(value: int | None) -> int:
     return value if value is not None else 1 << 62
 
@@ -511,4 +556,6 @@ def lean_tracer_for(provider: object, name: str, version: str) -> LeanTracer | N
     needed = ("_active_span_processor", "_span_limits", "sampler", "id_generator")
     if not all(hasattr(provider, attr) for attr in needed):
         return None  # an SDK whose internals moved: fall back to its own tracer
+    if type(provider._active_span_processor) is not SynchronousMultiSpanProcessor:
+        return None  # e.g. a concurrent one: its own way of calling processors stands
     return LeanTracer(provider, name, version)
