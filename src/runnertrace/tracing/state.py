@@ -251,12 +251,6 @@ class RunTracer:
 
     def _on_step_end(self, event: Any) -> None:
         key = (event.step_name, getattr(event, "step_index", None))
-        steps = self.steps
-        if steps and steps[-1][0] == key:  # the usual case: the innermost step ends
-            step = steps.pop()[1]
-            self._close_children(step)
-            self._close(step, incomplete=False)
-            return
         for pos in range(len(self.steps) - 1, -1, -1):
             if self.steps[pos][0] == key:
                 break
