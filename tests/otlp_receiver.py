@@ -192,7 +192,7 @@ def _handler(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
             return None
 
         def do_POST(self) -> None:
-            with receiver._lock:
+            with receiver._lock:  # noqa: SLF001 - the receiver's own state, shared with its handler
                 receiver.attempts += 1
             mode = receiver.mode
             length = int(self.headers.get("Content-Length") or 0)
@@ -200,7 +200,7 @@ def _handler(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
             if mode == "down":
                 self.close_connection = True
                 return  # no response at all: the client sees the connection drop
-            if mode == "hang" and receiver._release.wait(receiver.hang_s):
+            if mode == "hang" and receiver._release.wait(receiver.hang_s):  # noqa: SLF001 - ditto
                 self.close_connection = True
                 return  # the receiver is stopping: drop the held request
             if mode == "500":

@@ -73,6 +73,12 @@ class TraceConfig(_Section):
     flush_timeout_s: float = Field(5.0, gt=0)
     service_name: str | None = None
     user_id: str | None = None
+    semconv_version: Literal[1, 2] = 2
+    """The span vocabulary, as Pydantic AI's ``InstrumentationSettings.version``:
+    ``2`` (default) carries each fact once, in its GenAI semconv key, and backends
+    add vendor spellings to their exported copy; ``1`` also puts those spellings
+    (``session.id``, ``gen_ai.system``, ``openinference.span.kind``, ``tool.name``,
+    ``input.value``/``output.value``...) on the span itself, as runnertrace 0.1 did."""
     local: LocalConfig = Field(default_factory=LocalConfig)
     otlp: OtlpConfig = Field(default_factory=OtlpConfig)
     langfuse: LangfuseConfig = Field(default_factory=LangfuseConfig)

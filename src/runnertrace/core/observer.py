@@ -22,13 +22,50 @@ from contextlib import contextmanager
 from runnertrace.core.context import reset_var
 from runnertrace.core.events import StreamEvent
 
-__all__ = ["EventSink", "claim_observer", "install_observer", "observing", "uninstall_observer"]
+__all__ = [
+    "EventSink",
+    "claim_observer",
+    "enter_traced_run",
+    "exit_traced_run",
+    "in_traced_run",
+    "install_observer",
+    "observing",
+    "uninstall_observer",
+]
 
 EventSink = Callable[[StreamEvent], None]
 
 _sink: contextvars.ContextVar[EventSink | None] = contextvars.ContextVar(
     "runnertrace_event_sink", default=None
 )
+
+
+_traced: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "runnertrace_traced_run", default=False
+)
+
+
+def enter_traced_run() -> contextvars.Token[bool]:
+    """Mark the code called from here on as running inside a traced run.
+
+    The tracing layer sets it around the base runner (in both modes); undo with
+    :func:`exit_traced_run` in the same context.
+    """
+    return _traced.set(True)
+
+
+def exit_traced_run(token: contextvars.Token[bool]) -> None:
+    reset_var(_traced, token)
+
+
+def in_traced_run() -> bool:
+    """Whether a ``TracingRunner`` is tracing the current run.
+
+    Runners ask this to decide whether to silence a framework's own
+    instrumentation (which would otherwise count each model call twice); it is
+    a core fact, so no runner needs to inspect OTel spans to find out.
+    """
+    return _traced.get()
 
 
 def _discard(event: StreamEvent) -> None:

@@ -358,8 +358,8 @@ class RunMetricsProcessor(SpanProcessor):
         parent: tuple[int, int] | None,
         attributes: Mapping[str, object] | None,
     ) -> None:
-        """Record ``key``'s session: its own ``session.id``, else its parent's (caller locks)."""
-        session = (attributes or {}).get(attr.SESSION_ID)
+        """Record ``key``'s session: its own, else its parent's (caller locks)."""
+        session = attr.session_of(attributes or {})
         if not isinstance(session, str) or not session:
             session = self._span_sessions.get(parent) if parent else None
             session = session or self._sessions.get(key[0])
@@ -407,7 +407,7 @@ class RunMetricsProcessor(SpanProcessor):
         attributes = span.attributes or {}
         key = (context.trace_id, context.span_id)
         with self._lock:
-            if attributes.get(attr.SESSION_ID):
+            if attr.session_of(attributes):
                 self._track_session(key, None, attributes)
             root = self._owner.pop(key, None)
             stats = self._runs.get(root) if root is not None else None
@@ -636,7 +636,7 @@ class CloudWatchBackend(Backend):
         attributes = span.attributes or {}
         extra: dict[str, AttributeValue] = {}
         if not attributes.get(attr.SESSION_ID):
-            session = attributes.get(attr.CONVERSATION_ID) or self.run_metrics.session_for(span)
+            session = attr.session_of(attributes) or self.run_metrics.session_for(span)
             if isinstance(session, str) and session:
                 extra[attr.SESSION_ID] = session
         limit = self.settings.max_content_length

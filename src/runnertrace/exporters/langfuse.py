@@ -99,11 +99,12 @@ class LangfuseBackend(OtlpHttpBackend):
     def map_attributes(self, span: ReadableSpan) -> Mapping[str, AttributeValue] | None:
         attrs = span.attributes or {}
         kind = attrs.get(A.SPAN_TYPE)
-        out: dict[str, AttributeValue] = {}
+        # Langfuse reads input.value/output.value before the gen_ai.* content keys.
+        out: dict[str, AttributeValue] = A.vendor_mirrors(attrs, kind)
         observation = OBSERVATION_TYPES.get(str(kind))
         if observation:
             out["langfuse.observation.type"] = observation
-        session = attrs.get(A.SESSION_ID) or attrs.get(A.CONVERSATION_ID)
+        session = A.session_of(attrs)
         if session:
             out["langfuse.session.id"] = session
         user = attrs.get(A.USER_ID)

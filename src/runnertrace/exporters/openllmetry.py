@@ -74,7 +74,7 @@ _KINDS: dict[str, tuple[str, bool]] = {
 
 # Where each span type keeps what Traceloop shows as the entity's input / output.
 _ENTITY_IO: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "run": ((A.INPUT_VALUE, A.INPUT_MESSAGES), (A.OUTPUT_VALUE, A.OUTPUT_MESSAGES)),
+    "run": ((A.INPUT_MESSAGES,), (A.OUTPUT_MESSAGES,)),
     "tool": ((A.TOOL_ARGUMENTS,), (A.TOOL_RESULT,)),
     "reasoning": ((), (A.OUTPUT_MESSAGES,)),
 }
@@ -249,7 +249,7 @@ class OpenLLMetryBackend(OtlpHttpBackend):
         out: dict[str, AttributeValue] = {}
         if lineage is not None and lineage.workflow:
             out["traceloop.workflow.name"] = lineage.workflow
-        for ours, key in ((A.SESSION_ID, "session_id"), (A.USER_ID, "user_id")):
+        for ours, key in ((A.CONVERSATION_ID, "session_id"), (A.USER_ID, "user_id")):
             value = attrs.get(ours)
             if value:
                 out[f"traceloop.association.properties.{key}"] = value
@@ -271,5 +271,6 @@ class OpenLLMetryBackend(OtlpHttpBackend):
         for role, keys in (("input", inputs_keys), ("output", output_keys)):
             value = next((attrs[k] for k in keys if k in attrs), None)
             if value is not None:
-                out[f"traceloop.entity.{role}"] = value
+                # a run's prompt and reply as plain text, as Traceloop's own entities show them
+                out[f"traceloop.entity.{role}"] = A.message_text(value) if kind == "run" else value
         return out

@@ -31,12 +31,15 @@ from urllib.parse import urlsplit
 import requests
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.util.re import parse_env_headers
+from opentelemetry.util.types import AttributeValue
 from pydantic import SecretStr
 
 from runnertrace._internal.errors import internal_log
 from runnertrace.core.config import ConfigError
+from runnertrace.tracing import attributes as A
 from runnertrace.tracing.backend import Backend, Check
 
 __all__ = [
@@ -370,7 +373,13 @@ class OtlpHttpBackend(Backend):
 
 
 class OtlpBackend(OtlpHttpBackend):
-    """Any OTLP/HTTP receiver (a collector, Phoenix, Jaeger, ...); spans go unmapped."""
+    """Any OTLP/HTTP receiver (a collector, Phoenix, Jaeger, ...).
+
+    Spans keep their GenAI semconv keys; unless ``trace.otlp.vendor_keys`` is
+    off, the exported copy also gets the cross-vendor spellings that OpenInference
+    readers such as Phoenix need (``openinference.span.kind`` for chain spans,
+    ``input.value``/``output.value``, ``session.id``).
+    """
 
     name = "otlp"
     scoped = False
@@ -407,6 +416,12 @@ class OtlpBackend(OtlpHttpBackend):
 
     def headers(self) -> dict[str, str]:
         return dict(self.trace_config.otlp.headers)
+
+    def map_attributes(self, span: ReadableSpan) -> Mapping[str, AttributeValue] | None:
+        if not self.trace_config.otlp.vendor_keys:
+            return None
+        attrs = span.attributes or {}
+        return A.vendor_mirrors(attrs, attrs.get(A.SPAN_TYPE)) or None
 
     def probe_headers(self) -> dict[str, str]:
         raw = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or os.environ.get(

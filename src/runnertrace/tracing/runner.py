@@ -25,11 +25,17 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
+from opentelemetry.context import attach, detach
+
 from runnertrace._internal.errors import handle_internal_errors, report_internal_error
 from runnertrace.core.config import TraceConfig
-from runnertrace.core.observer import install_observer, uninstall_observer
+from runnertrace.core.observer import (
+    enter_traced_run,
+    exit_traced_run,
+    install_observer,
+    uninstall_observer,
+)
 from runnertrace.tracing.content import ContentPolicy
-from runnertrace.tracing.otelctx import attach, detach
 from runnertrace.tracing.setup import TracingSetup, get_tracing_setup, setup_key
 from runnertrace.tracing.state import RunTracer
 
@@ -64,6 +70,7 @@ class TracingRunner:
         self.settings = config
         self.policy = ContentPolicy.from_config(config)
         self._deltas_as_events = config.deltas == "events"
+        self._legacy_keys = config.semconv_version == 1
         self._lambda = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
         self._setup_key = setup_key(config)
         self._framework = str(getattr(base, "framework", None) or type(base).__name__)
@@ -106,6 +113,7 @@ class TracingRunner:
                 user_id=self.settings.user_id,
                 mode=mode,
                 deltas_as_events=self._deltas_as_events,
+                legacy_keys=self._legacy_keys,
                 parent=parent,
                 requests=requests,
                 instructions=_instructions(agent) if policy.capture else None,
@@ -126,6 +134,7 @@ class TracingRunner:
         if run is None:
             return await self.base.run(agent, session, requests)
         active = _active_run.set(run)
+        marked = enter_traced_run()
         token = attach(run.run.context())
         sink = install_observer(run.handle)
         try:
@@ -136,6 +145,7 @@ class TracingRunner:
         finally:
             uninstall_observer(sink)
             detach(token)
+            exit_traced_run(marked)
             _active_run.reset(active)
         self._end(run, reply=reply)
         return reply
@@ -160,6 +170,7 @@ class TracingRunner:
                 # Make our run current only while the base produces the next event;
                 # set and reset happen in this same step, whatever the consumer does.
                 active = set_run(run)
+                marked = enter_traced_run()
                 token = attach(run_context)
                 try:
                     event = await next_event()
@@ -168,6 +179,7 @@ class TracingRunner:
                     break
                 finally:
                     detach(token)
+                    exit_traced_run(marked)
                     reset_run(active)
                 handle(event)
                 yield event

@@ -26,7 +26,6 @@ from runnertrace import __version__
 from runnertrace.core.config import TraceConfig
 from runnertrace.tracing.backend import Backend
 from runnertrace.tracing.export import run_all_with_timeout
-from runnertrace.tracing.spans import lean_tracer_for
 
 __all__ = ["TracingSetup", "build_backends", "get_tracing_setup", "reset_tracing_setups"]
 
@@ -49,16 +48,7 @@ class TracingSetup:
     disabled: bool = False
 
     def __post_init__(self) -> None:
-        # A provider we built gets the lean tracer (same spans, a fraction of the
-        # cost); an application's provider keeps the SDK's own tracer.
-        lean = (
-            lean_tracer_for(self.provider, INSTRUMENTATION_NAME, __version__)
-            if self.owns_provider
-            else None
-        )
-        self.tracer: trace_api.Tracer = lean or self.provider.get_tracer(
-            INSTRUMENTATION_NAME, __version__
-        )
+        self.tracer: trace_api.Tracer = self.provider.get_tracer(INSTRUMENTATION_NAME, __version__)
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Flush our processors; returns within ``timeout_s`` even if an exporter hangs."""
@@ -117,6 +107,7 @@ _PIPELINE_EXCLUDES = {
     "deltas",
     "redact",
     "user_id",
+    "semconv_version",
 }
 
 

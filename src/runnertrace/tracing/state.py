@@ -29,7 +29,6 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from runnertrace._internal.errors import internal_log, report_internal_error
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.content import ContentPolicy, request_parts
-from runnertrace.tracing.spans import LeanSpan, LeanTracer
 
 __all__ = ["RunTracer"]
 
@@ -95,6 +94,7 @@ class RunTracer:
         mode: str,
         deltas_as_events: bool,
         parent: Context | None,
+        legacy_keys: bool = False,
         requests: Any = None,
         instructions: str | None = None,
     ) -> None:
@@ -103,18 +103,16 @@ class RunTracer:
         self.capture = policy.capture
         self.redactor = policy.redactor
         self.deltas_as_events = deltas_as_events
+        self.legacy = legacy_keys  # trace.semconv_version 1: vendor spellings on the span too
         self.mode = mode
         if self.redactor is None:
-            self.common, self.templates, largest = _templates(
+            self.common, self.templates = _templates(
                 agent_name, framework, session_id, user_id, mode
             )
         else:  # a redactor may see (and change) every value: nothing shared
-            self.common, self.templates, largest = _templates.__wrapped__(
+            self.common, self.templates = _templates.__wrapped__(
                 agent_name, framework, session_id, user_id, mode, self.redactor
             )
-        # The lean tracer takes our (already valid) attributes as they are and
-        # parents as spans; any other tracer gets the plain OTel API calls.
-        self.lean = type(tracer) is LeanTracer and tracer.trusting  # (no ABC isinstance)
         self.steps: list[tuple[tuple[str, Any], _Open]] = []
         self.messages: dict[str, _Open] = {}
         self.reasoning: dict[str, _Open] = {}
@@ -124,38 +122,26 @@ class RunTracer:
         if self.capture and requests is not None:
             parts = request_parts(requests)
             messages = [{"role": "user", "parts": parts}]
-            attrs[A.INPUT_MESSAGES] = policy.text(messages)
-            attrs[A.INPUT_VALUE] = policy.text(
-                "\n".join(p["content"] for p in parts if p["type"] == "text")
-            )
+            attrs[A.INPUT_MESSAGES] = policy.messages(messages)
             if instructions:
-                attrs[A.SYSTEM_INSTRUCTIONS] = policy.text(
+                attrs[A.SYSTEM_INSTRUCTIONS] = policy.parts(
                     [{"type": "text", "content": instructions}]
                 )
         if self.capture:  # the content keys; the template's values are redacted already
             attrs = self._clean(attrs)
-        name = f"invoke_agent {agent_name}"
-        if self.lean:
-            run_span = tracer.start_trusted(  # type: ignore[attr-defined]
-                name, parent, _INTERNAL, attrs, now
-            )
-        else:
-            run_span = tracer.start_span(
-                name, context=parent, kind=_INTERNAL, attributes=attrs, start_time=now
-            )
+        if self.legacy:
+            attrs.update(A.vendor_mirrors(attrs, "run"))
+        run_span = tracer.start_span(
+            f"invoke_agent {agent_name}",
+            context=parent,
+            kind=_INTERNAL,
+            attributes=attrs,
+            start_time=now,
+        )
         self.run = _Open(run_span, "run", now)
         # An unsampled run records nothing below its run span (whose context still
         # propagates the decision to nested runs and foreign spans).
         self.recording = self.accepting = run_span.is_recording()  # accepting: until the end
-        # Children take the lean tracer's unchecked path when what it assumes holds
-        # for the whole run (see LeanTracer.start_child): a sampled lean run span,
-        # and room for every start attribute under the count limit.
-        self.fast = (
-            self.lean
-            and type(run_span) is LeanSpan
-            and run_span._context.trace_flags.sampled  # type: ignore[union-attr]
-            and largest <= tracer.max_attributes  # type: ignore[attr-defined]
-        )
 
     # -- helpers ------------------------------------------------------------------------
     def _clean(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -164,10 +150,11 @@ class RunTracer:
             return attrs
         return {k: redact(v) if isinstance(v, str) else v for k, v in attrs.items()}
 
-    def _set(self, span: Span, key: str, value: Any) -> None:
+    def _set(self, item: _Open, key: str, value: Any) -> None:
+        """Set one attribute we made from content (so it passes the redactor)."""
         if self.redactor is not None and isinstance(value, str):
             value = self.redactor(value)
-        span.set_attribute(key, value)
+        self._put(item, {key: value})
 
     def _anomaly(self, what: str) -> None:
         self.anomalies += 1
@@ -196,24 +183,19 @@ class RunTracer:
         now = time.time_ns()
         if self.redactor is not None:
             attrs = self._clean(attrs)
-        if self.fast:
-            span: Span = self.tracer.start_child(  # type: ignore[attr-defined]
-                name, parent.span, span_kind, attrs, now
-            )
-        else:
-            span = self.tracer.start_span(
-                name, context=parent.context(), kind=span_kind, attributes=attrs, start_time=now
-            )
+        if self.legacy:
+            attrs.update(A.vendor_mirrors(attrs, kind))
+        span = self.tracer.start_span(
+            name, context=parent.context(), kind=span_kind, attributes=attrs, start_time=now
+        )
         return _Open(span, kind, now)
 
-    def _put(self, span: Span, attrs: dict[str, Any]) -> None:
+    def _put(self, item: _Open, attrs: dict[str, Any]) -> None:
         """Set several of our own (valid, already redacted) attributes at once."""
-        if not attrs:
-            return
-        if self.lean and type(span) is LeanSpan:
-            span.set_trusted(attrs)
-        else:
-            span.set_attributes(attrs)
+        if attrs:
+            if self.legacy:
+                attrs.update(A.vendor_mirrors(attrs, item.kind))
+            item.span.set_attributes(attrs)
 
     def nesting_context(self) -> Context:
         """Parent for a run nested in this one: the newest open tool, else step, else run."""
@@ -299,7 +281,7 @@ class RunTracer:
         if provider:
             if type(provider) is not str:
                 provider = str(provider)
-            attrs[A.PROVIDER] = attrs[A.SYSTEM] = provider
+            attrs[A.PROVIDER] = provider
         owner = self.steps[-1][1] if self.steps else None
         item = self._start(
             f"chat {model}" if model else "chat", "message", owner or self.run, attrs, _CLIENT
@@ -338,7 +320,6 @@ class RunTracer:
         if item.first_ns:
             ttfc = (item.first_ns - item.start_ns) / 1e9
             attrs[A.TTFC] = ttfc
-            attrs[A.TTFC_LOGFIRE] = ttfc
         return attrs
 
     def _on_message_end(self, event: Any) -> None:
@@ -368,7 +349,7 @@ class RunTracer:
             if value:
                 value = _text(value)
                 attrs[key] = self.redactor(value) if self.redactor else value
-        self._put(span, attrs)
+        self._put(item, attrs)
         if item.parts is not None:
             parts: list[dict[str, Any]] = []
             text = "".join(item.parts)
@@ -376,7 +357,7 @@ class RunTracer:
                 parts.append({"type": "text", "content": text})
             parts.extend(item.calls or ())
             message = {"role": "assistant", "parts": parts, "finish_reason": _finish(finish)}
-            self._set(span, A.OUTPUT_MESSAGES, self.policy.text([message]))
+            self._set(item, A.OUTPUT_MESSAGES, self.policy.messages([message]))
         span.end()
 
     # -- reasoning --------------------------------------------------------------------
@@ -405,13 +386,13 @@ class RunTracer:
         if item is None:
             self._anomaly(f"reasoning_end for unknown block {event.message_id!r}")
             return
-        self._put(item.span, self._delta_attributes(item))
+        self._put(item, self._delta_attributes(item))
         if item.parts is not None:
             message = {
                 "role": "assistant",
                 "parts": [{"type": "reasoning", "content": "".join(item.parts)}],
             }
-            self._set(item.span, A.OUTPUT_MESSAGES, self.policy.text([message]))
+            self._set(item, A.OUTPUT_MESSAGES, self.policy.messages([message]))
         item.span.end()
 
     # -- tool calls -------------------------------------------------------------------
@@ -424,7 +405,7 @@ class RunTracer:
         if type(name) is not str:
             name = str(name)
         attrs = self.templates["tool"].copy()
-        attrs[A.TOOL_NAME] = attrs[A.LEGACY_TOOL_NAME] = name
+        attrs[A.TOOL_NAME] = name
         attrs[A.TOOL_CALL_ID] = cid if type(cid) is str else str(cid)
         owner = self.steps[-1][1] if self.steps else None
         item = self._start(f"execute_tool {name}", "tool", owner or self.run, attrs)
@@ -449,13 +430,12 @@ class RunTracer:
         if item is None:
             self._anomaly(f"tool_call_end for unknown call {event.tool_call_id!r}")
             return
-        self._put(item.span, {A.DELTA_COUNT: item.deltas})
+        self._put(item, {A.DELTA_COUNT: item.deltas})
         if item.parts is None:
             return
         arguments = "".join(item.parts)
         text = self.policy.truncate(arguments)
-        self._set(item.span, A.TOOL_ARGUMENTS, text)
-        self._set(item.span, A.INPUT_VALUE, text)
+        self._set(item, A.TOOL_ARGUMENTS, text)
         asking = self.messages.get(item.parent_id or "")
         if asking is not None and asking.parts is not None:
             try:
@@ -481,8 +461,7 @@ class RunTracer:
         span = item.span
         if self.capture:
             text = self.policy.text(event.content)
-            self._set(span, A.TOOL_RESULT, text)
-            self._set(span, A.OUTPUT_VALUE, text)
+            self._set(item, A.TOOL_RESULT, text)
         if getattr(event, "is_error", False):
             span.set_attribute(A.ERROR_TYPE, "tool_error")
             span.set_status(Status(StatusCode.ERROR, "tool returned an error"))
@@ -501,7 +480,7 @@ class RunTracer:
         if not span.is_recording():
             return
         if item.kind in ("message", "reasoning"):
-            self._put(span, self._delta_attributes(item))
+            self._put(item, self._delta_attributes(item))
         if incomplete:
             span.set_attribute(A.INCOMPLETE, True)
         if cancelled:
@@ -543,9 +522,9 @@ class RunTracer:
                 kind = getattr(reply, "type", None)
                 if kind:
                     attrs[A.REPLY_TYPE] = str(kind)
-            self._put(span, attrs)
+            self._put(self.run, attrs)
             if reply is not None and self.capture:
-                self._record_reply(span, reply)
+                self._record_reply(reply)
             if error is not None:
                 self._record_exception(span, error)
                 span.set_status(Status(StatusCode.ERROR, self._message(error)))
@@ -581,15 +560,13 @@ class RunTracer:
         }
         span.add_event("exception", self._clean(attrs))
 
-    def _record_reply(self, span: Span, reply: Any) -> None:
-        text = self.policy.text(str(reply))
+    def _record_reply(self, reply: Any) -> None:
         message = {
             "role": "assistant",
-            "parts": [{"type": "text", "content": text}],
+            "parts": [{"type": "text", "content": str(reply)}],
             "finish_reason": "stop",
         }
-        self._set(span, A.OUTPUT_MESSAGES, self.policy.text([message]))
-        self._set(span, A.OUTPUT_VALUE, text)
+        self._set(self.run, A.OUTPUT_MESSAGES, self.policy.messages([message]))
 
 
 @functools.lru_cache(maxsize=256)
@@ -600,17 +577,17 @@ def _templates(
     user_id: str | None,
     mode: str,
     redactor: Callable[[str], str] | None = None,
-) -> tuple[dict[str, Any], dict[str, dict[str, Any]], int]:
-    """The attributes every span of a run shares, per-kind start templates, and
-    the most attributes any span starts with (a template plus its own keys).
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The attributes every span of a run shares, and per-kind start templates.
 
     Cached: runs of one agent in one session share them (they are only ever
     copied, never changed). A span's start attributes are then one dict copy
-    plus its own few keys.
+    plus its own few keys. Each fact appears once, in its GenAI semconv key;
+    vendor spellings (``session.id``, ``openinference.span.kind``, ...) are
+    added by each backend's mapping on its exported copy.
     """
     common: dict[str, Any] = {A.AGENT_NAME: agent_name}
     if session_id:
-        common[A.SESSION_ID] = session_id
         common[A.CONVERSATION_ID] = session_id
     if user_id:
         common[A.USER_ID] = user_id
@@ -622,16 +599,14 @@ def _templates(
             A.SPAN_TYPE: "run",
             A.OPERATION: "invoke_agent",
             A.AGENT_ID: common[A.AGENT_NAME],
-            A.OPENINFERENCE_KIND: "AGENT",
             A.FRAMEWORK: framework,
             A.MODE: mode,
         },
-        "step": {**common, A.SPAN_TYPE: "step", A.OPENINFERENCE_KIND: "CHAIN"},
+        "step": {**common, A.SPAN_TYPE: "step"},
         "message": {
             **common,
             A.SPAN_TYPE: "message",
             A.OPERATION: "chat",
-            A.OPENINFERENCE_KIND: "LLM",
             A.REQUEST_STREAM: mode == "stream",
         },
         "reasoning": {**common, A.SPAN_TYPE: "reasoning"},
@@ -640,14 +615,9 @@ def _templates(
             A.SPAN_TYPE: "tool",
             A.OPERATION: "execute_tool",
             A.TOOL_TYPE: "function",
-            A.OPENINFERENCE_KIND: "TOOL",
         },
     }
-    return common, templates, max(map(len, templates.values())) + _OWN_START_KEYS
-
-
-# Keys a handler adds to its template at a span's start (at most: a tool call's three).
-_OWN_START_KEYS = 3
+    return common, templates
 
 
 def _text(value: Any) -> str:
@@ -679,17 +649,21 @@ _DETAIL_USAGE_FIELDS = (  # beside input and output tokens, which are also summe
 )
 _RESPONSE_FIELDS = ((A.RESPONSE_MODEL, "response_model"), (A.RESPONSE_ID, "response_id"))
 
+# Each event type is handled by the method named after it (``step_start`` -> ``_on_step_start``).
 _HANDLERS: dict[Any, Callable[[RunTracer, Any], None]] = {
-    "step_start": RunTracer._on_step_start,
-    "step_end": RunTracer._on_step_end,
-    "message_start": RunTracer._on_message_start,
-    "text_delta": RunTracer._on_text_delta,
-    "message_end": RunTracer._on_message_end,
-    "reasoning_start": RunTracer._on_reasoning_start,
-    "reasoning_delta": RunTracer._on_reasoning_delta,
-    "reasoning_end": RunTracer._on_reasoning_end,
-    "tool_call_start": RunTracer._on_tool_call_start,
-    "tool_call_args": RunTracer._on_tool_call_args,
-    "tool_call_end": RunTracer._on_tool_call_end,
-    "tool_call_result": RunTracer._on_tool_call_result,
+    kind: getattr(RunTracer, f"_on_{kind}")
+    for kind in (
+        "step_start",
+        "step_end",
+        "message_start",
+        "text_delta",
+        "message_end",
+        "reasoning_start",
+        "reasoning_delta",
+        "reasoning_end",
+        "tool_call_start",
+        "tool_call_args",
+        "tool_call_end",
+        "tool_call_result",
+    )
 }
