@@ -376,3 +376,58 @@ async def test_default_vocabulary_states_each_fact_once(captured_spans: Captured
     assert captured_spans.spans
     for span in captured_spans.spans:
         assert not VENDOR_KEYS & set(span.attributes or {}), span.name
+
+
+class _KernelEvent:
+    """An event as Agent Kernel 0.9.5 spells it: ``content``/``name`` fields, no pydantic."""
+
+    def __init__(self, type: str, **fields: Any) -> None:
+        self.type = type
+        self.__dict__.update(fields)
+
+
+class _KernelRunner:
+    """A duck-typed runner declaring its framework by ``name``, streaming kernel-shaped events."""
+
+    name = "agent-kernel"
+
+    async def run(self, agent: Any, session: Any, requests: Any) -> str:
+        return "done"
+
+    async def stream(self, agent: Any, session: Any, requests: Any) -> Any:
+        kernel = _KernelEvent
+        for event in (
+            kernel("step_start", name="plan"),
+            kernel("message_start", message_id="m1", model="k-1"),
+            kernel("text_delta", message_id="m1", content="Hello "),
+            kernel("text_delta", message_id="m1", content="there"),
+            kernel("message_end", message_id="m1"),
+            kernel("tool_call_start", tool_call_id="c1", name="lookup"),
+            kernel("tool_call_args", tool_call_id="c1", content='{"q": 1}'),
+            kernel("tool_call_end", tool_call_id="c1"),
+            kernel("tool_call_result", tool_call_id="c1", content="42"),
+            kernel("step_end", name="plan"),
+        ):
+            yield event
+
+
+async def test_foreign_events_with_agent_kernel_spellings(captured_spans: CapturedSpans) -> None:
+    events = await drain(
+        traced(_KernelRunner(), capture_content=True), ForeignAgent(), ForeignSession()
+    )
+    assert len(events) == 10
+    assert captured_spans.tree() == [
+        (
+            "invoke_agent foreign",
+            [("agent_step plan", [("chat k-1", []), ("execute_tool lookup", [])])],
+        )
+    ]
+    root = dict(captured_spans.by_name("invoke_agent foreign")[0].attributes or {})
+    assert root["runnertrace.framework"] == "agent-kernel"
+    assert "runnertrace.stream.anomalies" not in root
+    chat = dict(captured_spans.by_name("chat k-1")[0].attributes or {})
+    assert chat["runnertrace.delta.chars"] == len("Hello there")
+    assert "Hello there" in chat["gen_ai.output.messages"]
+    tool = dict(captured_spans.by_name("execute_tool lookup")[0].attributes or {})
+    assert tool["gen_ai.tool.call.arguments"] == '{"q": 1}'
+    assert tool["gen_ai.tool.call.result"] == "42"

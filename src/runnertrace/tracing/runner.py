@@ -73,7 +73,7 @@ class TracingRunner:
         self._legacy_keys = config.semconv_version == 1
         self._lambda = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
         self._setup_key = setup_key(config)
-        self._framework = str(getattr(base, "framework", None) or type(base).__name__)
+        self._framework = _framework_name(base)
 
     def __repr__(self) -> str:
         return f"TracingRunner({self.base!r})"
@@ -196,6 +196,15 @@ class TracingRunner:
         finally:
             if not exhausted:
                 await _close(events)
+
+
+def _framework_name(base: Any) -> str:
+    """The framework a runner declares (``framework``, else ``name``), else its class name."""
+    for attr in ("framework", "name"):
+        value = getattr(base, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(base).__name__
 
 
 def _instructions(agent: Any) -> str | None:

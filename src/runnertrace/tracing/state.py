@@ -221,7 +221,7 @@ class RunTracer:
 
     # -- steps --------------------------------------------------------------------------
     def _on_step_start(self, event: Any) -> None:
-        name = event.step_name
+        name = _field(event, "step_name", "name")
         index = getattr(event, "step_index", None)
         attrs = self.templates["step"].copy()
         attrs[A.STEP_NAME] = name if type(name) is str else str(name)
@@ -232,7 +232,7 @@ class RunTracer:
         steps.append(((name, index), self._start(f"agent_step {name}", "step", parent, attrs)))
 
     def _on_step_end(self, event: Any) -> None:
-        key = (event.step_name, getattr(event, "step_index", None))
+        key = (_field(event, "step_name", "name"), getattr(event, "step_index", None))
         for pos in range(len(self.steps) - 1, -1, -1):
             if self.steps[pos][0] == key:
                 break
@@ -296,7 +296,7 @@ class RunTracer:
         if item is None:
             self._anomaly(f"text_delta for unknown message {event.message_id!r}")
             return
-        self._delta(item, event.delta)
+        self._delta(item, _field(event, "delta", "content"))
 
     def _delta(self, item: _Open, delta: str) -> None:
         item.deltas += 1
@@ -379,7 +379,7 @@ class RunTracer:
         if item is None:
             self._anomaly(f"reasoning_delta for unknown block {event.message_id!r}")
             return
-        self._delta(item, event.delta)
+        self._delta(item, _field(event, "delta", "content"))
 
     def _on_reasoning_end(self, event: Any) -> None:
         item = self.reasoning.pop(event.message_id, None)
@@ -401,7 +401,7 @@ class RunTracer:
         if cid in self.tools:
             self._anomaly(f"duplicate tool_call_start {cid!r}")
             self._close(self.tools.pop(cid), incomplete=True)
-        name = event.tool_name
+        name = _field(event, "tool_name", "name")
         if type(name) is not str:
             name = str(name)
         attrs = self.templates["tool"].copy()
@@ -423,7 +423,7 @@ class RunTracer:
             return
         item.deltas += 1
         if item.parts is not None:
-            item.parts.append(event.delta)
+            item.parts.append(_field(event, "delta", "content"))
 
     def _on_tool_call_end(self, event: Any) -> None:
         item = self.tools.get(event.tool_call_id)
@@ -618,6 +618,20 @@ def _templates(
         },
     }
     return common, templates
+
+
+def _field(event: Any, name: str, alias: str) -> Any:
+    """``event.<name>``, else ``event.<alias>``: the spelling some foreign runners use.
+
+    Agent Kernel's events, for one, carry ``TextDelta.content``, ``ToolCallStart.name``
+    and ``StepStart.name``; the AG-UI-style names are ours. Both are accepted on the
+    duck-typed path; a missing field raises, which ``handle`` reports.
+    """
+    value = getattr(event, name, _MISSING)
+    return getattr(event, alias) if value is _MISSING else value
+
+
+_MISSING = object()
 
 
 def _text(value: Any) -> str:
