@@ -39,6 +39,7 @@ TOOL_RESULT = "gen_ai.tool.call.result"
 INPUT_MESSAGES = "gen_ai.input.messages"
 OUTPUT_MESSAGES = "gen_ai.output.messages"
 SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
+TOOL_DEFINITIONS = "gen_ai.tool.definitions"
 ERROR_TYPE = "error.type"
 
 # vendor spellings, added at export by backend mappings (see vendor_mirrors)
@@ -60,6 +61,8 @@ DELTA_CHARS = "runnertrace.delta.chars"
 CANCELLED = "runnertrace.cancelled"
 INCOMPLETE = "runnertrace.incomplete"
 MALFORMED = "runnertrace.stream.anomalies"
+HANDOFF_SOURCE = "runnertrace.handoff.source"
+HANDOFF_TARGET = "runnertrace.handoff.target"
 SPAN_TYPE = "runnertrace.span.type"
 """One of ``run``, ``step``, ``message``, ``reasoning``, ``tool``: what the span stands for."""
 

@@ -136,7 +136,7 @@ class TracingRunner:
         active = _active_run.set(run)
         marked = enter_traced_run()
         token = attach(run.run.context())
-        sink = install_observer(run.handle)
+        sink = install_observer(run)
         try:
             reply = await self.base.run(agent, session, requests)
         except BaseException as exc:
@@ -165,6 +165,10 @@ class TracingRunner:
         exhausted = False
         next_event, handle, run_context = events.__anext__, run.handle, run.run.context()
         set_run, reset_run = _active_run.set, _active_run.reset
+        # The observer is offered in the first step only: a runner of ours takes it
+        # there (core.observer.stream_observer) and reports each event itself, as it
+        # makes it; a foreign runner does not, and we read its events as they pass.
+        sink: Any = install_observer(run)
         try:
             while True:
                 # Make our run current only while the base produces the next event;
@@ -181,7 +185,11 @@ class TracingRunner:
                     detach(token)
                     exit_traced_run(marked)
                     reset_run(active)
-                handle(event)
+                    if sink is not None:
+                        uninstall_observer(sink)
+                        sink = None
+                if not run.claimed:
+                    handle(event)
                 yield event
         except GeneratorExit:
             # The consumer stopped early (aclose, break, or the loop finalising an

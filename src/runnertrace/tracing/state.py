@@ -23,10 +23,12 @@ from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import trace as trace_api
-from opentelemetry.context import Context
+from opentelemetry.context import Context, attach, detach
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from runnertrace._internal.errors import internal_log, report_internal_error
+from runnertrace.core.events import EventError
+from runnertrace.core.observer import NULL_OBSERVER, ToolBoundary
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.content import ContentPolicy, request_parts
 
@@ -80,7 +82,10 @@ class RunTracer:
     input_tokens = 0
     output_tokens = 0
     finished = False
+    claimed = False  # the runner reports its stream's events itself (stream_observer)
     model: str | None = None
+    agent: str | None = None  # the agent now running, after a handoff (None: the run's)
+    last_text: str | None = None  # the newest message's text (content capture only)
 
     def __init__(
         self,
@@ -181,6 +186,8 @@ class RunTracer:
     ) -> _Open:
         """Open a child span; ``attrs`` is a copy of ``self.templates[kind]`` plus its keys."""
         now = time.time_ns()
+        if self.agent is not None:
+            attrs[A.AGENT_NAME] = self.agent
         if self.redactor is not None:
             attrs = self._clean(attrs)
         if self.legacy:
@@ -219,14 +226,38 @@ class RunTracer:
         except Exception as exc:  # noqa: BLE001 - telemetry boundary
             report_internal_error("span state machine", exc)
 
+    __call__ = handle  # the core Observer protocol: a runner reports events by calling us
+
+    def claim(self) -> None:
+        self.claimed = True
+
+    def scope(self, kind: str, key: str) -> Any:
+        """While a tool or model call runs, its span is the OTel current span.
+
+        A tool scope also hides this run from the tool's body (see
+        :class:`~runnertrace.core.observer.ToolBoundary`). A key we do not know
+        (an unsampled run, a call never announced) gives a scope that only hides.
+        """
+        item = (self.tools if kind == "tool" else self.messages).get(key)
+        if item is None:
+            return ToolBoundary() if kind == "tool" else NULL_OBSERVER.scope("model", key)
+        return _Scope(item.context(), kind == "tool")
+
     # -- steps --------------------------------------------------------------------------
     def _on_step_start(self, event: Any) -> None:
         name = _field(event, "step_name", "name")
         index = getattr(event, "step_index", None)
+        agent = getattr(event, "agent_name", None)
+        if agent:
+            self.agent = agent if type(agent) is str else str(agent)
         attrs = self.templates["step"].copy()
         attrs[A.STEP_NAME] = name if type(name) is str else str(name)
         if index is not None:
             attrs[A.STEP_INDEX] = _number(index)
+        source = getattr(event, "handoff_from", None)
+        if source:
+            attrs[A.HANDOFF_SOURCE] = str(source)
+            attrs[A.HANDOFF_TARGET] = self.agent or self.common[A.AGENT_NAME]
         steps = self.steps
         parent = steps[-1][1] if steps else self.run
         steps.append(((name, index), self._start(f"agent_step {name}", "step", parent, attrs)))
@@ -282,6 +313,22 @@ class RunTracer:
             if type(provider) is not str:
                 provider = str(provider)
             attrs[A.PROVIDER] = provider
+        parameters = getattr(event, "request_parameters", None)
+        if parameters:
+            for key, value in parameters.items():
+                attrs[f"gen_ai.request.{key}"] = _attribute(value)
+        definitions = getattr(event, "tool_definitions", None)
+        if definitions:
+            attrs[A.TOOL_DEFINITIONS] = self._tool_definitions(definitions)
+        if self.capture:
+            messages = getattr(event, "input_messages", None)
+            if messages:
+                attrs[A.INPUT_MESSAGES] = self.policy.messages(messages)
+            instructions = getattr(event, "system_instructions", None)
+            if instructions:
+                attrs[A.SYSTEM_INSTRUCTIONS] = self.policy.parts(
+                    [{"type": "text", "content": instructions}]
+                )
         owner = self.steps[-1][1] if self.steps else None
         item = self._start(
             f"chat {model}" if model else "chat", "message", owner or self.run, attrs, _CLIENT
@@ -290,6 +337,18 @@ class RunTracer:
         if self.capture:
             item.parts = []
         self.messages[mid] = item
+
+    def _tool_definitions(self, definitions: Any) -> str:
+        """Tool names and types always (not content); descriptions and schemas only
+        under content capture."""
+        if self.capture:
+            return json.dumps(definitions, default=str, ensure_ascii=False)
+        names = [
+            {"type": d.get("type", "function"), "name": d.get("name")}
+            for d in definitions
+            if isinstance(d, dict)
+        ]
+        return json.dumps(names, ensure_ascii=False)
 
     def _on_text_delta(self, event: Any) -> None:
         item = self.messages.get(event.message_id)
@@ -349,12 +408,18 @@ class RunTracer:
             if value:
                 value = _text(value)
                 attrs[key] = self.redactor(value) if self.redactor else value
+        error = getattr(event, "error", None)
+        if error is not None:
+            attrs[A.ERROR_TYPE] = _error_name(error)
         self._put(item, attrs)
+        if error is not None:
+            self._fail(span, error)
         if item.parts is not None:
             parts: list[dict[str, Any]] = []
             text = "".join(item.parts)
             if text:
                 parts.append({"type": "text", "content": text})
+                self.last_text = text
             parts.extend(item.calls or ())
             message = {"role": "assistant", "parts": parts, "finish_reason": _finish(finish)}
             self._set(item, A.OUTPUT_MESSAGES, self.policy.messages([message]))
@@ -462,9 +527,10 @@ class RunTracer:
         if self.capture:
             text = self.policy.text(event.content)
             self._set(item, A.TOOL_RESULT, text)
-        if getattr(event, "is_error", False):
-            span.set_attribute(A.ERROR_TYPE, "tool_error")
-            span.set_status(Status(StatusCode.ERROR, "tool returned an error"))
+        error = getattr(event, "error", None)
+        if error is not None or getattr(event, "is_error", False):
+            span.set_attribute(A.ERROR_TYPE, _error_name(error) if error is not None else "_OTHER")
+            self._fail(span, error or EventError(type="_OTHER", message=str(event.content)))
         span.end()
 
     # -- closing -------------------------------------------------------------------------
@@ -490,9 +556,20 @@ class RunTracer:
             span.set_status(Status(StatusCode.ERROR, self._message(error)))
         span.end()
 
-    def _message(self, error: BaseException) -> str:
-        text = f"{type(error).__name__}: {error}"
+    def _message(self, error: BaseException | EventError) -> str:
+        if isinstance(error, EventError):
+            text = f"{error.type}: {error.message}" if error.message else error.type
+        else:
+            text = f"{type(error).__name__}: {error}"
         return self.redactor(text) if self.redactor else text
+
+    def _fail(self, span: Span, error: EventError) -> None:
+        """ERROR status plus an exception event, as ``record_exception`` would write."""
+        span.set_status(Status(StatusCode.ERROR, self._message(error)))
+        attrs = {"exception.type": error.type, "exception.message": error.message}
+        if error.stacktrace:
+            attrs["exception.stacktrace"] = error.stacktrace
+        span.add_event("exception", self._clean(attrs))
 
     def finish(
         self, reply: Any = None, error: BaseException | None = None, cancelled: bool = False
@@ -523,8 +600,9 @@ class RunTracer:
                 if kind:
                     attrs[A.REPLY_TYPE] = str(kind)
             self._put(self.run, attrs)
-            if reply is not None and self.capture:
-                self._record_reply(reply)
+            if self.capture and (reply is not None or self.last_text is not None):
+                # stream mode has no reply object: the newest message's text is the output
+                self._record_reply(reply if reply is not None else self.last_text)
             if error is not None:
                 self._record_exception(span, error)
                 span.set_status(Status(StatusCode.ERROR, self._message(error)))
@@ -632,6 +710,41 @@ def _field(event: Any, name: str, alias: str) -> Any:
 
 
 _MISSING = object()
+
+
+def _error_name(error: Any) -> str:
+    """``error.type`` of an event's error (foreign events may carry anything)."""
+    name = getattr(error, "type", None)
+    return name if isinstance(name, str) and name else "_OTHER"
+
+
+def _attribute(value: Any) -> Any:
+    """A request parameter as an attribute value (a list becomes a tuple of its texts)."""
+    if isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return tuple(v if isinstance(v, str) else str(v) for v in value)
+    return str(value)
+
+
+class _Scope:
+    """Makes one call's span current while the framework executes it."""
+
+    __slots__ = ("_boundary", "_context", "_token")
+
+    def __init__(self, context: Context, tool: bool) -> None:
+        self._context = context
+        self._boundary = ToolBoundary() if tool else None
+
+    def __enter__(self) -> None:
+        self._token = attach(self._context)
+        if self._boundary is not None:
+            self._boundary.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._boundary is not None:
+            self._boundary.__exit__()
+        detach(self._token)
 
 
 def _text(value: Any) -> str:

@@ -18,7 +18,7 @@ from runnertrace.core.models import (
     prompt_of,
 )
 from runnertrace.core.module import Module
-from runnertrace.core.observer import claim_observer
+from runnertrace.core.observer import claim_observer, stream_observer
 from runnertrace.core.runner import Runner
 from runnertrace.core.session import Session
 from runnertrace.runners.native.agent import Agent as NativeAgent
@@ -118,7 +118,7 @@ class NativeRunner(Runner):
         context, loaded = self._prepare(session)
         with claim_observer() as report:
             async for event in native.execute(
-                user_input, context, streaming=False, max_steps=max_steps
+                user_input, context, streaming=False, max_steps=max_steps, observer=report
             ):
                 report(event)
         self._save(session, context, loaded)
@@ -132,13 +132,14 @@ class NativeRunner(Runner):
         options = await self._options(agent, session, requests)
         max_steps = options.get("max_steps", native.max_steps)
         context, loaded = self._prepare(session)
-        # Hide any run-mode observer from nested runs: in stream mode the events
-        # are yielded, not reported.
-        with claim_observer():
-            async for event in native.execute(
-                user_input, context, streaming=True, max_steps=max_steps
-            ):
-                yield event
+        # Each event is reported as it is made, then yielded: the observer sees a
+        # model call start when it is sent, whenever the consumer reads the event.
+        report = stream_observer()
+        async for event in native.execute(
+            user_input, context, streaming=True, max_steps=max_steps, observer=report
+        ):
+            report(event)
+            yield event
         self._save(session, context, loaded)
 
 
