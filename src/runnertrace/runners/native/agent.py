@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from runnertrace.core import events as ev
+from runnertrace.core.builder import EventBuilder
 from runnertrace.core.observer import NULL_OBSERVER, Observer
 from runnertrace.runners.native.llm import LlmClient, parts_of
 from runnertrace.runners.native.tools import BaseTool, FunctionTool
@@ -105,20 +106,22 @@ class Agent:
         *,
         streaming: bool,
         max_steps: int | None = None,
-        observer: Observer = NULL_OBSERVER,
+        builder: EventBuilder | None = None,
     ) -> AsyncIterator[ev.StreamEvent]:
         """The loop itself: steps until a final answer or ``max_steps`` steps this run.
 
-        ``observer`` is told when each model call and tool runs (see
-        :mod:`runnertrace.core.observer`); the events themselves are yielded.
+        Events are made by ``builder`` (which reports each one to its observer as
+        it is made) and yielded; a runner passes a builder bound to the run's
+        observer (see :mod:`runnertrace.core.observer`).
         """
+        builder = builder if builder is not None else EventBuilder(queue=True)
         limit = context.current_step + (max_steps or self.max_steps)
         context.final_result = None
         context.add_event(
             Event(context.execution_id, "user", [Message(role="user", content=user_input)])
         )
         while context.final_result is None and context.current_step < limit:
-            async for event in self.step(context, streaming=streaming, observer=observer):
+            async for event in self.step(context, streaming=streaming, builder=builder):
                 yield event
 
     async def step(
@@ -126,14 +129,17 @@ class Agent:
         context: ExecutionContext,
         *,
         streaming: bool = False,
-        observer: Observer = NULL_OBSERVER,
+        builder: EventBuilder | None = None,
     ) -> AsyncIterator[ev.StreamEvent]:
         """One think/act cycle, reported as paired step/message/tool events."""
+        builder = builder if builder is not None else EventBuilder(queue=True)
         index = context.current_step
-        yield ev.StepStart(step_name=self.name, step_index=index)
+        builder.step_start(self.name, index)
+        for event in builder.drain():
+            yield event
         request = self._prepare_llm_request(context)
         response: LlmResponse | None = None
-        async for item in self._think_events(request, streaming, observer):
+        async for item in self._think_events(request, streaming, builder):
             if isinstance(item, LlmResponse):
                 response = item
             else:
@@ -144,20 +150,22 @@ class Agent:
         tool_calls = response.tool_calls
         if tool_calls:
             errors: dict[str, BaseException] = {}
-            results = await self.act(context, tool_calls, observer=observer, errors=errors)
+            results = await self.act(context, tool_calls, observer=builder.observer, errors=errors)
             context.add_event(Event(context.execution_id, self.name, list(results)))
             for result in results:
-                failure = errors.get(result.tool_call_id)
-                yield ev.ToolCallResult(
-                    tool_call_id=result.tool_call_id,
-                    content=result.text,
+                builder.tool_result(
+                    result.tool_call_id,
+                    result.text,
+                    name=result.name,
+                    error=errors.get(result.tool_call_id),
                     is_error=result.status == "error",
-                    error=ev.EventError.from_exception(failure) if failure is not None else None,
                 )
         else:
             self._finish(context, response.text)
         context.increment_step()
-        yield ev.StepEnd(step_name=self.name, step_index=index)
+        builder.step_end(self.name, index)
+        for event in builder.drain():
+            yield event
 
     def _finish(self, context: ExecutionContext, text: str) -> None:
         """Accept the final answer, or feed a parse error back for another step."""
@@ -189,85 +197,65 @@ class Agent:
         return await self.model.generate(request)
 
     async def _think_events(
-        self, request: LlmRequest, streaming: bool, observer: Observer = NULL_OBSERVER
+        self, request: LlmRequest, streaming: bool, builder: EventBuilder
     ) -> AsyncIterator[ev.StreamEvent | LlmResponse]:
         """Call the model and translate its parts into message/reasoning/tool events.
 
         The message starts when the request is sent. A failed call ends its
         message with the error (then the exception propagates); the model call
-        runs in the observer's model scope, one chunk at a time in stream mode,
-        so the scope never spans a ``yield``.
+        runs in the model scope, one chunk at a time in stream mode, so the
+        scope never spans a ``yield``.
         """
-        message_id = new_id("msg")
-        reasoning_id = f"{message_id}_reasoning"
-        yield ev.MessageStart(
-            message_id=message_id,
+        message_id = builder.message_start(
             model=self.model.model,
             provider=self.model.provider,
             input_messages=[_semconv_message(item) for item in request.contents],
             system_instructions="\n\n".join(request.instructions) or None,
             tool_definitions=[_semconv_tool(tool) for tool in request.tools] or None,
         )
-        if streaming:
-            parts: AsyncIterator[Any] = _scoped(self.model.stream(request), observer, message_id)
-        else:
-            try:
-                with observer.scope("model", message_id):
-                    parts = _aiter(parts_of(await self.think(request)))
-            except Exception as exc:
-                yield _failed(message_id, exc)
-                raise
-        reasoning_open = False
-        open_calls: dict[int, str] = {}
+        for event in builder.drain():
+            yield event
         response: LlmResponse | None = None
         try:
+            if streaming:
+                parts: AsyncIterator[Any] = _scoped(self.model.stream(request), builder, message_id)
+            else:
+                with builder.model_scope(message_id):
+                    parts = _aiter(parts_of(await self.think(request)))
             async for part in parts:
                 if isinstance(part, ReasoningPart):
-                    if not reasoning_open:
-                        reasoning_open = True
-                        yield ev.ReasoningStart(message_id=reasoning_id)
-                    yield ev.ReasoningDelta(message_id=reasoning_id, delta=part.delta)
-                    continue
-                if reasoning_open:
-                    reasoning_open = False
-                    yield ev.ReasoningEnd(message_id=reasoning_id)
-                if isinstance(part, TextPart):
-                    yield ev.TextDelta(message_id=message_id, delta=part.delta)
+                    builder.reasoning(part.delta, message_id)
+                elif isinstance(part, TextPart):
+                    builder.text(part.delta, message_id)
                 elif isinstance(part, ToolCallPart):
-                    if part.index not in open_calls:
-                        call_id = part.id or new_id("call")
-                        open_calls[part.index] = call_id
-                        yield ev.ToolCallStart(
-                            tool_call_id=call_id,
-                            tool_name=part.name or "unknown",
-                            parent_message_id=message_id,
-                        )
-                    if part.args_delta:
-                        yield ev.ToolCallArgs(
-                            tool_call_id=open_calls[part.index], delta=part.args_delta
-                        )
+                    builder.tool_call(
+                        part.args_delta,
+                        tool_call_id=part.id or new_id("call"),
+                        name=part.name or "unknown",
+                        index=part.index,
+                        message_id=message_id,
+                    )
                 else:
                     response = part
+                for event in builder.drain():
+                    yield event
+            if response is None:
+                raise RuntimeError(f"{type(self.model).__name__}.stream() ended without a response")
         except Exception as exc:
-            # a stream that fails midway: close what it opened, end the message failed
-            if reasoning_open:
-                yield ev.ReasoningEnd(message_id=reasoning_id)
-            yield _failed(message_id, exc)
+            builder.message_end(message_id, error=exc)
+            for event in builder.drain():
+                yield event
             raise
-        if reasoning_open:
-            yield ev.ReasoningEnd(message_id=reasoning_id)
-        if response is None:
-            raise RuntimeError(f"{type(self.model).__name__}.stream() ended without a response")
-        for call_id in open_calls.values():
-            yield ev.ToolCallEnd(tool_call_id=call_id)
-        yield ev.MessageEnd(
-            message_id=message_id,
+        builder.message_end(
+            message_id,
             finish_reason=response.finish_reason,
             input_tokens=response.usage.input_tokens,
             output_tokens=response.usage.output_tokens,
             response_model=response.model or self.model.model,
             response_id=response.response_id,
         )
+        for event in builder.drain():
+            yield event
         yield response
 
     async def act(
@@ -317,19 +305,13 @@ class Agent:
         return results
 
 
-def _failed(message_id: str, exc: BaseException) -> ev.MessageEnd:
-    return ev.MessageEnd(
-        message_id=message_id, finish_reason="error", error=ev.EventError.from_exception(exc)
-    )
-
-
 async def _scoped(
-    parts: AsyncIterator[Any], observer: Observer, message_id: str
+    parts: AsyncIterator[Any], builder: EventBuilder, message_id: str
 ) -> AsyncIterator[Any]:
     """``parts``, each pulled inside the model scope (entered and left between yields)."""
     iterator = parts.__aiter__()
     while True:
-        with observer.scope("model", message_id):
+        with builder.model_scope(message_id):
             try:
                 part = await iterator.__anext__()
             except StopAsyncIteration:

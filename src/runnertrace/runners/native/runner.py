@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from runnertrace.core.agent import Agent as CoreAgent
+from runnertrace.core.builder import EventBuilder
 from runnertrace.core.events import StreamEvent
 from runnertrace.core.models import (
     AgentReply,
@@ -117,10 +118,11 @@ class NativeRunner(Runner):
         max_steps = options.get("max_steps", native.max_steps)
         context, loaded = self._prepare(session)
         with claim_observer() as report:
-            async for event in native.execute(
-                user_input, context, streaming=False, max_steps=max_steps, observer=report
+            builder = EventBuilder(report, queue=True)
+            async for _ in native.execute(
+                user_input, context, streaming=False, max_steps=max_steps, builder=builder
             ):
-                report(event)
+                pass  # each event was reported as the builder made it
         self._save(session, context, loaded)
         return self._reply(native.result_of(context), prompt_of(requests), max_steps)
 
@@ -134,11 +136,10 @@ class NativeRunner(Runner):
         context, loaded = self._prepare(session)
         # Each event is reported as it is made, then yielded: the observer sees a
         # model call start when it is sent, whenever the consumer reads the event.
-        report = stream_observer()
+        builder = EventBuilder(stream_observer(), queue=True)
         async for event in native.execute(
-            user_input, context, streaming=True, max_steps=max_steps, observer=report
+            user_input, context, streaming=True, max_steps=max_steps, builder=builder
         ):
-            report(event)
             yield event
         self._save(session, context, loaded)
 
