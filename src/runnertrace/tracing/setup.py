@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import threading
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from pydantic import BaseModel
 
 from runnertrace import __version__
 from runnertrace.core.config import TraceConfig
@@ -75,25 +77,10 @@ class TracingSetup:
 
 
 def build_backends(config: TraceConfig) -> list[Backend]:
-    """Instantiate the backends ``trace.type`` names (built-in or dotted path)."""
-    from runnertrace._internal.imports import import_dotted
-    from runnertrace.core.config import ConfigError
-    from runnertrace.exporters import BUILTIN_BACKENDS
+    """Instantiate the backends ``trace.type`` names (registered names or dotted paths)."""
+    from runnertrace.core.backends import load_backend
 
-    backends: list[Backend] = []
-    for name in config.types:
-        target = BUILTIN_BACKENDS.get(name, name)
-        try:
-            cls = import_dotted(target)
-        except (ImportError, ValueError) as exc:
-            raise ConfigError(f"trace.type: cannot load backend {name!r}: {exc}") from exc
-        if not (isinstance(cls, type) and issubclass(cls, Backend)):
-            raise ConfigError(
-                f"trace.type: {name!r} is not a runnertrace Backend subclass "
-                "(see runnertrace.tracing.backend.Backend)"
-            )
-        backends.append(cls(config))
-    return backends
+    return [load_backend(name)(config) for name in config.types]
 
 
 def _resource(config: TraceConfig) -> Resource:
@@ -121,8 +108,18 @@ _PIPELINE_EXCLUDES = {
 
 
 def setup_key(config: TraceConfig) -> str:
-    """What identifies a pipeline: the settings that change providers or exporters."""
-    return config.model_dump_json(exclude=_PIPELINE_EXCLUDES)
+    """What identifies a pipeline: the settings that change providers or exporters.
+
+    Backend sections count only where they differ from their defaults: reading
+    a section stores its defaults, which must not make a second pipeline.
+    """
+    sections = config.model_extra or {}
+    settings = config.model_dump(mode="json", exclude=_PIPELINE_EXCLUDES | set(sections))
+    configured = {
+        name: section.model_dump(mode="json") if isinstance(section, BaseModel) else section
+        for name, section in sorted(config.configured_sections().items())
+    }
+    return json.dumps([settings, configured], sort_keys=True, default=str)
 
 
 def get_tracing_setup(config: TraceConfig, key: str | None = None) -> TracingSetup:
