@@ -66,13 +66,14 @@ def base_url_for_token(token: str) -> str:
 
 class LogfireBackend(OtlpHttpBackend):
     name = "logfire"
+    dropped_attributes: ClassVar[frozenset[str]] = frozenset({A.SESSION_ID})
+
     config_model = LogfireConfig
 
     @property
     def settings(self) -> LogfireConfig:
         """``trace.logfire``, typed."""
         return self.trace_config.section(self.name, LogfireConfig)
-    dropped_attributes: ClassVar[frozenset[str]] = frozenset({A.SESSION_ID})
 
     def _token(self) -> Setting:
         return lookup("trace.logfire.token", self.settings.token, "LOGFIRE_TOKEN")
@@ -81,9 +82,7 @@ class LogfireBackend(OtlpHttpBackend):
         return [self._token()]
 
     def traces_endpoint(self) -> str:
-        setting = lookup(
-            "trace.logfire.base_url", self.settings.base_url, "LOGFIRE_BASE_URL"
-        )
+        setting = lookup("trace.logfire.base_url", self.settings.base_url, "LOGFIRE_BASE_URL")
         if setting.value is None:
             token = self._token().value
             region_url = base_url_for_token(token) if token else REGION_URLS["us"]

@@ -380,6 +380,7 @@ class OtlpBackend(OtlpHttpBackend):
     def settings(self) -> OtlpConfig:
         """``trace.otlp``, typed."""
         return self.trace_config.section(self.name, OtlpConfig)
+
     scoped = False
 
     def compression(self) -> Literal["gzip", "none"] | None:

@@ -22,7 +22,6 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
-from pydantic import BaseModel
 
 from runnertrace import __version__
 from runnertrace.core.config import TraceConfig
@@ -77,10 +76,20 @@ class TracingSetup:
 
 
 def build_backends(config: TraceConfig) -> list[Backend]:
-    """Instantiate the backends ``trace.type`` names (registered names or dotted paths)."""
-    from runnertrace.core.backends import load_backend
+    """Instantiate the backends ``trace.type`` names (registered names or dotted paths).
 
-    return [load_backend(name)(config) for name in config.types]
+    Each one's section is stored on ``config`` first (its defaults, if it was not
+    given), so that no exporter thread adds it later while another thread reads
+    the configuration.
+    """
+    from runnertrace.core.backends import backend_names, load_backend
+
+    classes = [(name, load_backend(name)) for name in config.types]
+    registered = set(backend_names())  # a class named by its path has no section
+    for name, cls in classes:
+        if name in registered:
+            config.section(name, cls.config_model)
+    return [cls(config) for _, cls in classes]
 
 
 def _resource(config: TraceConfig) -> Resource:
@@ -116,8 +125,8 @@ def setup_key(config: TraceConfig) -> str:
     sections = config.model_extra or {}
     settings = config.model_dump(mode="json", exclude=_PIPELINE_EXCLUDES | set(sections))
     configured = {
-        name: section.model_dump(mode="json") if isinstance(section, BaseModel) else section
-        for name, section in sorted(config.configured_sections().items())
+        name: section.model_dump(mode="json")
+        for name, section in config.configured_sections().items()
     }
     return json.dumps([settings, configured], sort_keys=True, default=str)
 
