@@ -78,7 +78,7 @@ def _registrations() -> dict[str, tuple[_Registration, ...]]:
         for name, target in BUILTIN_BACKENDS.items()
     }
     for point in entry_points(group=ENTRY_POINT_GROUP):
-        target = f"{point.module}:{point.attr}"
+        target = f"{point.module}:{point.attr}" if point.attr else point.module
         source = point.dist.name if point.dist is not None else "an unnamed distribution"
         found.setdefault(point.name, {}).setdefault(target, _Registration(target, source))
     return {name: tuple(by_target.values()) for name, by_target in found.items()}

@@ -4,6 +4,10 @@ Precedence, highest first: constructor arguments, environment variables, the
 YAML file (``./runnertrace.yaml``, or the path in ``RUNNERTRACE_CONFIG``), then
 defaults. Invalid values raise :class:`ConfigError`, naming the key, the value
 and what is allowed.
+
+This module knows no backend: the model of each ``trace.<backend>`` section
+belongs to the backend, found by name through :mod:`runnertrace.core.backends`
+when a configuration is validated (never at import).
 """
 
 from __future__ import annotations
