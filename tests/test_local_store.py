@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from runnertrace._internal.errors import internal_log
-from runnertrace.core.config import LocalConfig, TraceConfig, load_settings
-from runnertrace.exporters.local import LocalBackend
+from runnertrace.core.config import TraceConfig, load_settings
+from runnertrace.exporters.local import LocalBackend, LocalConfig
 from runnertrace.exporters.local_store import (
     SpanStore,
     SqliteSpanExporter,

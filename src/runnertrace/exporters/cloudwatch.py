@@ -581,10 +581,11 @@ class CloudWatchBackend(Backend):
     """Spans to X-Ray (OTLP + SigV4), run metrics with boto3, a dashboard template."""
 
     name = "cloudwatch"
+    config_model = CloudWatchConfig
 
     def __init__(self, config: TraceConfig) -> None:
         super().__init__(config)
-        self.settings: CloudWatchConfig = config.cloudwatch
+        self.settings = config.section(self.name, CloudWatchConfig)
         self.timeout_s = self.settings.timeout_s or config.flush_timeout_s
         self.region = resolve_region(self.settings)
         self.target = traces_target(self.settings, self.region)
@@ -659,7 +660,7 @@ def cloudwatch_checks(trace_config: TraceConfig, *, probe: bool = True) -> list[
     the signature.
     """
     name = CloudWatchBackend.name
-    settings = trace_config.cloudwatch
+    settings = trace_config.section(CloudWatchBackend.name, CloudWatchConfig)
     checks: list[Check] = []
     fix_region = "set trace.cloudwatch.region or AWS_REGION (e.g. 'us-east-1')"
     try:
@@ -757,7 +758,7 @@ def deploy_dashboard(name: str, trace_config: TraceConfig) -> dict[str, Any]:
         raise ConfigError(
             f"dashboard name {name!r} is invalid; use 1-255 letters, digits, '-' or '_'"
         )
-    settings = trace_config.cloudwatch
+    settings = trace_config.section(CloudWatchBackend.name, CloudWatchConfig)
     region = _require_region(resolve_region(settings), "a CloudWatch dashboard")
     timeout = settings.timeout_s or trace_config.flush_timeout_s
     client = cloudwatch_client(region, settings.metrics_endpoint, timeout)

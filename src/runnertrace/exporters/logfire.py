@@ -36,6 +36,7 @@ from opentelemetry.util.types import AttributeValue
 
 from runnertrace.core.config import ConfigError
 from runnertrace.exporters.otlp import OtlpHttpBackend, Setting, lookup, validate_url
+from runnertrace.exporters.vendor_config import LogfireConfig
 from runnertrace.tracing import attributes as A
 
 __all__ = ["LogfireBackend", "base_url_for_token"]
@@ -67,16 +68,21 @@ class LogfireBackend(OtlpHttpBackend):
     name = "logfire"
     dropped_attributes: ClassVar[frozenset[str]] = frozenset({A.SESSION_ID})
 
+    config_model = LogfireConfig
+
+    @property
+    def settings(self) -> LogfireConfig:
+        """``trace.logfire``, typed."""
+        return self.trace_config.section(self.name, LogfireConfig)
+
     def _token(self) -> Setting:
-        return lookup("trace.logfire.token", self.trace_config.logfire.token, "LOGFIRE_TOKEN")
+        return lookup("trace.logfire.token", self.settings.token, "LOGFIRE_TOKEN")
 
     def credentials(self) -> list[Setting]:
         return [self._token()]
 
     def traces_endpoint(self) -> str:
-        setting = lookup(
-            "trace.logfire.base_url", self.trace_config.logfire.base_url, "LOGFIRE_BASE_URL"
-        )
+        setting = lookup("trace.logfire.base_url", self.settings.base_url, "LOGFIRE_BASE_URL")
         if setting.value is None:
             token = self._token().value
             region_url = base_url_for_token(token) if token else REGION_URLS["us"]

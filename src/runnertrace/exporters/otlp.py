@@ -39,6 +39,7 @@ from pydantic import SecretStr
 
 from runnertrace._internal.errors import internal_log
 from runnertrace.core.config import ConfigError
+from runnertrace.exporters.vendor_config import OtlpConfig
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.backend import Backend, Check
 
@@ -382,10 +383,17 @@ class OtlpBackend(OtlpHttpBackend):
     """
 
     name = "otlp"
+    config_model = OtlpConfig
+
+    @property
+    def settings(self) -> OtlpConfig:
+        """``trace.otlp``, typed."""
+        return self.trace_config.section(self.name, OtlpConfig)
+
     scoped = False
 
     def compression(self) -> Literal["gzip", "none"] | None:
-        return self.trace_config.otlp.compression
+        return self.settings.compression
 
     def credentials(self) -> list[Setting]:
         return []
@@ -393,7 +401,7 @@ class OtlpBackend(OtlpHttpBackend):
     def timeout_s(self) -> float | None:
         """Config, else ``OTEL_EXPORTER_OTLP_(TRACES_)TIMEOUT`` (read by the exporter), else
         ``trace.flush_timeout_s``, so that one hung export never outlasts a flush."""
-        configured = self.trace_config.otlp.timeout_s
+        configured = self.settings.timeout_s
         if configured is not None:
             return configured
         if os.environ.get("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT") or os.environ.get(
@@ -403,7 +411,7 @@ class OtlpBackend(OtlpHttpBackend):
         return self.trace_config.flush_timeout_s
 
     def traces_endpoint(self) -> str:
-        config = self.trace_config.otlp
+        config = self.settings
         setting = lookup(
             "trace.otlp.endpoint", config.endpoint, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
         )
@@ -415,10 +423,10 @@ class OtlpBackend(OtlpHttpBackend):
         return validate_url(setting, "http://collector:4318/v1/traces")
 
     def headers(self) -> dict[str, str]:
-        return dict(self.trace_config.otlp.headers)
+        return dict(self.settings.headers)
 
     def map_attributes(self, span: ReadableSpan) -> Mapping[str, AttributeValue] | None:
-        if not self.trace_config.otlp.vendor_keys:
+        if not self.settings.vendor_keys:
             return None
         attrs = span.attributes or {}
         return A.vendor_mirrors(attrs, attrs.get(A.SPAN_TYPE)) or None

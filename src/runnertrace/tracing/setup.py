@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import threading
 from dataclasses import dataclass, field
@@ -65,25 +66,20 @@ class TracingSetup:
 
 
 def build_backends(config: TraceConfig) -> list[Backend]:
-    """Instantiate the backends ``trace.type`` names (built-in or dotted path)."""
-    from runnertrace._internal.imports import import_dotted
-    from runnertrace.core.config import ConfigError
-    from runnertrace.exporters import BUILTIN_BACKENDS
+    """Instantiate the backends ``trace.type`` names (registered names or dotted paths).
 
-    backends: list[Backend] = []
-    for name in config.types:
-        target = BUILTIN_BACKENDS.get(name, name)
-        try:
-            cls = import_dotted(target)
-        except (ImportError, ValueError) as exc:
-            raise ConfigError(f"trace.type: cannot load backend {name!r}: {exc}") from exc
-        if not (isinstance(cls, type) and issubclass(cls, Backend)):
-            raise ConfigError(
-                f"trace.type: {name!r} is not a runnertrace Backend subclass "
-                "(see runnertrace.tracing.backend.Backend)"
-            )
-        backends.append(cls(config))
-    return backends
+    Each one's section is stored on ``config`` first (its defaults, if it was not
+    given), so that no exporter thread adds it later while another thread reads
+    the configuration.
+    """
+    from runnertrace.core.backends import backend_names, load_backend
+
+    classes = [(name, load_backend(name)) for name in config.types]
+    registered = set(backend_names())  # a class named by its path has no section
+    for name, cls in classes:
+        if name in registered:
+            config.section(name, cls.config_model)
+    return [cls(config) for _, cls in classes]
 
 
 def _resource(config: TraceConfig) -> Resource:
@@ -112,8 +108,18 @@ _PIPELINE_EXCLUDES = {
 
 
 def setup_key(config: TraceConfig) -> str:
-    """What identifies a pipeline: the settings that change providers or exporters."""
-    return config.model_dump_json(exclude=_PIPELINE_EXCLUDES)
+    """What identifies a pipeline: the settings that change providers or exporters.
+
+    Backend sections count only where they differ from their defaults: reading
+    a section stores its defaults, which must not make a second pipeline.
+    """
+    sections = config.model_extra or {}
+    settings = config.model_dump(mode="json", exclude=_PIPELINE_EXCLUDES | set(sections))
+    configured = {
+        name: section.model_dump(mode="json")
+        for name, section in config.configured_sections().items()
+    }
+    return json.dumps([settings, configured], sort_keys=True, default=str)
 
 
 def get_tracing_setup(config: TraceConfig, key: str | None = None) -> TracingSetup:
