@@ -2,8 +2,9 @@
 
 A forked child (a gunicorn ``--preload`` worker, ``multiprocessing`` with
 ``fork``) inherits the batch processors but not their worker threads. The
-application here traces a run, forks; the child traces a run and exits
-normally; the parent traces another. Every run must reach every backend, once.
+application here traces a run, forks (with ``os.fork`` or a ``multiprocessing``
+process); the child traces a run and exits normally; the parent traces another.
+Every run must reach every backend, once.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ RUNS = ("invoke_agent parent-1", "invoke_agent child", "invoke_agent parent-2")
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
+@pytest.mark.parametrize("fork", ["fork", "multiprocessing"])
 def test_parent_and_forked_child_runs_reach_the_store_and_the_receiver(
-    tmp_path: Path, receiver: OtlpReceiver
+    fork: str, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     store = tmp_path / "traces.db"
-    result = launch("fork", store, receiver.traces_url)
+    result = launch(fork, store, receiver.traces_url)
     assert result.returncode == 0, result.stderr
     assert "Exception ignored" not in result.stderr, result.stderr
     assert "Traceback" not in result.stderr, result.stderr

@@ -10,11 +10,14 @@ flushes before exiting.
 * ``fork``: one run (``parent-1``), a flush, ``os.fork()``; the child makes one
   run (``child``) and exits normally with ``sys.exit``; the parent waits for
   it, then makes one more run (``parent-2``).
+* ``multiprocessing``: the same, with the child a ``multiprocessing.Process``
+  of the ``fork`` start method (it ends with ``os._exit``: no ``atexit`` there).
 """
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -52,13 +55,19 @@ def main(mode: str, store: str, endpoint: str) -> None:
     run_once(runner, "parent-1")
     # The exporters are in use when the process forks (a store connection is open).
     assert runner.setup.flush()
-    pid = os.fork()
-    if pid == 0:
-        run_once(runner, "child")
-        sys.exit(0)
-    _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"the child exited with status {status}")
+    if mode == "multiprocessing":
+        child = multiprocessing.get_context("fork").Process(target=run_once, args=(runner, "child"))
+        child.start()
+        child.join(60)
+        code = child.exitcode
+    else:
+        pid = os.fork()
+        if pid == 0:
+            run_once(runner, "child")
+            sys.exit(0)
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code != 0:
+        sys.exit(f"the child exited with status {code}")
     run_once(runner, "parent-2")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
 import time
 import weakref
@@ -384,12 +385,44 @@ _forkable: weakref.WeakSet[BoundedBatchSpanProcessor] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
-    for processor in list(_forkable):
+    processors = list(_forkable)
+    for processor in processors:
         processor.after_fork_in_child()
+    if processors and "multiprocessing.util" in sys.modules:
+        # multiprocessing imports it before it forks; any other fork leaves it alone.
+        sys.modules["multiprocessing.util"].register_after_fork(_exit_flush, _ExitFlush.arm)
 
 
 if hasattr(os, "register_at_fork"):  # not on Windows, where there is no fork
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _ExitFlush:
+    """Flushes our processors when a ``multiprocessing`` child made by fork ends.
+
+    Such a child ends with ``os._exit``: ``atexit`` handlers (the provider's
+    shutdown among them) never run there, so the spans of its last second would
+    be lost. What does run is multiprocessing's exit function, with its
+    finalizers. The finalizer registry is cleared in the child after our fork
+    hook has run, so the finalizer is registered from an after-fork callback of
+    multiprocessing's own, which runs after that reset.
+    """
+
+    armed_in: int | None = None
+
+    def arm(self) -> None:
+        if self.armed_in == os.getpid():
+            return
+        self.armed_in = os.getpid()
+        sys.modules["multiprocessing.util"].Finalize(None, self.flush, exitpriority=0)
+
+    def flush(self) -> None:
+        processors = list(_forkable)
+        if processors:
+            flush_processors(processors, max(p.export_timeout_s for p in processors))
+
+
+_exit_flush = _ExitFlush()
 
 
 def flush_processors(processors: Sequence[SpanProcessor], timeout_s: float) -> bool:
