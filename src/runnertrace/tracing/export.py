@@ -20,14 +20,15 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from runnertrace._internal.errors import (
+    handle_internal_errors,
     internal_log,
     report_internal_error,
     suppressed_instrumentation,
@@ -39,8 +40,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BoundedBatchSpanProcessor",
+    "ForkAware",
     "MappedSpanExporter",
     "flush_processors",
+    "reinit_after_fork",
     "run_all_with_timeout",
     "run_with_timeout",
     "shutdown_processors",
@@ -204,7 +207,7 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         self._abandon = False  # a shutdown gave up waiting: drop what is still queued
         self._closed = False  # the exporter is shut down and the worker has ended
         self._worker = self._start_worker()
-        _forkable.add(self)
+        reinit_after_fork(self)
 
     def _start_worker(self) -> threading.Thread:
         worker = threading.Thread(target=self._work, name=f"runnertrace-export-{self.name}")
@@ -380,14 +383,35 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         )
 
 
-# Every live processor, for the fork hook; weak, so a processor nobody uses is collected.
-_forkable: weakref.WeakSet[BoundedBatchSpanProcessor] = weakref.WeakSet()
+class ForkAware(Protocol):
+    """Something with threads or locks that must be re-made in a forked child."""
+
+    def after_fork_in_child(self) -> None: ...
+
+
+# Everything the fork hook re-makes; weak, so a processor nobody uses is collected.
+_forkable: weakref.WeakSet[ForkAware] = weakref.WeakSet()
+
+
+def reinit_after_fork(obj: ForkAware) -> None:
+    """Have ``obj.after_fork_in_child()`` called in each child this process forks.
+
+    One ``os.register_at_fork`` hook serves every object (hooks cannot be
+    removed, so one per object would pile up); ``obj`` is held weakly.
+    """
+    _forkable.add(obj)
+
+
+def _ours(objects: Iterable[object]) -> list[BoundedBatchSpanProcessor]:
+    return [obj for obj in objects if isinstance(obj, BoundedBatchSpanProcessor)]
 
 
 def _after_fork_in_child() -> None:
-    processors = list(_forkable)
-    for processor in processors:
-        processor.after_fork_in_child()
+    objects = list(_forkable)
+    for obj in objects:
+        with handle_internal_errors("re-making export state in a forked child"):
+            obj.after_fork_in_child()
+    processors = _ours(objects)
     if processors and "multiprocessing.util" in sys.modules:
         # multiprocessing imports it before it forks; any other fork leaves it alone.
         sys.modules["multiprocessing.util"].register_after_fork(_exit_flush, _ExitFlush.arm)
@@ -417,7 +441,7 @@ class _ExitFlush:
         sys.modules["multiprocessing.util"].Finalize(None, self.flush, exitpriority=0)
 
     def flush(self) -> None:
-        processors = list(_forkable)
+        processors = _ours(_forkable)
         if processors:
             flush_processors(processors, max(p.export_timeout_s for p in processors))
 
@@ -433,7 +457,7 @@ def flush_processors(processors: Sequence[SpanProcessor], timeout_s: float) -> b
     """
     deadline = time.monotonic() + timeout_s
     millis = int(timeout_s * 1000)
-    ours = [p for p in processors if isinstance(p, BoundedBatchSpanProcessor)]
+    ours = _ours(processors)
     tickets = [(p, p.request_flush()) for p in ours]
     others = [
         functools.partial(p.force_flush, millis)
@@ -450,7 +474,7 @@ def flush_processors(processors: Sequence[SpanProcessor], timeout_s: float) -> b
 def shutdown_processors(processors: Sequence[SpanProcessor], timeout_s: float) -> bool:
     """Shut ``processors`` down at once, all within ``timeout_s`` (see :func:`flush_processors`)."""
     deadline = time.monotonic() + timeout_s
-    ours = [p for p in processors if isinstance(p, BoundedBatchSpanProcessor)]
+    ours = _ours(processors)
     for processor in ours:
         processor.request_shutdown()
     others = [p.shutdown for p in processors if not isinstance(p, BoundedBatchSpanProcessor)]
