@@ -459,10 +459,16 @@ async def test_fan_out_one_backend_down_the_other_gets_everything(
     with tolerate_internal_errors():
         for mode in MODES:
             assert await traced_run(config, mode) == ANSWER
-        # A refused export completes (its spans are dropped and counted); a hang does not.
-        assert get_tracing_setup(config).flush() is (fault == "refuse")
+        flushed = get_tracing_setup(config).flush()
         up = receivers["langfuse" if down == "otlp" else "otlp"]
         assert len(up.spans) == 2 * sum(NATIVE_SPAN_COUNTS.values())
+        # A refused export completes (its spans are dropped and counted), though its retries
+        # can outlast one flush's budget (the exporter's timeout is that same budget); a hang
+        # never completes.
+        if fault == "refuse":
+            assert flushed or wait_until(get_tracing_setup(config).flush)
+        else:
+            assert flushed is False
         if fault == "refuse":
             assert wait_until(lambda: batch_processors(config)[down].dropped > 0)
     assert batch_processors(config)[down].exported == 0

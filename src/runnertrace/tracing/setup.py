@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import threading
@@ -26,7 +25,7 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from runnertrace import __version__
 from runnertrace.core.config import TraceConfig
 from runnertrace.tracing.backend import Backend
-from runnertrace.tracing.export import run_all_with_timeout
+from runnertrace.tracing.export import flush_processors, shutdown_processors
 
 __all__ = ["TracingSetup", "build_backends", "get_tracing_setup", "reset_tracing_setups"]
 
@@ -52,17 +51,19 @@ class TracingSetup:
         self.tracer: trace_api.Tracer = self.provider.get_tracer(INSTRUMENTATION_NAME, __version__)
 
     def flush(self, timeout_s: float | None = None) -> bool:
-        """Flush our processors; returns within ``timeout_s`` even if an exporter hangs."""
+        """Flush our processors; returns within ``timeout_s`` even if an exporter hangs.
+
+        All at once (one backend down must not use up the others' time), and
+        without starting a thread for our own processors, so it also works in an
+        ``atexit`` handler on Python 3.12+.
+        """
         timeout = self.flush_timeout_s if timeout_s is None else timeout_s
-        millis = int(timeout * 1000)
-        # All at once (one backend down must not use up the others' time).
-        calls = [functools.partial(p.force_flush, millis) for p in self.processors]
-        return run_all_with_timeout(calls, timeout, "flush")
+        return flush_processors(self.processors, timeout)
 
     def shutdown(self, timeout_s: float | None = None) -> bool:
         """Shut our processors down, concurrently, bounded by ``timeout_s`` in total."""
         timeout = self.flush_timeout_s if timeout_s is None else timeout_s
-        return run_all_with_timeout([p.shutdown for p in self.processors], timeout, "shutdown")
+        return shutdown_processors(self.processors, timeout)
 
 
 def build_backends(config: TraceConfig) -> list[Backend]:
