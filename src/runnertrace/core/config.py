@@ -21,7 +21,15 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from runnertrace.core.config_env import (
+    default_store_path,
+    read_yaml_mapping,
+    resolve_dotted,
+    split_comma_list,
+    warn_unknown_env_vars,
+)
 from runnertrace.exporters.cloudwatch_config import CloudWatchConfig
+from runnertrace.exporters.console_config import ConsoleConfig
 from runnertrace.exporters.vendor_config import (
     LangfuseConfig,
     LogfireConfig,
@@ -54,7 +62,8 @@ class _Section(BaseModel):
 class LocalConfig(_Section):
     """The embedded local store."""
 
-    path: str = ".runnertrace/traces.db"
+    path: str = Field(default_factory=default_store_path)
+    """Default: one store per user in the platform's data directory (see ``doctor``)."""
     max_queue_size: int = Field(2048, ge=1)
 
 
@@ -79,22 +88,47 @@ class TraceConfig(_Section):
     logfire: LogfireConfig = Field(default_factory=LogfireConfig)
     openllmetry: OpenLLMetryConfig = Field(default_factory=OpenLLMetryConfig)
     cloudwatch: CloudWatchConfig = Field(default_factory=CloudWatchConfig)
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        return split_comma_list(value)
 
     @field_validator("type")
     @classmethod
     def _known_type(cls, value: str | list[str]) -> str | list[str]:
-        from runnertrace.exporters import validate_backend_name
+        from runnertrace.exporters import BUILTIN_BACKENDS, validate_backend_name
 
         names = [value] if isinstance(value, str) else value
         if not names:
             raise ValueError("at least one trace type is required")
         for name in names:
             validate_backend_name(name)
+            if name not in BUILTIN_BACKENDS:
+                resolve_dotted(
+                    name,
+                    "a runnertrace Backend subclass (see runnertrace.tracing.backend.Backend)",
+                    _is_backend_class,
+                )
+        return value
+
+    @field_validator("redact")
+    @classmethod
+    def _loadable_redactor(cls, value: str | None) -> str | None:
+        if value:
+            resolve_dotted(value, "a callable (str) -> str", callable)
         return value
 
     @property
     def types(self) -> list[str]:
         return [self.type] if isinstance(self.type, str) else list(self.type)
+
+
+def _is_backend_class(target: object) -> bool:
+    from runnertrace.tracing.backend import Backend
+
+    return isinstance(target, type) and issubclass(target, Backend)
 
 
 class ExecutionConfig(_Section):
@@ -156,12 +190,15 @@ def load_settings(**overrides: Any) -> Settings:
     """Read the configuration; raises :class:`ConfigError` on any invalid value."""
     import yaml
 
+    path = Path(os.environ.get(CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE))
+    if path.is_file():
+        read_yaml_mapping(path)
+    warn_unknown_env_vars(Settings)
     try:
         return Settings(**overrides)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc)) from None
     except yaml.YAMLError as exc:
-        path = os.environ.get(CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE)
         raise ConfigError(f"cannot parse {path}: {exc}") from None
     except (TypeError, ValueError) as exc:  # e.g. a top level that is not a mapping
         raise ConfigError(f"invalid runnertrace configuration: {exc}") from None

@@ -15,6 +15,7 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "logfire": "runnertrace.exporters.logfire:LogfireBackend",
     "openllmetry": "runnertrace.exporters.openllmetry:OpenLLMetryBackend",
     "cloudwatch": "runnertrace.exporters.cloudwatch:CloudWatchBackend",
+    "app": "runnertrace.exporters.app:AppBackend",
 }
 
 

@@ -20,7 +20,7 @@ __all__ = ["LocalBackend"]
 
 
 class LocalBackend(Backend):
-    """Stores spans in ``trace.local.path`` (default ``.runnertrace/traces.db``)."""
+    """Stores spans in ``trace.local.path`` (default: a per-user store, see ``doctor``)."""
 
     name = "local"
 
@@ -30,14 +30,16 @@ class LocalBackend(Backend):
         return SpanStore(self.trace_config.local.path).path
 
     def exporter(self) -> SpanExporter:
-        return SqliteSpanExporter(self.path)
+        # Half the flush budget: a locked store fails the batch (counted, explained)
+        # before a flush that waits for it gives up.
+        return SqliteSpanExporter(self.path, busy_timeout_s=self.trace_config.flush_timeout_s / 2)
 
     def max_queue_size(self) -> int:
         return self.trace_config.local.max_queue_size
 
     def check(self) -> list[Check]:
         path = self.path
-        checks = [_writable(path)]
+        checks = [writable(path)]
         if path.is_file():
             try:
                 spans, traces = SpanStore(path).count()
@@ -58,7 +60,7 @@ class LocalBackend(Backend):
         return checks
 
 
-def _writable(path: Path) -> Check:
+def writable(path: Path) -> Check:
     """Can the store (and SQLite's -wal/-shm files beside it) be written, without creating it?"""
     if path.exists():
         if path.is_dir():

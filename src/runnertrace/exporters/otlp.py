@@ -38,6 +38,7 @@ from pydantic import SecretStr
 from runnertrace._internal.errors import internal_log
 from runnertrace.core.config import ConfigError
 from runnertrace.tracing.backend import Backend, Check
+from runnertrace.tracing.drops import current_export, explain
 
 __all__ = [
     "DEFAULT_OTLP_ENDPOINT",
@@ -155,6 +156,11 @@ class _OncePerMessageFromOurThreads(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not (record.threadName or "").startswith("runnertrace-"):
             return True
+        if current_export() is not None:
+            # Retry chatter ("Transient error ... retrying") and the final failure
+            # become the cause in our one lost-spans warning (tracing/drops.py).
+            explain(record.getMessage())
+            return False
         return internal_log.should_log(f"otel-exporter {record.name} {record.msg}")
 
 
@@ -320,6 +326,11 @@ class OtlpHttpBackend(Backend):
         return configured if configured is not None else self.trace_config.flush_timeout_s
 
     def exporter(self) -> SpanExporter:
+        # Every missing credential at once (not one per attempt), as doctor lists them.
+        missing = [s for s in self.credentials() if s.value is None]
+        if missing:
+            where = "; ".join(f"{s.key} (or {' / '.join(s.env)})" for s in missing)
+            raise ConfigError(f"{self.name}: missing {where}; set them, or run runnertrace doctor")
         return otlp_http_exporter(
             self.traces_endpoint(),
             self.headers(),

@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from runnertrace._internal.errors import internal_log, report_internal_error
+from runnertrace.tracing.drops import exporting, report_totals, spans_lost
 
 if TYPE_CHECKING:
     from runnertrace.tracing.backend import Backend
@@ -166,6 +167,8 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         self._flushed = 0
         self._shutdown = False
         self._exporting = False
+        self._in_flight = 0
+        self._abandoned = False
         self._worker = threading.Thread(
             target=self._work, name=f"runnertrace-export-{name}", daemon=True
         )
@@ -185,13 +188,12 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         if len(queue) >= self.max_queue_size:
             with self._cond:
                 self.dropped += 1
-            internal_log.warning(
-                f"queue-full-{self.name}",
-                "runnertrace: %s export queue is full (%d spans); dropping spans "
-                "(%d dropped so far)",
+            spans_lost(
                 self.name,
-                self.max_queue_size,
-                self.dropped,
+                1,
+                f"the export queue is full ({self.max_queue_size} spans waiting)",
+                "the backend is slower than the spans arrive; check it, or raise its "
+                "max_queue_size",
             )
             return
         queue.append(span)
@@ -217,12 +219,23 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         deadline = time.monotonic() + timeout
         if self._shutdown:
             return
-        self.force_flush(int(timeout * 1000))
+        flushed = self.force_flush(int(timeout * 1000))
         with self._cond:
             self._shutdown = True
+            # What is still queued or in flight now will never be delivered.
+            abandoned = 0 if flushed else len(self._queue) + self._in_flight
+            self._abandoned = not flushed
+            self.dropped += abandoned
             self._cond.notify()
+        spans_lost(
+            self.name,
+            abandoned,
+            f"not exported within trace.flush_timeout_s ({timeout:g}s) at shutdown",
+            "check that the backend answers, or raise trace.flush_timeout_s",
+        )
         remaining = max(0.0, deadline - time.monotonic())
         run_with_timeout(self.exporter.shutdown, max(remaining, 0.1), f"{self.name} shutdown")
+        report_totals(self.name)
 
     # -- worker -----------------------------------------------------------------------
     def _take_batch(self) -> list[ReadableSpan]:
@@ -243,28 +256,26 @@ class BoundedBatchSpanProcessor(SpanProcessor):
                 batch = self._take_batch()
                 target = self._flush_requests
             if batch:
+                self._in_flight = len(batch)
                 self._export(batch)
+                self._in_flight = 0
             with self._cond:
                 if not self._queue:
                     self._flushed = max(self._flushed, target)
                     self._cond.notify_all()
 
     def _export(self, batch: list[ReadableSpan]) -> None:
-        try:
-            result = self.exporter.export(batch)
-        except Exception as exc:  # noqa: BLE001 - exporter faults never reach the host
-            result = SpanExportResult.FAILURE
-            internal_log.warning(
-                f"export-error-{self.name}", "runnertrace: %s export raised %r", self.name, exc
-            )
+        with exporting(self.name) as attempt:
+            try:
+                result = self.exporter.export(batch)
+            except Exception as exc:  # noqa: BLE001 - exporter faults never reach the host
+                result = SpanExportResult.FAILURE
+                attempt.cause = attempt.cause or f"the export raised {exc!r}"
         if result is SpanExportResult.SUCCESS:
             self.exported += len(batch)
             return
         with self._cond:
+            if self._abandoned:  # already counted when shutdown gave up on it
+                return
             self.dropped += len(batch)
-        internal_log.warning(
-            f"export-failed-{self.name}",
-            "runnertrace: %s export failed; %d spans dropped so far",
-            self.name,
-            self.dropped,
-        )
+        spans_lost(self.name, len(batch), attempt.cause or "the export failed", attempt.fix)

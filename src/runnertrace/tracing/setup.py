@@ -13,8 +13,10 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from opentelemetry import trace as trace_api
@@ -31,6 +33,7 @@ from runnertrace.tracing.spans import lean_tracer_for
 __all__ = ["TracingSetup", "build_backends", "get_tracing_setup", "reset_tracing_setups"]
 
 INSTRUMENTATION_NAME = "runnertrace"
+logger = logging.getLogger("runnertrace")
 
 
 def sdk_disabled() -> bool:
@@ -137,31 +140,63 @@ def get_tracing_setup(config: TraceConfig, key: str | None = None) -> TracingSet
     with _lock:
         setup = _setups.get(key)
         if setup is None:
-            setup = _setups[key] = _build(config)
+            setup = _setups[key] = _build_or_report(config)
     return setup
 
 
+def _build_or_report(config: TraceConfig) -> TracingSetup:
+    """Build the pipeline; a configuration problem is one log line, and runs go untraced.
+
+    A missing key or a bad setting is the user's to fix, not a fault of ours:
+    it is reported once per process (the disabled setup is cached), without a
+    traceback, naming everything that is missing.
+    """
+    from runnertrace.core.config import ConfigError
+
+    try:
+        return _build(config)
+    except ConfigError as exc:
+        logger.error("runnertrace: tracing is off for this configuration: %s", exc)
+        return TracingSetup(trace_api.NoOpTracerProvider(), owns_provider=False, disabled=True)
+
+
 def _build(config: TraceConfig) -> TracingSetup:
+    from runnertrace.core.config import ConfigError
+
     if sdk_disabled():
         return TracingSetup(trace_api.NoOpTracerProvider(), owns_provider=False, disabled=True)
     backends = build_backends(config)
-    global_provider = trace_api.get_tracer_provider()
-    if isinstance(global_provider, TracerProvider):
-        provider, owns = global_provider, False
+    app_provider = _app_provider()
+    provider: trace_api.TracerProvider
+    if "app" in config.types:
+        # As it stands, whatever it is: even the API's proxy, which forwards to a
+        # provider the app installs later.
+        provider, owns = trace_api.get_tracer_provider(), False
+        backends = [b for b in backends if not _app_already_exports(b)]
+        if app_provider is None and any(b.name != "app" for b in backends):
+            raise ConfigError(
+                f"trace.type: {config.types!r}: 'app' can be combined with other backends "
+                "only when the app installed an OpenTelemetry SDK TracerProvider"
+            )
+    elif app_provider is not None:
+        provider, owns = app_provider, False
+        backends = [b for b in backends if not _app_already_exports(b)]
     else:
         provider = TracerProvider(
             resource=_resource(config),
             sampler=ParentBased(TraceIdRatioBased(config.sample_rate)),
         )
         owns = True
+    target = provider if isinstance(provider, TracerProvider) else app_provider
     processors: list[SpanProcessor] = []
     for backend in backends:
         for processor in backend.processors():
-            provider.add_span_processor(processor)
+            if target is not None:
+                target.add_span_processor(processor)
             processors.append(processor)
-    if isinstance(provider, TracerProvider):
+    if target is not None:
         for backend in backends:
-            backend.bind(provider)
+            backend.bind(target)
     return TracingSetup(
         provider,
         owns_provider=owns,
@@ -169,6 +204,40 @@ def _build(config: TraceConfig) -> TracingSetup:
         processors=processors,
         flush_timeout_s=config.flush_timeout_s,
     )
+
+
+def _app_provider() -> TracerProvider | None:
+    """The application's SDK provider, if it installed one, seen through known proxies.
+
+    ``logfire.configure()`` installs Logfire's proxy as the global provider; the
+    proxy holds the SDK provider its processors (scrubbing, console, sinks) are
+    on in its public ``provider`` attribute. Joining that provider means our
+    spans go through the app's processors like its own spans do.
+    """
+    provider: object = trace_api.get_tracer_provider()
+    inner = getattr(provider, "provider", None)
+    if not isinstance(provider, TracerProvider) and isinstance(inner, TracerProvider):
+        provider = inner
+    return provider if isinstance(provider, TracerProvider) else None
+
+
+def _app_already_exports(backend: Backend) -> bool:
+    """Does the app's own pipeline already ship to this backend's vendor?
+
+    Then our exporter would deliver every span a second time, so it is left
+    out (the ``app`` pipeline delivers them once).
+    """
+    detect = _APP_VENDOR_DETECTORS.get(backend.name)
+    return detect is not None and detect()
+
+
+def _logfire_configured() -> bool:
+    # Logfire's proxy provider is its own class; its module name is the public tell.
+    provider = trace_api.get_tracer_provider()
+    return type(provider).__module__.startswith("logfire.")
+
+
+_APP_VENDOR_DETECTORS: dict[str, Callable[[], bool]] = {"logfire": _logfire_configured}
 
 
 def reset_tracing_setups(timeout_s: float = 1.0) -> None:
