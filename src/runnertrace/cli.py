@@ -415,7 +415,7 @@ def _backend_checks(name: str, trace: Any) -> list[Check]:
     from runnertrace.tracing.setup import build_backends
 
     try:
-        backends = build_backends(trace.model_copy(update={"type": name}))
+        backends = build_backends(trace.model_copy(update={"type": name}), validate=False)
     except (ConfigError, ImportError) as exc:
         return [
             Check(

@@ -325,12 +325,22 @@ class OtlpHttpBackend(Backend):
         configured = getattr(section, "timeout_s", None)
         return configured if configured is not None else self.trace_config.flush_timeout_s
 
+    def validate(self) -> None:
+        # Every missing credential at once (as doctor lists them), then the URL.
+        problems: list[str] = []
+        for setting in self.credentials():
+            try:
+                setting.required()
+            except ConfigError as exc:
+                problems.append(str(exc))
+        try:
+            self.traces_endpoint()
+        except ConfigError as exc:
+            problems.append(str(exc))
+        if problems:
+            raise ConfigError("\n  ".join(problems))
+
     def exporter(self) -> SpanExporter:
-        # Every missing credential at once (not one per attempt), as doctor lists them.
-        missing = [s for s in self.credentials() if s.value is None]
-        if missing:
-            where = "; ".join(f"{s.key} (or {' / '.join(s.env)})" for s in missing)
-            raise ConfigError(f"{self.name}: missing {where}; set them, or run runnertrace doctor")
         return otlp_http_exporter(
             self.traces_endpoint(),
             self.headers(),

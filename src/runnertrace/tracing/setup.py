@@ -77,8 +77,13 @@ class TracingSetup:
         return run_all_with_timeout([p.shutdown for p in self.processors], timeout, "shutdown")
 
 
-def build_backends(config: TraceConfig) -> list[Backend]:
-    """Instantiate the backends ``trace.type`` names (built-in or dotted path)."""
+def build_backends(config: TraceConfig, *, validate: bool = True) -> list[Backend]:
+    """Instantiate the backends ``trace.type`` names (built-in or dotted path).
+
+    With ``validate``, each backend's configuration is checked now (every
+    missing key in one :class:`ConfigError`); ``doctor`` skips it to list them
+    as findings instead.
+    """
     from runnertrace._internal.imports import import_dotted
     from runnertrace.core.config import ConfigError
     from runnertrace.exporters import BUILTIN_BACKENDS
@@ -95,7 +100,10 @@ def build_backends(config: TraceConfig) -> list[Backend]:
                 f"trace.type: {name!r} is not a runnertrace Backend subclass "
                 "(see runnertrace.tracing.backend.Backend)"
             )
-        backends.append(cls(config))
+        backend = cls(config)
+        if validate:
+            backend.validate()
+        backends.append(backend)
     return backends
 
 
