@@ -1,5 +1,7 @@
 """Tracing a runner you wrote yourself, with ``traced()``.
 
+Needs: ``pip install -e .`` (no extra).
+
 Run it with ``python examples/custom_runner.py``.
 
 ``GlossaryRunner`` below does not subclass runnertrace's ``Runner``: it is any
