@@ -483,8 +483,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="runnertrace",
         description="Tracing for AI agent runners: demo, local trace viewer and diagnostics.",
-        # Wide enough that every command's description stays on its line.
-        formatter_class=lambda prog: argparse.HelpFormatter(prog, max_help_position=32),
     )
     parser.add_argument("--version", action="version", version=f"runnertrace {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
