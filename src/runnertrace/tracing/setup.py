@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -240,12 +241,30 @@ def _app_already_exports(backend: Backend) -> bool:
 
 
 def _logfire_configured() -> bool:
-    # Logfire's proxy provider is its own class; its module name is the public tell.
+    """Is the app's Logfire shipping to Logfire itself (not only to its own processors)?"""
     provider = trace_api.get_tracer_provider()
-    return type(provider).__module__.startswith("logfire.")
+    if not type(provider).__module__.startswith("logfire."):
+        return False
+    config = getattr(provider, "config", None)  # logfire's LogfireConfig
+    return bool(getattr(config, "send_to_logfire", False) and getattr(config, "token", None))
 
 
-_APP_VENDOR_DETECTORS: dict[str, Callable[[], bool]] = {"logfire": _logfire_configured}
+def _langfuse_client_active() -> bool:
+    module = sys.modules.get("langfuse._client.resource_manager")
+    if module is None:  # the app never imported Langfuse (we never import it ourselves)
+        return False
+    # Langfuse has no public "is a client running" call (get_client() would create
+    # one); its registry of live clients is the only tell. Each entry knows the
+    # provider its span processor is on.
+    live = getattr(module.LangfuseResourceManager, "_instances", {})
+    app = _app_provider()
+    return any(getattr(m, "tracer_provider", None) is app for m in list(live.values()))
+
+
+_APP_VENDOR_DETECTORS: dict[str, Callable[[], bool]] = {
+    "logfire": _logfire_configured,
+    "langfuse": _langfuse_client_active,
+}
 
 
 def reset_tracing_setups(timeout_s: float = 1.0) -> None:
