@@ -16,7 +16,7 @@ tree as the built-in ones:
   inner spans in run mode reports its events through
   ``runnertrace.core.claim_observer()``, as the built-in runners do.
 
-Spans go to the default ``local`` store, ``.runnertrace/traces.db``.
+Spans go to the default ``local`` store, one per user (``runnertrace doctor`` prints where).
 """
 
 from __future__ import annotations

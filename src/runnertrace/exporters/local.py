@@ -69,7 +69,7 @@ def writable(path: Path) -> Check:
                 "path",
                 "fail",
                 f"{path} is a directory",
-                fix="set trace.local.path to a file path, e.g. .runnertrace/traces.db",
+                fix="set trace.local.path to a file path, e.g. ~/traces.db",
             )
         if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)):
             return Check(
