@@ -297,9 +297,15 @@ async def _demo(settings: Settings, *, stream: bool, out: Console) -> int:
         out.print(Text.assemble(("report ", "dim"), _display_path(report)))
     out.rule(style="dim")
     if store is not None and not setup.disabled:
+        command = _command_name()
         out.print(
-            "Next: [bold]runnertrace traces[/] lists the runs, "
-            "[bold]runnertrace show last[/] draws the latest one."
+            Text.assemble(
+                "Next: ",
+                (f"{command} traces", "bold"),
+                " lists the runs, ",
+                (f"{command} show last", "bold"),
+                " draws the latest one (from any directory).",
+            )
         )
     elif not setup.disabled and not drops.lost_spans():
         out.print(Text(f"Spans went to {destination}; add local to trace.type to see trees here."))
@@ -342,6 +348,21 @@ async def _stream_task(
             marker = "✗" if event.is_error else "→"
             out.print(Text(f"[{name} {marker} {event.content}] ", style="dim"), end="")
     out.print()
+
+
+def _command_name() -> str:
+    """How to type this command again: ``runnertrace`` if it is on PATH, else its path.
+
+    A fresh clone has it in ``.venv/bin``, which is not on PATH until the venv is
+    activated; the hint must work when pasted.
+    """
+    import shutil
+
+    script = Path(sys.argv[0])
+    found = shutil.which("runnertrace")
+    if script.name != "runnertrace" or (found and Path(found).resolve() == script.resolve()):
+        return "runnertrace"
+    return _display_path(script.absolute())
 
 
 def _check_writable(path: Path) -> None:
