@@ -162,7 +162,8 @@ def test_a_hung_collector_costs_one_warning_with_the_count_and_at_most_the_flush
     assert result.stdout.strip() == ANSWER
     lines = lost_lines(result.stderr)
     assert lines and f"{SPANS_PER_RUN} spans lost so far for otlp" in lines[-1], result.stderr
-    assert "trace.flush_timeout_s" in lines[-1]  # what to do
+    # What to do (the export's own timeout or our shutdown deadline may come first).
+    assert "runnertrace doctor" in lines[-1] or "trace.flush_timeout_s" in lines[-1]
     exit_took = float(EXIT_TOOK.search(result.stderr).group(1))  # type: ignore[union-attr]
     assert exit_took <= 1.0 + 0.5, result.stderr  # the configured bound, plus shutdown slack
     assert "Traceback" not in result.stderr

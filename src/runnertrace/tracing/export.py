@@ -278,4 +278,9 @@ class BoundedBatchSpanProcessor(SpanProcessor):
             if self._abandoned:  # already counted when shutdown gave up on it
                 return
             self.dropped += len(batch)
-        spans_lost(self.name, len(batch), attempt.cause or "the export failed", attempt.fix)
+        spans_lost(
+            self.name,
+            len(batch),
+            attempt.cause or "the export failed",
+            attempt.fix or "check that the backend is reachable and answers (runnertrace doctor)",
+        )
