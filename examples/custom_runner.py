@@ -1,5 +1,7 @@
 """Tracing a runner you wrote yourself, with ``traced()``.
 
+Needs: ``pip install -e .`` (no extra).
+
 Run it with ``python examples/custom_runner.py``.
 
 ``GlossaryRunner`` below does not subclass runnertrace's ``Runner``: it is any
@@ -14,7 +16,7 @@ tree as the built-in ones:
   inner spans in run mode reports its events through
   ``runnertrace.core.claim_observer()``, as the built-in runners do.
 
-Spans go to the default ``local`` store, ``.runnertrace/traces.db``.
+Spans go to the default ``local`` store, one per user (``runnertrace doctor`` prints where).
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """A LangGraph ReAct agent behind runnertrace, in run or stream mode.
 
+Needs the ``langgraph`` extra: ``pip install -e '.[langgraph]'``.
+
 Offline by default: a scripted chat model asks for the ``multiply`` tool and
 then answers, so the example needs no network and no key. With
 ``OPENAI_API_KEY`` set and ``langchain-openai`` installed it uses a real model

@@ -1,5 +1,7 @@
 """An OpenAI Agents SDK agent run through runnertrace, in run and stream mode.
 
+Needs the ``openai-agents`` extra: ``pip install -e '.[openai-agents]'``.
+
     python examples/openai_agents_agent.py                  # offline, scripted model
     OPENAI_API_KEY=sk-... python examples/openai_agents_agent.py "What is 12 times 34?"
     RUNNERTRACE_TRACE__ENABLED=true python examples/openai_agents_agent.py   # traced

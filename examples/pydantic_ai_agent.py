@@ -1,5 +1,7 @@
 """A Pydantic AI agent run through runnertrace, in run and stream mode.
 
+Needs the ``pydantic-ai`` extra: ``pip install -e '.[pydantic-ai]'``.
+
     python examples/pydantic_ai_agent.py                    # offline, scripted model
     OPENAI_API_KEY=sk-... python examples/pydantic_ai_agent.py "What is 12 times 34?"
     RUNNERTRACE_TRACE__ENABLED=true python examples/pydantic_ai_agent.py   # traced

@@ -1,14 +1,17 @@
 """Quickstart: trace the native agent to the local store, offline.
 
+Needs: ``pip install -e .`` (no extra).
+
 Run it with ``python examples/quickstart.py``. The agent uses ``ScriptedLlm``,
 a deterministic offline model that solves arithmetic with the calculator tool,
 so no API key and no network are needed. Tracing is switched on in code here
 (``trace.enabled``); see ``yaml_config/`` for switching it on from a config
 file instead.
 
-Every run becomes one trace in ``.runnertrace/traces.db`` (under the working
-directory): the run, each think/act step, each model message and each tool
-call. Look at it afterwards with::
+Every run becomes one trace in the per-user store (``runnertrace doctor``
+prints where it is; ``trace.local.path`` chooses another): the run, each
+think/act step, each model message and each tool call. Look at it afterwards,
+from any directory, with::
 
     runnertrace show last            # the span tree in the terminal
     runnertrace traces               # the recent runs as a table

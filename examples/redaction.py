@@ -1,5 +1,7 @@
 """A redaction hook: content capture on, yet no secret or e-mail reaches the trace store.
 
+Needs: ``pip install -e .`` (no extra).
+
 Run it with ``python examples/redaction.py``.
 
 With ``trace.capture_content`` on, prompts, model output and tool arguments

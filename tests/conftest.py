@@ -8,6 +8,29 @@ from collections.abc import Iterator
 import pytest
 
 from runnertrace._internal.errors import internal_log
+from runnertrace.tracing import drops
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_user_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The per-user store lives under a temporary data directory, never the real one.
+
+    Set in ``os.environ`` for the whole session, so the CLI subprocesses the tests
+    start (they inherit the environment) are isolated too.
+    """
+    import os
+
+    import platformdirs
+
+    saved = os.environ.get("XDG_DATA_HOME")
+    data_home = tmp_path_factory.mktemp("xdg-data")
+    os.environ["XDG_DATA_HOME"] = str(data_home)
+    assert platformdirs.user_data_dir("runnertrace").startswith(str(data_home))
+    yield
+    if saved is None:
+        del os.environ["XDG_DATA_HOME"]
+    else:
+        os.environ["XDG_DATA_HOME"] = saved
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +57,10 @@ def _isolated_environment(
         if name.startswith("RUNNERTRACE_"):
             monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+    # Each test its own per-user data directory (the default store lives there).
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("user-data")))
     internal_log.reset()
+    drops.reset()
     yield
     from runnertrace.tracing.setup import reset_tracing_setups
 

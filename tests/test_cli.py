@@ -18,7 +18,7 @@ ANSWERS = (
     "The calculator reported an error: ZeroDivisionError: division by zero",
     'I am a scripted offline model. You said: "Hello! What can you do?"',
 )
-REPORT_LINE = re.compile(r"^report (\.runnertrace/report-([0-9a-f]{8})\.html)$", re.MULTILINE)
+REPORT_LINE = re.compile(r"^report (\S*report-([0-9a-f]{8})\.html)$", re.MULTILINE)
 
 
 def clean_env() -> dict[str, str]:
@@ -60,14 +60,21 @@ def _wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
 @dataclass
 class Demo:
     cwd: Path
+    env: dict[str, str]
     result: subprocess.CompletedProcess[str]
+
+    @property
+    def db(self) -> Path:
+        """The per-user store (the user data directory is ``data/`` in the demo's directory)."""
+        return self.cwd / "data" / "runnertrace" / "traces.db"
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
-    """One ``runnertrace demo`` in an empty directory: no config, no store."""
+    """One ``runnertrace demo`` in an empty directory: no config, no store, its own user dir."""
     cwd = tmp_path_factory.mktemp("fresh-clone")
-    return Demo(cwd, cli("demo", cwd=cwd))
+    env = {**clean_env(), "XDG_DATA_HOME": str(cwd / "data")}
+    return Demo(cwd, env, cli("demo", cwd=cwd, env=env))
 
 
 def test_demo_prints_each_answer_then_its_tree_then_its_report(demo: Demo) -> None:
@@ -86,7 +93,8 @@ def test_demo_prints_each_answer_then_its_tree_then_its_report(demo: Demo) -> No
         assert report.group(2) in html  # the page is the report of that trace
     assert "execute_tool calculator" in out and "chat scripted-1" in out
     assert "✗ error" in out  # the division by zero shows as a failed tool span
-    assert (demo.cwd / ".runnertrace" / "traces.db").is_file()
+    assert demo.db.is_file()  # the per-user store, not one per working directory
+    assert not (demo.cwd / ".runnertrace").exists()
 
 
 def test_demo_stream_mode(tmp_path: Path) -> None:
@@ -100,7 +108,7 @@ def test_demo_stream_mode(tmp_path: Path) -> None:
 
 
 def test_traces_lists_the_demo_runs(demo: Demo) -> None:
-    result = cli("traces", cwd=demo.cwd)
+    result = cli("traces", cwd=demo.cwd, env=demo.env)
     assert result.returncode == 0, result.stderr
     rows = [line for line in result.stdout.splitlines() if " demo " in line]
     assert len(rows) == len(ANSWERS)
@@ -111,13 +119,13 @@ def test_traces_lists_the_demo_runs(demo: Demo) -> None:
 
 
 def test_traces_limit_in_process(demo: Demo, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["traces", "-n", "1", "--db", str(demo.cwd / ".runnertrace/traces.db")]) == 0
+    assert main(["traces", "-n", "1", "--db", str(demo.db)]) == 0
     out = capsys.readouterr().out
     assert len([line for line in out.splitlines() if " demo " in line]) == 1
 
 
 def test_show_last_and_show_by_prefix(demo: Demo) -> None:
-    last = cli("show", "last", cwd=demo.cwd)
+    last = cli("show", "last", cwd=demo.cwd, env=demo.env)
     assert last.returncode == 0, last.stderr
     assert "invoke_agent demo" in last.stdout and "chat scripted-1" in last.stdout
     assert "execute_tool" not in last.stdout  # the last task needed no tool
@@ -125,7 +133,7 @@ def test_show_last_and_show_by_prefix(demo: Demo) -> None:
 
 def test_show_by_prefix_in_process(demo: Demo, capsys: pytest.CaptureFixture[str]) -> None:
     first_id = REPORT_LINE.search(demo.result.stdout).group(2)  # type: ignore[union-attr]
-    db = str(demo.cwd / ".runnertrace" / "traces.db")
+    db = str(demo.db)
     assert main(["show", first_id[:6], "--db", db]) == 0
     out = capsys.readouterr().out
     assert out.count("execute_tool calculator") == 2
@@ -133,7 +141,7 @@ def test_show_by_prefix_in_process(demo: Demo, capsys: pytest.CaptureFixture[str
 
 
 def test_report_last_writes_a_page(demo: Demo) -> None:
-    result = cli("report", "last", "-o", "out/run.html", cwd=demo.cwd)
+    result = cli("report", "last", "-o", "out/run.html", cwd=demo.cwd, env=demo.env)
     assert result.returncode == 0, result.stderr
     page = demo.cwd / "out" / "run.html"
     assert str(page) in result.stdout
@@ -142,7 +150,7 @@ def test_report_last_writes_a_page(demo: Demo) -> None:
 
 
 def test_doctor_reports_the_local_store(demo: Demo) -> None:
-    result = cli("doctor", cwd=demo.cwd)
+    result = cli("doctor", cwd=demo.cwd, env=demo.env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "local" in result.stdout and "traces.db" in result.stdout
     assert "3 traces" in result.stdout
@@ -151,9 +159,9 @@ def test_doctor_reports_the_local_store(demo: Demo) -> None:
 def test_missing_store_or_trace_is_a_clear_error(
     demo: Demo, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["show", "last"]) == 1  # the working directory has no store
+    assert main(["show", "last"]) == 1  # this test's user directory has no store
     assert "no trace store at" in capsys.readouterr().err
-    assert main(["show", "ffffffff", "--db", str(demo.cwd / ".runnertrace/traces.db")]) == 1
+    assert main(["show", "ffffffff", "--db", str(demo.db)]) == 1
     assert "no trace id starts with" in capsys.readouterr().err
 
 
@@ -171,16 +179,20 @@ def test_bad_config_file_exits_2_in_a_subprocess(tmp_path: Path) -> None:
         ("trace:\n  type: bogus\n", "trace.type"),
         ("trace:\n  sample_rate: 3\n", "trace.sample_rate"),
         ("trace: [unclosed\n", "cannot parse runnertrace.yaml"),
-        ("- just\n- a list\n", "invalid runnertrace configuration"),
+        ("- just\n- a list\n", "the top level is a list; expected a mapping of sections"),
     ],
 )
 def test_bad_config_file_exits_2_with_the_message(
     config: str, expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     Path("runnertrace.yaml").write_text(config)  # conftest put us in an empty directory
-    for command in (["doctor"], ["traces"], ["demo"]):
+    for command in (["doctor"], ["demo"]):
         assert main(command) == 2, command
         assert expected in capsys.readouterr().err
+    # The viewers still read (here: the default store, which does not exist yet).
+    assert main(["traces"]) == 1
+    err = capsys.readouterr().err
+    assert expected in err and "reading the default store" in err
 
 
 def test_doctor_fails_for_an_unwritable_store(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,6 +12,7 @@ import gzip
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -599,10 +600,15 @@ def test_malformed_region_from_env_names_the_key_and_fix(
     assert "trace.cloudwatch.region" in message and var in message and "us-east-1" in message
 
 
-def test_missing_region_names_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_region_names_the_key(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.delenv("AWS_REGION")
-    with pytest.raises(ConfigError, match=r"trace\.cloudwatch\.region.*AWS_REGION"):
-        get_tracing_setup(config())
+    # A configuration error: one log line without a traceback, and runs go untraced.
+    assert get_tracing_setup(config()).disabled
+    (record,) = [r for r in caplog.records if "tracing is off" in r.getMessage()]
+    assert re.search(r"trace\.cloudwatch\.region.*AWS_REGION", record.getMessage())
+    assert record.exc_info is None
 
 
 def test_malformed_endpoints_name_the_key(monkeypatch: pytest.MonkeyPatch) -> None:

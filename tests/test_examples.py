@@ -1,14 +1,16 @@
 """Each example in ``examples/`` runs as a user would run it, and does what it says.
 
 Every example runs in a subprocess (the same interpreter), from a copy in a
-temporary directory that is also its working directory, so the local trace
-store it writes, ``.runnertrace/traces.db``, is this test's alone. The tests
-check the printed output and then read the store back.
+temporary directory that is also its working directory. The per-user trace
+store it writes lives under this test's own ``XDG_DATA_HOME`` (conftest sets
+one per test; the subprocess inherits it), so it is this test's alone. The
+tests check the printed output and then read the store back.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -21,7 +23,12 @@ import pytest
 from runnertrace.exporters.local_store import SpanStore, StoredSpan, span_tree
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-STORE = Path(".runnertrace") / "traces.db"
+STORE = Path(".runnertrace") / "traces.db"  # what yaml_config/runnertrace.yaml names
+
+
+def user_store() -> Path:
+    """The default, per-user store of this test (see conftest)."""
+    return Path(os.environ["XDG_DATA_HOME"]) / "runnertrace" / "traces.db"
 
 
 def run_example(source: Path, workdir: Path, script: str | None = None) -> str:
@@ -85,7 +92,7 @@ def test_quickstart_traces_the_native_agent_to_the_local_store(
 
     assert "answer:   The answer is 7006669." in out
     assert "runnertrace show last" in out
-    store = SpanStore(tmp_path / STORE)
+    store = SpanStore(user_store())
     runs = store.list_runs(10)
     assert len(runs) == 1
     run = runs[0]
@@ -117,7 +124,7 @@ def test_custom_runner_gets_full_spans_streaming_and_a_run_span_in_run_mode(
 
     answer = "span: one timed operation in a trace; trace: the tree of spans of one run"
     assert out.count(f"answer: {answer}") == 2  # the same answer in both modes
-    store = SpanStore(tmp_path / STORE)
+    store = SpanStore(user_store())
     runs = {run.mode: run for run in store.list_runs(10)}
     assert set(runs) == {"stream", "run"}
     assert all(run.framework == "glossary" and run.status == "ok" for run in runs.values())
@@ -155,7 +162,7 @@ def test_yaml_config_turns_tracing_on_without_code(tmp_path: Path) -> None:
     out = run_example(EXAMPLES / "yaml_config" / "app.py", without)
     assert "answer:   The answer is 400." in out
     assert "tracing:  off" in out
-    assert not (without / ".runnertrace").exists()
+    assert not (without / ".runnertrace").exists() and not user_store().exists()
 
 
 def test_redaction_keeps_planted_secrets_out_of_the_store(tmp_path: Path) -> None:
@@ -172,7 +179,7 @@ def test_redaction_keeps_planted_secrets_out_of_the_store(tmp_path: Path) -> Non
         assert f"{label} in the store: no" in out
 
     # Every column of every stored row, read raw from SQLite.
-    with sqlite3.connect(tmp_path / STORE) as db:
+    with sqlite3.connect(user_store()) as db:
         rows = db.execute("SELECT * FROM spans").fetchall()
     assert len(rows) == 3
     dump = "\n".join(str(value) for row in rows for value in row)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -263,9 +264,11 @@ def test_queue_size_comes_from_config(db: Path) -> None:
     processor.shutdown(0.5)
 
 
-def test_default_path_is_dot_runnertrace_in_the_working_directory() -> None:
+def test_default_path_is_one_per_user_store_in_the_data_directory() -> None:
+    # conftest points XDG_DATA_HOME at a temporary directory for each test.
     backend = LocalBackend(load_settings().trace)
-    assert backend.path == Path.cwd() / ".runnertrace" / "traces.db"
+    assert backend.path == Path(os.environ["XDG_DATA_HOME"]) / "runnertrace" / "traces.db"
+    assert Path.cwd() not in backend.path.parents
 
 
 def _span(trace_id: int, span_id: int, parent: SpanContext | None = None) -> ReadableSpan:
@@ -367,10 +370,17 @@ def test_unwritable_location_fails_the_check_and_the_export_without_raising(
     caplog.set_level(logging.WARNING, logger="runnertrace")
     internal_log.reset()
     exporter = SqliteSpanExporter(db)
-    assert exporter.export([_span(1, 1)]) is SpanExportResult.FAILURE
-    assert exporter.export([_span(1, 2)]) is SpanExportResult.FAILURE
-    messages = [r.getMessage() for r in caplog.records if "cannot write spans" in r.getMessage()]
-    assert len(messages) == 1 and str(db) in messages[0]
+    processor = BoundedBatchSpanProcessor(exporter, name="local")
+    for span_id in (1, 2):
+        processor.on_end(_span(1, span_id))
+        assert processor.force_flush(5000)
+    processor.shutdown()
+    messages = [r.getMessage() for r in caplog.records if "lost so far" in r.getMessage()]
+    # One line, then the exact total at shutdown; each names the file and the fix.
+    assert len(messages) == 2, messages
+    assert messages[0].startswith("runnertrace: 1 span lost so far for local: cannot write to")
+    assert messages[1].startswith("runnertrace: 2 spans lost so far for local")
+    assert all(str(db) in m and "trace.local.path" in m for m in messages)
 
 
 def test_a_store_from_a_newer_version_is_refused(db: Path) -> None:

@@ -860,6 +860,7 @@ def test_the_example_runs_offline(traced: bool, tmp_path: Path) -> None:
     }
     if traced:
         env["RUNNERTRACE_TRACE__ENABLED"] = "true"
+    env["XDG_DATA_HOME"] = str(tmp_path / "data")  # the per-user store of this test
     done = subprocess.run(
         [sys.executable, str(REPO / "examples" / "pydantic_ai_agent.py"), "What is 6 times 7?"],
         cwd=tmp_path,
@@ -874,4 +875,4 @@ def test_the_example_runs_offline(traced: bool, tmp_path: Path) -> None:
         "stream:  [tool -> 42] The product is 42.",
         "context: {'multiplications': 2}",
     ]
-    assert (tmp_path / ".runnertrace" / "traces.db").exists() == traced
+    assert (tmp_path / "data" / "runnertrace" / "traces.db").exists() == traced

@@ -1,5 +1,7 @@
 """An ordinary app with no tracing code: tracing comes from ``runnertrace.yaml``.
 
+Needs: ``pip install -e .`` (no extra).
+
 Run it from this directory, where the config file is::
 
     cd examples/yaml_config

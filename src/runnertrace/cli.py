@@ -32,6 +32,7 @@ from rich.tree import Tree
 
 from runnertrace import __version__
 from runnertrace.core.config import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE, ConfigError
+from runnertrace.tracing import drops
 
 if TYPE_CHECKING:
     from runnertrace.core.config import Settings
@@ -88,9 +89,24 @@ def load_cli_settings() -> Settings:
 
 
 def _open_store(db: str | None) -> SpanStore:
+    """The store ``--db`` names, else ``trace.local.path``; a broken config is a warning here.
+
+    Reading traces must keep working while the configuration is being fixed.
+    """
+    from runnertrace.core.config_env import default_store_path
     from runnertrace.exporters.local_store import SpanStore
 
-    path = db if db is not None else load_cli_settings().trace.local.path
+    if db is not None:
+        return SpanStore(db)
+    try:
+        path = load_cli_settings().trace.local.path
+    except ConfigError as exc:
+        path = default_store_path()
+        _console(stderr=True).print(
+            Text(f"warning: {exc}\nreading the default store {path} (choose one with --db)"),
+            style="yellow",
+            soft_wrap=True,
+        )
     return SpanStore(path)
 
 
@@ -234,6 +250,8 @@ async def _demo(settings: Settings, *, stream: bool, out: Console) -> int:
     agent = NativeModule([native], runtime=runtime).get(native)
     setup = get_tracing_setup(trace)
     store = SpanStore(trace.local.path) if "local" in trace.types else None
+    if store is not None:
+        _check_writable(store.path)
     session_id = f"demo-{uuid.uuid4().hex[:8]}"
     mode = "stream" if stream else "run"
     destination = ", ".join(trace.types)
@@ -262,11 +280,14 @@ async def _demo(settings: Settings, *, stream: bool, out: Console) -> int:
         if setup.disabled:
             continue
         setup.flush()
-        if store is None:
+        if _report_lost(trace.types, out) or store is None:
             continue
         runs = [r for r in store.list_runs(50) if r.session_id == session_id]
         if len(runs) < number:
-            out.print("[yellow]The run's spans have not reached the store (see the log).[/]")
+            out.print(
+                f"[yellow]The run's spans have not reached {_display_path(store.path)} within "
+                f"trace.flush_timeout_s ({trace.flush_timeout_s:g}s).[/]"
+            )
             continue
         run = runs[0]  # newest first: this task's run
         out.print(render_trace_tree(store.get_trace(run.trace_id), run))
@@ -276,14 +297,38 @@ async def _demo(settings: Settings, *, stream: bool, out: Console) -> int:
         out.print(Text.assemble(("report ", "dim"), _display_path(report)))
     out.rule(style="dim")
     if store is not None and not setup.disabled:
+        command = _command_name()
         out.print(
-            "Next: [bold]runnertrace traces[/] lists the runs, "
-            "[bold]runnertrace show last[/] draws the latest one."
+            Text.assemble(
+                "Next: ",
+                (f"{command} traces", "bold"),
+                " lists the runs, ",
+                (f"{command} show last", "bold"),
+                " draws the latest one (from any directory).",
+            )
         )
-    elif not setup.disabled:
+    elif not setup.disabled and not drops.lost_spans():
         out.print(Text(f"Spans went to {destination}; add local to trace.type to see trees here."))
     setup.flush()
-    return 0
+    return 1 if drops.lost_spans() else 0
+
+
+_LOST_FIX = {
+    "local": "another program may hold the store locked: close it, or choose another store with "
+    "trace.local.path (or RUNNERTRACE_TRACE__LOCAL__PATH)",
+}
+
+
+def _report_lost(types: Sequence[str], out: Console) -> bool:
+    """Say plainly which backends lost spans so far (the demo must not claim delivery)."""
+    from runnertrace.tracing import drops
+
+    lost = {name: drops.lost_spans(name) for name in types}
+    for name, count in lost.items():
+        if count:
+            fix = _LOST_FIX.get(name, "check that it is reachable (runnertrace doctor)")
+            out.print(Text(f"{count} span(s) could not be delivered to {name}; {fix}.", "yellow"))
+    return any(lost.values())
 
 
 async def _stream_task(
@@ -305,6 +350,33 @@ async def _stream_task(
     out.print()
 
 
+def _command_name() -> str:
+    """How to type this command again: ``runnertrace`` if it is on PATH, else its path.
+
+    A fresh clone has it in ``.venv/bin``, which is not on PATH until the venv is
+    activated; the hint must work when pasted.
+    """
+    import shutil
+
+    script = Path(sys.argv[0])
+    found = shutil.which("runnertrace")
+    if script.name != "runnertrace" or (found and Path(found).resolve() == script.resolve()):
+        return "runnertrace"
+    return _display_path(script.absolute())
+
+
+def _check_writable(path: Path) -> None:
+    """Fail early, naming the place, when the store cannot be created or written."""
+    from runnertrace.exporters.local import writable
+
+    check = writable(path)
+    if check.status == "fail":
+        raise CommandError(
+            f"cannot write the trace store: {check.detail}. Choose another place with "
+            "trace.local.path in runnertrace.yaml or RUNNERTRACE_TRACE__LOCAL__PATH=/some/traces.db"
+        )
+
+
 # -- doctor ------------------------------------------------------------------------------------
 def cmd_doctor(args: argparse.Namespace, out: Console) -> int:
     from runnertrace.tracing.backend import Check
@@ -317,10 +389,14 @@ def cmd_doctor(args: argparse.Namespace, out: Console) -> int:
     out.print(
         Text.assemble(
             ("tracing      ", "bold"),
-            "enabled" if trace.enabled else "disabled (set trace.enabled: true to trace runs)",
+            "enabled by the configuration"
+            if trace.enabled
+            else "off in the configuration (trace.enabled: false): set trace.enabled: true to "
+            "trace every run; runners wrapped in code with traced() are traced either way",
         )
     )
     out.print(Text.assemble(("trace.type   ", "bold"), ", ".join(trace.types)))
+    out.print(Text.assemble(("trace store  ", "bold"), trace.local.path, " (trace.local.path)"))
     checks: list[Check] = []
     for name in trace.types:
         checks.extend(_backend_checks(name, trace))
@@ -360,7 +436,7 @@ def _backend_checks(name: str, trace: Any) -> list[Check]:
     from runnertrace.tracing.setup import build_backends
 
     try:
-        backends = build_backends(trace.model_copy(update={"type": name}))
+        backends = build_backends(trace.model_copy(update={"type": name}), validate=False)
     except (ConfigError, ImportError) as exc:
         return [
             Check(
@@ -413,6 +489,16 @@ def cmd_dashboards(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number, 1 or more; got {text!r}")
+    return value
+
+
 # -- entry point -------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -422,31 +508,44 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"runnertrace {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="run the native agent offline, traced, and show its spans")
+    def command(name: str, summary: str, **kwargs: Any) -> argparse.ArgumentParser:
+        # The same line in `runnertrace --help` and as the command's own description.
+        return sub.add_parser(name, help=summary, description=summary + ".", **kwargs)
+
+    # One --db for every command that reads the store.
+    store_parent = argparse.ArgumentParser(add_help=False)
+    store_parent.add_argument(
+        "--db",
+        metavar="PATH",
+        help="the SQLite store to read (default: trace.local.path, a per-user store)",
+    )
+    trace_help = "'last' (the default), a trace id, or a unique prefix of one"
+
+    demo = command("demo", "run the native agent offline, traced, and show its spans")
     demo.add_argument("--stream", action="store_true", help="run in stream mode")
     demo.set_defaults(func=cmd_demo)
 
-    db_help = "the SQLite store (default: trace.local.path, .runnertrace/traces.db)"
-    traces = sub.add_parser("traces", help="list recent runs in the local store")
-    traces.add_argument("-n", type=int, default=20, metavar="N", help="how many runs (default 20)")
-    traces.add_argument("--db", help=db_help)
+    traces = command("traces", "list recent runs in the local store", parents=[store_parent])
+    traces.add_argument(
+        "-n", type=_positive_int, default=20, metavar="N", help="how many runs (default 20)"
+    )
     traces.set_defaults(func=cmd_traces)
 
-    show = sub.add_parser("show", help="draw a trace's span tree")
-    show.add_argument("trace", help="'last', a trace id, or a unique prefix of one")
-    show.add_argument("--db", help=db_help)
+    show = command("show", "draw a trace's span tree", parents=[store_parent])
+    show.add_argument("trace", nargs="?", default="last", help=trace_help)
     show.set_defaults(func=cmd_show)
 
-    report = sub.add_parser("report", help="write a self-contained HTML waterfall of a trace")
-    report.add_argument("trace", help="'last', a trace id, or a unique prefix of one")
+    report = command(
+        "report", "write a self-contained HTML waterfall of a trace", parents=[store_parent]
+    )
+    report.add_argument("trace", nargs="?", default="last", help=trace_help)
     report.add_argument("-o", "--output", help="the HTML file (default report-<id>.html)")
-    report.add_argument("--db", help=db_help)
     report.set_defaults(func=cmd_report)
 
-    doctor = sub.add_parser("doctor", help="check the configuration and each backend")
+    doctor = command("doctor", "check the configuration and each backend")
     doctor.set_defaults(func=cmd_doctor)
 
-    dashboards = sub.add_parser("dashboards", help="deploy a dashboard")
+    dashboards = command("dashboards", "deploy a dashboard to a backend")
     dashboards.add_argument("target", choices=["cloudwatch"])
     dashboards.add_argument("--name", required=True, help="the dashboard name")
     dashboards.set_defaults(func=cmd_dashboards)

@@ -426,8 +426,10 @@ _SCRIPT = r"""
     detailEl.setAttribute("data-detail-for", span.span_id);
     detailEl.appendChild(el("h2", null, span.name));
     var status = el("div", "status");
-    var code = { ERROR: "error", OK: "ok" }[span.status_code] || "unset";
-    status.appendChild(el("span", "pill " + code, span.status_code.toLowerCase()));
+    // One vocabulary with the header and `runnertrace traces`: ok, error, cancelled.
+    var code = span.status_code === "ERROR" ? "error"
+      : (span.attributes || {})["runnertrace.cancelled"] ? "cancelled" : "ok";
+    status.appendChild(el("span", "pill " + code, code));
     if (span.type) status.appendChild(el("span", "badge", span.type));
     status.appendChild(el("span", "badge", span.kind));
     if (span.status_description) status.appendChild(el("span", "desc", span.status_description));

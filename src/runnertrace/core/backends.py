@@ -44,6 +44,7 @@ __all__ = [
 ENTRY_POINT_GROUP = "runnertrace.backends"
 
 BUILTIN_BACKENDS: Mapping[str, str] = {
+    "app": "runnertrace.exporters.app:AppBackend",
     "cloudwatch": "runnertrace.exporters.cloudwatch:CloudWatchBackend",
     "console": "runnertrace.exporters.console:ConsoleBackend",
     "langfuse": "runnertrace.exporters.langfuse:LangfuseBackend",

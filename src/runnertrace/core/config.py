@@ -37,6 +37,13 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from runnertrace.core.config_env import (
+    read_yaml_mapping,
+    resolve_dotted,
+    split_comma_list,
+    warn_unknown_env_vars,
+)
+
 __all__ = [
     "CONFIG_ENV_VAR",
     "ConfigError",
@@ -106,16 +113,34 @@ class TraceConfig(BaseModel):
     (``session.id``, ``gen_ai.system``, ``openinference.span.kind``, ``tool.name``,
     ``input.value``/``output.value``...) on the span itself, as runnertrace 0.1 did."""
 
+    @field_validator("type", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        return split_comma_list(value)
+
     @field_validator("type")
     @classmethod
     def _known_type(cls, value: str | list[str]) -> str | list[str]:
-        from runnertrace.core.backends import validate_backend_name
+        from runnertrace.core.backends import backend_names, validate_backend_name
 
         names = [value] if isinstance(value, str) else value
         if not names:
             raise ValueError("at least one trace type is required")
         for name in names:
             validate_backend_name(name)
+            if name not in backend_names():  # a dotted path: it must import, now
+                resolve_dotted(
+                    name,
+                    "a runnertrace Backend subclass (see runnertrace.tracing.backend.Backend)",
+                    _is_backend_class,
+                )
+        return value
+
+    @field_validator("redact")
+    @classmethod
+    def _loadable_redactor(cls, value: str | None) -> str | None:
+        if value:
+            resolve_dotted(value, "a callable (str) -> str", callable)
         return value
 
     @model_validator(mode="after")
@@ -244,6 +269,12 @@ def _decode_json_strings(model: type[BaseModel], value: object) -> object:
     return decoded
 
 
+def _is_backend_class(target: object) -> bool:
+    from runnertrace.tracing.backend import Backend
+
+    return isinstance(target, type) and issubclass(target, Backend)
+
+
 class ExecutionConfig(_Section):
     mode: Literal["sync", "stream"] = "sync"
 
@@ -309,12 +340,15 @@ def load_settings(**overrides: Any) -> Settings:
     """Read the configuration; raises :class:`ConfigError` on any invalid value."""
     import yaml
 
+    path = Path(os.environ.get(CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE))
+    if path.is_file():
+        read_yaml_mapping(path)
+    warn_unknown_env_vars(Settings)
     try:
         return Settings(**overrides)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc)) from None
     except yaml.YAMLError as exc:
-        path = os.environ.get(CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE)
         raise ConfigError(f"cannot parse {path}: {exc}") from None
     except (TypeError, ValueError) as exc:  # e.g. a top level that is not a mapping
         raise ConfigError(f"invalid runnertrace configuration: {exc}") from None

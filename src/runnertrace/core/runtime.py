@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Any
 from runnertrace.core.agent import Agent
 from runnertrace.core.context import ToolContext, run_scope
 from runnertrace.core.events import StreamEvent
-from runnertrace.core.models import AgentReply, AgentRequest, StreamChunk
+from runnertrace.core.models import (
+    AgentReply,
+    AgentReplyText,
+    AgentRequest,
+    StreamChunk,
+    prompt_of,
+)
 from runnertrace.core.session import InMemorySessionStore, Session, SessionStore
 
 if TYPE_CHECKING:
@@ -89,9 +95,7 @@ class Runtime:
     @property
     def settings(self) -> Settings:
         if self._settings is None:
-            from runnertrace.core.config import load_settings
-
-            self._settings = load_settings()
+            self._settings = _settings_or_defaults()
         return self._settings
 
     # -- registries ---------------------------------------------------------------
@@ -138,7 +142,14 @@ class Runtime:
     async def run(
         self, agent: Agent, session: Session, requests: Sequence[AgentRequest]
     ) -> AgentReply:
-        """Run ``agent`` once. Exceptions from the runner propagate unchanged."""
+        """Run ``agent`` once. Exceptions from the runner propagate unchanged.
+
+        With ``execution.mode: stream`` the run is driven through :meth:`stream`
+        (the runner's ``stream()``, post-hooks per event) and the reply is
+        assembled from the streamed text, so callers keep one call for both modes.
+        """
+        if self.settings.execution.mode == "stream":
+            return await self._run_streamed(agent, session, requests)
         with run_scope(agent, session):
             async with self._store.lock(session.id):
                 try:
@@ -153,6 +164,22 @@ class Runtime:
                 finally:
                     session.end_run()
                     self._store.save(session)
+
+    async def _run_streamed(
+        self, agent: Agent, session: Session, requests: Sequence[AgentRequest]
+    ) -> AgentReply:
+        """The reply of a streamed run: the text of its last assistant message."""
+        texts: dict[str, list[str]] = {}
+        last: str | None = None  # the latest message that carried text: the answer
+        async for chunk in self.stream(agent, session, requests):
+            event = chunk.event
+            if event is not None and event.type == "text_delta":
+                if event.message_id != last:
+                    last = event.message_id
+                    texts[last] = []
+                texts[last].append(event.delta)
+        text = "".join(texts[last]) if last is not None else ""
+        return AgentReplyText(text=text, prompt=prompt_of(list(requests)))
 
     async def _post_process(
         self, session: Session, agent: Agent, event: StreamEvent
@@ -206,3 +233,22 @@ class Runtime:
                 finally:
                     session.end_run()
                     self._store.save(session)
+
+
+def _settings_or_defaults() -> Settings:
+    """The configuration; a broken one is reported once and the defaults (untraced) used.
+
+    The configuration belongs to tracing, and tracing must never stop the host:
+    a malformed ``runnertrace.yaml`` is one error line, not a crashed app.
+    """
+    import logging
+
+    from runnertrace.core.config import ConfigError, Settings, load_settings
+
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        logging.getLogger("runnertrace").error(
+            "runnertrace: the configuration is invalid, so runs are not traced: %s", exc
+        )
+        return Settings.model_construct()

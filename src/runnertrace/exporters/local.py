@@ -14,6 +14,7 @@ from pathlib import Path
 from opentelemetry.sdk.trace.export import SpanExporter
 from pydantic import Field
 
+from runnertrace.core.config_env import default_store_path
 from runnertrace.exporters.local_store import SpanStore, SqliteSpanExporter, StoreError
 from runnertrace.tracing.backend import Backend, BackendSettings, Check
 
@@ -23,12 +24,13 @@ __all__ = ["LocalBackend", "LocalConfig"]
 class LocalConfig(BackendSettings):
     """``trace.local``: the embedded store."""
 
-    path: str = ".runnertrace/traces.db"
+    path: str = Field(default_factory=default_store_path)
+    """Default: one store per user in the platform's data directory (see ``doctor``)."""
     max_queue_size: int = Field(2048, ge=1)
 
 
 class LocalBackend(Backend):
-    """Stores spans in ``trace.local.path`` (default ``.runnertrace/traces.db``)."""
+    """Stores spans in ``trace.local.path`` (default: a per-user store, see ``doctor``)."""
 
     name = "local"
     config_model = LocalConfig
@@ -43,14 +45,16 @@ class LocalBackend(Backend):
         return SpanStore(self.settings.path).path
 
     def exporter(self) -> SpanExporter:
-        return SqliteSpanExporter(self.path)
+        # Half the flush budget: a locked store fails the batch (counted, explained)
+        # before a flush that waits for it gives up.
+        return SqliteSpanExporter(self.path, busy_timeout_s=self.trace_config.flush_timeout_s / 2)
 
     def max_queue_size(self) -> int:
         return self.settings.max_queue_size
 
     def check(self) -> list[Check]:
         path = self.path
-        checks = [_writable(path)]
+        checks = [writable(path)]
         if path.is_file():
             try:
                 spans, traces = SpanStore(path).count()
@@ -71,7 +75,7 @@ class LocalBackend(Backend):
         return checks
 
 
-def _writable(path: Path) -> Check:
+def writable(path: Path) -> Check:
     """Can the store (and SQLite's -wal/-shm files beside it) be written, without creating it?"""
     if path.exists():
         if path.is_dir():
@@ -80,7 +84,7 @@ def _writable(path: Path) -> Check:
                 "path",
                 "fail",
                 f"{path} is a directory",
-                fix="set trace.local.path to a file path, e.g. .runnertrace/traces.db",
+                fix="set trace.local.path to a file path, e.g. ~/traces.db",
             )
         if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)):
             return Check(

@@ -30,8 +30,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from runnertrace._internal.errors import internal_log
 from runnertrace.tracing import attributes as attr
+from runnertrace.tracing.drops import explain
 
 __all__ = [
     "RunSummary",
@@ -42,6 +42,7 @@ __all__ = [
     "StoredSpan",
     "TraceNotFoundError",
     "span_tree",
+    "stored_span",
 ]
 
 SCHEMA_VERSION = 1
@@ -277,6 +278,11 @@ def _stored(row: Sequence[Any]) -> StoredSpan:
         resource=json.loads(row[15]),
         scope=row[16],
     )
+
+
+def stored_span(span: ReadableSpan) -> StoredSpan:
+    """A finished span as the viewers see it (what reading its stored row back gives)."""
+    return _stored(span_row(span))
 
 
 def span_tree(spans: Iterable[StoredSpan]) -> list[tuple[StoredSpan, int]]:
@@ -516,10 +522,20 @@ class SpanStore:
 
 # -- the exporter -----------------------------------------------------------------------------
 class SqliteSpanExporter(SpanExporter):
-    """Writes finished spans to a :class:`SpanStore`; failures are logged, never raised."""
+    """Writes finished spans to a :class:`SpanStore`; failures are counted, never raised.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.store = SpanStore(path)
+    A store another process holds locked would make every batch wait the whole
+    busy timeout. So the first wait is ``busy_timeout_s`` (the backend passes a
+    share of ``trace.flush_timeout_s``), and while the store stays locked each
+    later batch only tries briefly: a flush or an exit never waits for a lock
+    more than once.
+    """
+
+    LOCKED_RETRY_S = 0.05
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 10.0) -> None:
+        self.store = SpanStore(path, busy_timeout_s=busy_timeout_s)
+        self.busy_timeout_s = busy_timeout_s
         self._shutdown = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -528,15 +544,24 @@ class SqliteSpanExporter(SpanExporter):
         try:
             self.store.write(spans)
         except (sqlite3.Error, StoreError, OSError) as exc:
-            # A full disk or a read-only directory must not break the host; the
-            # batch processor counts the dropped spans.
-            internal_log.warning(
-                f"local-store-write:{self.store.path}",
-                "runnertrace: cannot write spans to %s: %s",
-                self.store.path,
-                exc,
+            # A full disk, a read-only directory or a lock must not break the host;
+            # the batch processor counts the lost spans and logs them once.
+            locked = "locked" in str(exc) or "busy" in str(exc)
+            if locked and self.store.busy_timeout_s != self.LOCKED_RETRY_S:
+                self.store.close()  # reconnect with the short wait
+                self.store.busy_timeout_s = self.LOCKED_RETRY_S
+            explain(
+                f"cannot write to {self.store.path}: {exc}",
+                "another program holds the store locked: close it, or set trace.local.path "
+                "to another file"
+                if locked
+                else "check the path and its permissions (runnertrace doctor), or set "
+                "trace.local.path",
             )
             return SpanExportResult.FAILURE
+        if self.store.busy_timeout_s != self.busy_timeout_s:
+            self.store.close()
+            self.store.busy_timeout_s = self.busy_timeout_s
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:

@@ -42,6 +42,7 @@ from runnertrace.core.config import ConfigError
 from runnertrace.exporters.vendor_config import OtlpConfig
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.backend import Backend, Check
+from runnertrace.tracing.drops import current_export, explain
 
 __all__ = [
     "DEFAULT_OTLP_ENDPOINT",
@@ -159,6 +160,11 @@ class _OncePerMessageFromOurThreads(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not (record.threadName or "").startswith("runnertrace-"):
             return True
+        if current_export() is not None:
+            # Retry chatter ("Transient error ... retrying") and the final failure
+            # become the cause in our one lost-spans warning (tracing/drops.py).
+            explain(record.getMessage())
+            return False
         return internal_log.should_log(f"otel-exporter {record.name} {record.msg}")
 
 
@@ -322,6 +328,21 @@ class OtlpHttpBackend(Backend):
         section = getattr(self.trace_config, self.name, None)
         configured = getattr(section, "timeout_s", None)
         return configured if configured is not None else self.trace_config.flush_timeout_s
+
+    def validate(self) -> None:
+        # Every missing credential at once (as doctor lists them), then the URL.
+        problems: list[str] = []
+        for setting in self.credentials():
+            try:
+                setting.required()
+            except ConfigError as exc:
+                problems.append(str(exc))
+        try:
+            self.traces_endpoint()
+        except ConfigError as exc:
+            problems.append(str(exc))
+        if problems:
+            raise ConfigError("\n  ".join(problems))
 
     def exporter(self) -> SpanExporter:
         return otlp_http_exporter(

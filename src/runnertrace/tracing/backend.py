@@ -69,6 +69,14 @@ class Backend(ABC):
     def __init__(self, config: TraceConfig) -> None:
         self.trace_config = config
 
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming every problem of this backend's configuration.
+
+        Called when the backend is built for a pipeline, so a missing key is a
+        configuration error reported once, not a fault on every run.
+        """
+        return None
+
     @abstractmethod
     def exporter(self) -> SpanExporter:
         """The exporter that ships (already mapped) spans."""

@@ -34,6 +34,7 @@ from runnertrace._internal.errors import (
     suppressed_instrumentation,
     tolerate_internal_errors,
 )
+from runnertrace.tracing.drops import exporting, report_totals, spans_lost
 
 if TYPE_CHECKING:
     from runnertrace.tracing.backend import Backend
@@ -206,6 +207,8 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         self._shutdown = False  # no new spans; the worker drains, shuts the exporter, ends
         self._abandon = False  # a shutdown gave up waiting: drop what is still queued
         self._closed = False  # the exporter is shut down and the worker has ended
+        self._in_flight = 0  # spans of the batch being exported now
+        self._abandoned = False  # shutdown counted what was queued or in flight as lost
         self._worker = self._start_worker()
         reinit_after_fork(self)
 
@@ -225,7 +228,8 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         self._cond = threading.Condition()
         self._queue.clear()
         self._flush_requests = self._flushed = 0
-        self.dropped = self.exported = 0
+        self.dropped = self.exported = self._in_flight = 0
+        self._abandoned = False
         if self._shutdown:
             self._closed = True  # the parent shuts its exporter down; nothing to do here
             return
@@ -246,13 +250,12 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         if len(queue) >= self.max_queue_size:
             with self._cond:
                 self.dropped += 1
-            internal_log.warning(
-                f"queue-full-{self.name}",
-                "runnertrace: %s export queue is full (%d spans); dropping spans "
-                "(%d dropped so far)",
+            spans_lost(
                 self.name,
-                self.max_queue_size,
-                self.dropped,
+                1,
+                f"the export queue is full ({self.max_queue_size} spans waiting)",
+                "the backend is slower than the spans arrive; check it, or raise its "
+                "max_queue_size",
             )
             return
         queue.append(span)
@@ -294,14 +297,28 @@ class BoundedBatchSpanProcessor(SpanProcessor):
 
     def wait_closed(self, deadline: float) -> bool:
         """Wait until the exporter is shut down; on timeout, what is still queued is dropped."""
+        lost = 0
         with self._cond:
             while not self._closed:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not self._worker.is_alive():
-                    self._abandon = True
-                    return False
+                    # What is still queued or in flight now will never be delivered:
+                    # counted here, once, so the total said at exit is exact.
+                    self._abandon = self._abandoned = True
+                    lost = len(self._queue) + self._in_flight
+                    self._queue.clear()
+                    self.dropped += lost
+                    break
                 self._cond.wait(remaining)
-        return True
+        if lost:
+            spans_lost(
+                self.name,
+                lost,
+                "not exported within trace.flush_timeout_s at shutdown",
+                "check that the backend answers, or raise trace.flush_timeout_s",
+            )
+        report_totals(self.name)
+        return self._closed
 
     # -- worker -----------------------------------------------------------------------
     def _take_batch(self) -> list[ReadableSpan]:
@@ -340,13 +357,11 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         count = len(self._queue)
         self._queue.clear()
         self.dropped += count
-        internal_log.warning(
-            f"shutdown-drop-{self.name}",
-            "runnertrace: %s shut down before %d queued spans could be exported "
-            "(%d dropped so far)",
+        spans_lost(
             self.name,
             count,
-            self.dropped,
+            "not exported within trace.flush_timeout_s at shutdown",
+            "check that the backend answers, or raise trace.flush_timeout_s",
         )
 
     def _close_exporter(self) -> None:
@@ -363,23 +378,28 @@ class BoundedBatchSpanProcessor(SpanProcessor):
                 self._cond.notify_all()
 
     def _export(self, batch: list[ReadableSpan]) -> None:
+        self._in_flight = len(batch)
         try:
-            result = self.exporter.export(batch)
-        except Exception as exc:  # noqa: BLE001 - exporter faults never reach the host
-            result = SpanExportResult.FAILURE
-            internal_log.warning(
-                f"export-error-{self.name}", "runnertrace: %s export raised %r", self.name, exc
-            )
+            with exporting(self.name) as attempt:
+                try:
+                    result = self.exporter.export(batch)
+                except Exception as exc:  # noqa: BLE001 - exporter faults never reach the host
+                    result = SpanExportResult.FAILURE
+                    attempt.cause = attempt.cause or f"the export raised {exc!r}"
+        finally:
+            self._in_flight = 0
         if result is SpanExportResult.SUCCESS:
             self.exported += len(batch)
             return
         with self._cond:
+            if self._abandoned:  # already counted when shutdown gave up on it
+                return
             self.dropped += len(batch)
-        internal_log.warning(
-            f"export-failed-{self.name}",
-            "runnertrace: %s export failed; %d spans dropped so far",
+        spans_lost(
             self.name,
-            self.dropped,
+            len(batch),
+            attempt.cause or "the export failed",
+            attempt.fix or "check that the backend is reachable and answers (runnertrace doctor)",
         )
 
 

@@ -13,8 +13,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from opentelemetry import trace as trace_api
@@ -30,6 +33,7 @@ from runnertrace.tracing.export import flush_processors, shutdown_processors
 __all__ = ["TracingSetup", "build_backends", "get_tracing_setup", "reset_tracing_setups"]
 
 INSTRUMENTATION_NAME = "runnertrace"
+logger = logging.getLogger("runnertrace")
 
 
 def sdk_disabled() -> bool:
@@ -66,12 +70,14 @@ class TracingSetup:
         return shutdown_processors(self.processors, timeout)
 
 
-def build_backends(config: TraceConfig) -> list[Backend]:
+def build_backends(config: TraceConfig, *, validate: bool = True) -> list[Backend]:
     """Instantiate the backends ``trace.type`` names (registered names or dotted paths).
 
     Each one's section is stored on ``config`` first (its defaults, if it was not
     given), so that no exporter thread adds it later while another thread reads
-    the configuration.
+    the configuration. With ``validate``, each backend's configuration is checked
+    now (every missing key in one :class:`ConfigError`); ``doctor`` skips it to
+    list them as findings instead.
     """
     from runnertrace.core.backends import backend_names, load_backend
 
@@ -80,7 +86,11 @@ def build_backends(config: TraceConfig) -> list[Backend]:
     for name, cls in classes:
         if name in registered:
             config.section(name, cls.config_model)
-    return [cls(config) for _, cls in classes]
+    backends = [cls(config) for _, cls in classes]
+    if validate:
+        for backend in backends:
+            backend.validate()
+    return backends
 
 
 def _resource(config: TraceConfig) -> Resource:
@@ -135,31 +145,63 @@ def get_tracing_setup(config: TraceConfig, key: str | None = None) -> TracingSet
     with _lock:
         setup = _setups.get(key)
         if setup is None:
-            setup = _setups[key] = _build(config)
+            setup = _setups[key] = _build_or_report(config)
     return setup
 
 
+def _build_or_report(config: TraceConfig) -> TracingSetup:
+    """Build the pipeline; a configuration problem is one log line, and runs go untraced.
+
+    A missing key or a bad setting is the user's to fix, not a fault of ours:
+    it is reported once per process (the disabled setup is cached), without a
+    traceback, naming everything that is missing.
+    """
+    from runnertrace.core.config import ConfigError
+
+    try:
+        return _build(config)
+    except ConfigError as exc:
+        logger.error("runnertrace: tracing is off for this configuration: %s", exc)
+        return TracingSetup(trace_api.NoOpTracerProvider(), owns_provider=False, disabled=True)
+
+
 def _build(config: TraceConfig) -> TracingSetup:
+    from runnertrace.core.config import ConfigError
+
     if sdk_disabled():
         return TracingSetup(trace_api.NoOpTracerProvider(), owns_provider=False, disabled=True)
     backends = build_backends(config)
-    global_provider = trace_api.get_tracer_provider()
-    if isinstance(global_provider, TracerProvider):
-        provider, owns = global_provider, False
+    app_provider = _app_provider()
+    provider: trace_api.TracerProvider
+    if "app" in config.types:
+        # As it stands, whatever it is: even the API's proxy, which forwards to a
+        # provider the app installs later.
+        provider, owns = trace_api.get_tracer_provider(), False
+        backends = [b for b in backends if not _app_already_exports(b)]
+        if app_provider is None and any(b.name != "app" for b in backends):
+            raise ConfigError(
+                f"trace.type: {config.types!r}: 'app' can be combined with other backends "
+                "only when the app installed an OpenTelemetry SDK TracerProvider"
+            )
+    elif app_provider is not None:
+        provider, owns = app_provider, False
+        backends = [b for b in backends if not _app_already_exports(b)]
     else:
         provider = TracerProvider(
             resource=_resource(config),
             sampler=ParentBased(TraceIdRatioBased(config.sample_rate)),
         )
         owns = True
+    target = provider if isinstance(provider, TracerProvider) else app_provider
     processors: list[SpanProcessor] = []
     for backend in backends:
         for processor in backend.processors():
-            provider.add_span_processor(processor)
+            if target is not None:
+                target.add_span_processor(processor)
             processors.append(processor)
-    if isinstance(provider, TracerProvider):
+    if target is not None:
         for backend in backends:
-            backend.bind(provider)
+            backend.bind(target)
     return TracingSetup(
         provider,
         owns_provider=owns,
@@ -167,6 +209,58 @@ def _build(config: TraceConfig) -> TracingSetup:
         processors=processors,
         flush_timeout_s=config.flush_timeout_s,
     )
+
+
+def _app_provider() -> TracerProvider | None:
+    """The application's SDK provider, if it installed one, seen through known proxies.
+
+    ``logfire.configure()`` installs Logfire's proxy as the global provider; the
+    proxy holds the SDK provider its processors (scrubbing, console, sinks) are
+    on in its public ``provider`` attribute. Joining that provider means our
+    spans go through the app's processors like its own spans do.
+    """
+    provider: object = trace_api.get_tracer_provider()
+    inner = getattr(provider, "provider", None)
+    if not isinstance(provider, TracerProvider) and isinstance(inner, TracerProvider):
+        provider = inner
+    return provider if isinstance(provider, TracerProvider) else None
+
+
+def _app_already_exports(backend: Backend) -> bool:
+    """Does the app's own pipeline already ship to this backend's vendor?
+
+    Then our exporter would deliver every span a second time, so it is left
+    out (the ``app`` pipeline delivers them once).
+    """
+    detect = _APP_VENDOR_DETECTORS.get(backend.name)
+    return detect is not None and detect()
+
+
+def _logfire_configured() -> bool:
+    """Is the app's Logfire shipping to Logfire itself (not only to its own processors)?"""
+    provider = trace_api.get_tracer_provider()
+    if not type(provider).__module__.startswith("logfire."):
+        return False
+    config = getattr(provider, "config", None)  # logfire's LogfireConfig
+    return bool(getattr(config, "send_to_logfire", False) and getattr(config, "token", None))
+
+
+def _langfuse_client_active() -> bool:
+    module = sys.modules.get("langfuse._client.resource_manager")
+    if module is None:  # the app never imported Langfuse (we never import it ourselves)
+        return False
+    # Langfuse has no public "is a client running" call (get_client() would create
+    # one); its registry of live clients is the only tell. Each entry knows the
+    # provider its span processor is on.
+    live = getattr(module.LangfuseResourceManager, "_instances", {})
+    app = _app_provider()
+    return any(getattr(m, "tracer_provider", None) is app for m in list(live.values()))
+
+
+_APP_VENDOR_DETECTORS: dict[str, Callable[[], bool]] = {
+    "logfire": _logfire_configured,
+    "langfuse": _langfuse_client_active,
+}
 
 
 def reset_tracing_setups(timeout_s: float = 1.0) -> None:
