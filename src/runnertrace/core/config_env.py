@@ -82,6 +82,22 @@ def _env_names(model: type[BaseModel], prefix: str) -> list[str]:
     return names
 
 
+def _section_names(variable: str) -> list[str] | None:
+    """The env names of the backend section ``variable`` falls in, if it names one.
+
+    Backend sections are not fields of the ``trace`` model (each backend owns
+    its own), so they are looked up by name, loading only that backend's model.
+    """
+    from runnertrace.core.backends import backend_names, section_model
+
+    for backend in backend_names():
+        prefix = f"{ENV_PREFIX}TRACE__{backend.upper()}__"
+        if variable.startswith(prefix):
+            model = section_model(backend)
+            return _env_names(model, prefix) if model is not None else None
+    return None
+
+
 def unknown_env_vars(
     model: type[BaseModel], environ: Mapping[str, str]
 ) -> list[tuple[str, str | None]]:
@@ -93,6 +109,11 @@ def unknown_env_vars(
         upper = name.upper()
         if not upper.startswith(ENV_PREFIX) or upper in known:
             continue
+        section = _section_names(upper)  # trace.<backend> keys: that backend's model only
+        if section is not None:
+            if upper in section:
+                continue
+            valid = [*valid, *section]
         close = difflib.get_close_matches(upper, valid, n=1, cutoff=0.6)
         unknown.append((name, close[0] if close else None))
     return unknown
