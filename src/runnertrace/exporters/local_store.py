@@ -104,12 +104,12 @@ CREATE INDEX IF NOT EXISTS runs_by_seq ON runs (seq);
 # The cost of a chat or run span, when a price was known (never guessed).
 COST = "gen_ai.usage.cost"
 
-_RUN_COLUMNS = (
+RUN_COLUMNS = (
     "trace_id, name, start_ns, end_ns, span_count, error_count, input_tokens, output_tokens, "
     "status, agent, framework, mode, session_id, user_id, cost"
 )
-_RUN_SELECT = f"SELECT {_RUN_COLUMNS} FROM runs"
-_RUN_UPSERT = f"INSERT OR REPLACE INTO runs ({_RUN_COLUMNS}, seq) VALUES ({', '.join('?' * 16)})"
+_RUN_SELECT = f"SELECT {RUN_COLUMNS} FROM runs"
+_RUN_UPSERT = f"INSERT OR REPLACE INTO runs ({RUN_COLUMNS}, seq) VALUES ({', '.join('?' * 16)})"
 # Per trace: the aggregates, and chat spans' cost for a run span that has none (yet).
 _RUN_AGGREGATES = (
     "SELECT trace_id, MIN(start_ns), MAX(end_ns), COUNT(*), SUM(status_code = 'ERROR'), "
@@ -358,7 +358,7 @@ def span_tree(spans: Iterable[StoredSpan]) -> list[tuple[StoredSpan, int]]:
 
 
 def run_summary(row: Sequence[Any]) -> RunSummary:
-    """A :class:`RunSummary` from a ``runs`` row (the columns of ``_RUN_COLUMNS``)."""
+    """A :class:`RunSummary` from a ``runs`` row (the columns of ``RUN_COLUMNS``)."""
     return RunSummary(*row)
 
 
