@@ -421,6 +421,8 @@ def cmd_ui(args: argparse.Namespace, out: Console) -> int:
         from runnertrace.ui import serve
     except MissingExtraError as exc:
         raise CommandError(str(exc)) from None
+    if not 0 <= args.port <= 65535:
+        raise CommandError(f"--port {args.port} is out of range: 0 to 65535")
     path = _open_store(args.db).path
     return serve(path, host=args.host, port=args.port, open_browser=not args.no_open, out=out.file)
 
