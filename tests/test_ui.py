@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
-from ui_fixtures import MS, PRICEY_SESSION, build_store, hand_made_runs
 
 from runnertrace.cli import main
 from runnertrace.exporters.local_store import SpanStore, StoreError
 from runnertrace.ui import create_app, is_loopback
+from ui_fixtures import MS, PRICEY_SESSION, build_store, hand_made_runs
 
 BASE = "http://127.0.0.1"
 
@@ -143,7 +143,8 @@ def test_sessions_and_a_conversation_turn_by_turn(client: TestClient) -> None:
     ]
     assert turns[0]["output"] == "The answer is 7006669."
     pricey = get(client, f"/api/sessions/{PRICEY_SESSION}")["turns"]
-    assert [t["input"] for t in pricey][0] == "question 0 about <b>zebras</b>"
+    assert pricey[0]["input"] == "question 0 about <b>zebras</b>"
+    assert pricey[0]["output"] == "answer 0"
 
 
 def test_errors_grouped_by_type_with_drill_down(client: TestClient) -> None:
@@ -169,7 +170,9 @@ def test_metrics_per_agent_model_and_tool(client: TestClient) -> None:
     models = {s["name"]: s for s in get(client, "/api/metrics", by="model")["series"]}
     assert {"gpt-test-mini", "gpt-test-large", "scripted-1"} <= set(models)
     large = models["gpt-test-large"]["points"]
-    assert sum(p["tokens"] for p in large) == 220 and round(sum(p["cost"] for p in large), 4) == 0.025
+    assert (
+        sum(p["tokens"] for p in large) == 220 and round(sum(p["cost"] for p in large), 4) == 0.025
+    )
     tools = {s["name"]: s for s in get(client, "/api/metrics", by="tool")["series"]}
     assert set(tools) == {"calculator", "lookup"}
     assert sum(p["count"] for p in tools["lookup"]["points"]) == 3
@@ -182,7 +185,9 @@ def test_live_feed_streams_runs_as_they_arrive(tmp_path: Path) -> None:
     app = create_app(db)
     with TestClient(app, base_url=BASE) as client:
         seq = app.state.dashboard.last_seq()
-        writer = threading.Timer(0.3, hand_made_runs, args=(db, time.time_ns()), kwargs={"count": 2})
+        writer = threading.Timer(
+            0.3, hand_made_runs, args=(db, time.time_ns()), kwargs={"count": 2}
+        )
         writer.start()
         arrived: dict[str, dict] = {}
         with client.stream("GET", "/api/live", params={"after": seq}) as response:

@@ -30,7 +30,12 @@ PRICEY_SESSION = "chat-42"
 
 async def _native_runs(db: Path) -> None:
     settings = Settings(
-        trace={"enabled": True, "type": "local", "local": {"path": str(db)}, "capture_content": True}
+        trace={
+            "enabled": True,
+            "type": "local",
+            "local": {"path": str(db)},
+            "capture_content": True,
+        }
     )
     runtime = Runtime(settings=settings)
     for name, session_id in (("calc", "calc-session"), ("helper", "helper-session")):

@@ -13,7 +13,7 @@ import socket
 import threading
 import webbrowser
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import IO, TYPE_CHECKING, Any
 
 from runnertrace._internal.imports import require
 
@@ -46,7 +46,7 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 0,
     open_browser: bool = True,
-    out: TextIO,
+    out: IO[str],
 ) -> int:
     """Serve the dashboard until interrupted; ``port=0`` picks a free port."""
     uvicorn = require("uvicorn", "ui")

@@ -99,9 +99,7 @@ def create_app(
         params = request.query_params
         filters = RunFilter.from_params(params)
         return _json(
-            dashboard.runs(
-                filters, cursor=params.get("cursor"), limit=_int(request, "limit", 50)
-            )
+            dashboard.runs(filters, cursor=params.get("cursor"), limit=_int(request, "limit", 50))
         )
 
     def facets(request: Request) -> Response:

@@ -327,9 +327,9 @@ class Dashboard:
             turn["input"] = _message_text(attributes.get(attr.INPUT_MESSAGES)) or attributes.get(
                 attr.INPUT_VALUE
             )
-            turn["output"] = _message_text(
-                attributes.get(attr.OUTPUT_MESSAGES)
-            ) or attributes.get(attr.OUTPUT_VALUE)
+            turn["output"] = _message_text(attributes.get(attr.OUTPUT_MESSAGES)) or attributes.get(
+                attr.OUTPUT_VALUE
+            )
             turns.append(turn)
         return turns
 
