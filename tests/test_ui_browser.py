@@ -191,7 +191,7 @@ def test_new_runs_appear_without_a_reload(page: tuple, base_url: str, db: Path) 
 
 
 def test_readme_screenshot(page: tuple, base_url: str, tmp_path: Path) -> None:
-    """The runs list as the README shows it; RUNNERTRACE_UPDATE_SCREENSHOTS=1 updates docs/ui.png."""
+    """The runs list as the README shows it (RUNNERTRACE_UPDATE_SCREENSHOTS=1: docs/ui.png)."""
     pg, _ = page
     update = os.environ.get("RUNNERTRACE_UPDATE_SCREENSHOTS")
     shot = README_SHOT if update else tmp_path / "ui.png"
