@@ -362,24 +362,33 @@ def run_summary(row: Sequence[Any]) -> RunSummary:
     return RunSummary(*row)
 
 
+_SUMMARY_SELECT = "SELECT is_root, name, start_ns, end_ns, status_code, attributes FROM spans"
+
+
 def _summarise(conn: sqlite3.Connection, aggregates: Sequence[Any]) -> tuple[object, ...]:
-    """The ``runs`` row of one trace, from its aggregates and its top and run spans."""
+    """The ``runs`` row of one trace, from its aggregates and its top and run spans.
+
+    Only the columns a summary needs are read (no events or resource JSON to parse):
+    this runs for every trace of every batch the writer stores.
+    """
     trace_id, first, last, count, errors, tokens_in, tokens_out, chat_cost = aggregates
-    top = _stored(
-        conn.execute(
-            f"{_SELECT} WHERE trace_id = ? ORDER BY is_root DESC, start_ns LIMIT 1", (trace_id,)
-        ).fetchone()
-    )
-    run_row = conn.execute(
-        f"{_SELECT} WHERE trace_id = ? AND span_type = 'run' ORDER BY start_ns LIMIT 1",
+    top = conn.execute(
+        f"{_SUMMARY_SELECT} WHERE trace_id = ? ORDER BY is_root DESC, start_ns LIMIT 1",
         (trace_id,),
     ).fetchone()
-    run = _stored(run_row) if run_row else top
-    if not top.is_root:
+    # "+span_type": look the trace up by its primary key; the spans_by_type index
+    # would walk every run span of the store instead.
+    run = conn.execute(
+        f"{_SUMMARY_SELECT} WHERE trace_id = ? AND +span_type = 'run' ORDER BY start_ns LIMIT 1",
+        (trace_id,),
+    ).fetchone() or top
+    is_root, name, top_start, top_end, top_status = top[:5]
+    run_attributes: dict[str, Any] = json.loads(run[5])
+    if not is_root:
         status = "incomplete"
-    elif top.is_error or run.is_error:
+    elif top_status == "ERROR" or run[4] == "ERROR":
         status = "error"
-    elif run.attributes.get(attr.CANCELLED) or top.attributes.get(attr.CANCELLED):
+    elif run_attributes.get(attr.CANCELLED) or json.loads(top[5]).get(attr.CANCELLED):
         status = "cancelled"
     else:
         status = "ok"
@@ -387,19 +396,19 @@ def _summarise(conn: sqlite3.Connection, aggregates: Sequence[Any]) -> tuple[obj
     def text(*keys: str) -> str | None:
         # The first key is today's; later ones are read from stores written before it.
         for key in keys:
-            value = run.attributes.get(key)
+            value = run_attributes.get(key)
             if isinstance(value, str):
                 return value
         return None
 
-    cost = run.attributes.get(COST)
+    cost = run_attributes.get(COST)
     if not isinstance(cost, int | float) or isinstance(cost, bool):
         cost = chat_cost
     return (
         trace_id,
-        top.name,
-        top.start_ns if top.is_root else first,
-        top.end_ns if top.is_root else last,
+        name,
+        top_start if is_root else first,
+        top_end if is_root else last,
         count,
         errors,
         tokens_in,

@@ -318,7 +318,7 @@ class Dashboard:
         for row in rows:
             run = run_summary(row)
             spans = self._read(
-                "SELECT attributes FROM spans WHERE trace_id = ? AND span_type = 'run' "
+                "SELECT attributes FROM spans WHERE trace_id = ? AND +span_type = 'run' "
                 "ORDER BY start_ns LIMIT 1",
                 (run.trace_id,),
             )
