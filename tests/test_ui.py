@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -261,3 +263,42 @@ def test_the_ui_command_reports_a_bad_or_busy_port(
         port = busy.getsockname()[1]
         assert main(["ui", "--db", db, "--port", str(port), "--no-open"]) == 1
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_without_the_ui_extra_the_command_names_it(tmp_path: Path) -> None:
+    """starlette and uvicorn made unimportable in a fresh interpreter, as without the extra."""
+    code = (
+        "import sys; sys.modules['uvicorn'] = sys.modules['starlette'] = None\n"
+        "from runnertrace.cli import main\n"
+        f"sys.exit(main(['ui', '--db', {str(tmp_path / 't.db')!r}, '--no-open']))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1
+    assert "pip install 'runnertrace[ui]'" in result.stderr
+
+
+def test_a_host_that_is_not_loopback_is_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 0.0.0.0 with a port that is taken: the warning comes first, then the bind fails
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        code = main(
+            [
+                "ui",
+                "--db",
+                str(tmp_path / "t.db"),
+                "--host",
+                "0.0.0.0",
+                "--port",
+                str(port),
+                "--no-open",
+            ]
+        )
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "warning: --host 0.0.0.0 is not a loopback address" in captured.out

@@ -416,15 +416,17 @@ def cmd_dashboards(args: argparse.Namespace, out: Console) -> int:
 
 def cmd_ui(args: argparse.Namespace, out: Console) -> int:
     from runnertrace._internal.imports import MissingExtraError
+    from runnertrace.ui import serve
 
-    try:
-        from runnertrace.ui import serve
-    except MissingExtraError as exc:
-        raise CommandError(str(exc)) from None
     if not 0 <= args.port <= 65535:
         raise CommandError(f"--port {args.port} is out of range: 0 to 65535")
     path = _open_store(args.db).path
-    return serve(path, host=args.host, port=args.port, open_browser=not args.no_open, out=out.file)
+    try:
+        return serve(
+            path, host=args.host, port=args.port, open_browser=not args.no_open, out=out.file
+        )
+    except MissingExtraError as exc:  # its message names the extra to install
+        raise CommandError(str(exc)) from None
 
 
 # -- entry point -------------------------------------------------------------------------------

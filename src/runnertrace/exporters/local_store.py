@@ -378,10 +378,14 @@ def _summarise(conn: sqlite3.Connection, aggregates: Sequence[Any]) -> tuple[obj
     ).fetchone()
     # "+span_type": look the trace up by its primary key; the spans_by_type index
     # would walk every run span of the store instead.
-    run = conn.execute(
-        f"{_SUMMARY_SELECT} WHERE trace_id = ? AND +span_type = 'run' ORDER BY start_ns LIMIT 1",
-        (trace_id,),
-    ).fetchone() or top
+    run = (
+        conn.execute(
+            f"{_SUMMARY_SELECT} WHERE trace_id = ? AND +span_type = 'run' "
+            "ORDER BY start_ns LIMIT 1",
+            (trace_id,),
+        ).fetchone()
+        or top
+    )
     is_root, name, top_start, top_end, top_status = top[:5]
     run_attributes: dict[str, Any] = json.loads(run[5])
     if not is_root:
