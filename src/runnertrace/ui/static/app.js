@@ -479,7 +479,8 @@
     setNav("charts");
     view.textContent = "";
     var by = params.get("by") || "agent";
-    var range = params.get("range") || "";
+    // A day by default: a chart over every run of a big store takes seconds to draw.
+    var range = params.has("range") ? params.get("range") : "86400";
     view.appendChild(el("h1", null, "Latency, tokens and cost over time"));
     var bar = el("div", "filters");
     var tabs = el("div", "tabs");
