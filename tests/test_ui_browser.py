@@ -161,7 +161,9 @@ def test_sessions_errors_and_charts(page: tuple, base_url: str, tmp_path: Path) 
     pg.locator("#error-runs tr.link").first.wait_for()
     assert "429 slow down" in pg.locator("#error-runs").inner_text()
     pg.locator("#error-runs tr.link").first.click()
-    pg.frame_locator("iframe.trace").locator("#rows .row.error").first.wait_for()
+    frame = pg.frame_locator("iframe.trace")
+    frame.locator("#rows .row.error").first.wait_for()
+    assert "cost $0.0" in frame.locator("#summary").inner_text()  # the report shows it too
 
     for by, charts in (("agent", 3), ("model", 3), ("tool", 2)):
         pg.goto(base_url + f"/#/charts?by={by}")
