@@ -324,7 +324,7 @@ def test_a_batch_is_stored_with_a_few_statements_not_one_per_span(db: Path) -> N
     conn.set_trace_callback(statements.append)
     spans = [_span(2, i + 1) for i in range(1200)]
     assert store.write(spans) == 1200
-    inserts = [sql for sql in statements if sql.startswith("INSERT")]
+    inserts = [sql for sql in statements if sql.startswith("INSERT OR REPLACE INTO spans")]
     limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
     assert len(inserts) == -(-1200 // (limit // 17))
     assert store.count() == (1201, 2)
@@ -332,7 +332,7 @@ def test_a_batch_is_stored_with_a_few_statements_not_one_per_span(db: Path) -> N
     conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 40)  # two rows per statement
     statements.clear()
     store.write([_span(3, 1), _span(3, 2), _span(3, 3), _span(3, 1), _span(3, 2)])
-    assert len([sql for sql in statements if sql.startswith("INSERT")]) == 3
+    assert len([sql for sql in statements if sql.startswith("INSERT OR REPLACE INTO spans")]) == 3
     assert store.count() == (1204, 3)
     assert sorted(s.span_id for s in store.get_trace(format(3, "032x"))) == [
         format(i, "016x") for i in (1, 2, 3)

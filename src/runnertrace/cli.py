@@ -8,6 +8,7 @@ Subcommands:
 * ``traces``, ``show``, ``report``: read the ``local`` backend's SQLite store.
 * ``doctor``: builds the configured backends and prints their ``check()`` findings.
 * ``dashboards cloudwatch``: deploys the CloudWatch dashboard.
+* ``ui``: serves the local dashboard over the store (the ``ui`` extra).
 
 Exit codes: 0 success, 1 a failure (missing store or trace, a failing check),
 2 invalid configuration (the message says which key and what is allowed).
@@ -499,6 +500,21 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def cmd_ui(args: argparse.Namespace, out: Console) -> int:
+    from runnertrace._internal.imports import MissingExtraError
+    from runnertrace.ui import serve
+
+    if not 0 <= args.port <= 65535:
+        raise CommandError(f"--port {args.port} is out of range: 0 to 65535")
+    path = _open_store(args.db).path
+    try:
+        return serve(
+            path, host=args.host, port=args.port, open_browser=not args.no_open, out=out.file
+        )
+    except MissingExtraError as exc:  # its message names the extra to install
+        raise CommandError(str(exc)) from None
+
+
 # -- entry point -------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -549,6 +565,12 @@ def build_parser() -> argparse.ArgumentParser:
     dashboards.add_argument("target", choices=["cloudwatch"])
     dashboards.add_argument("--name", required=True, help="the dashboard name")
     dashboards.set_defaults(func=cmd_dashboards)
+
+    ui = command("ui", "open a local dashboard of the runs in the store", parents=[store_parent])
+    ui.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    ui.add_argument("--port", type=int, default=0, help="port (default 0: a free one)")
+    ui.add_argument("--no-open", action="store_true", help="do not open a browser")
+    ui.set_defaults(func=cmd_ui)
     return parser
 
 

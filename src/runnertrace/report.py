@@ -68,6 +68,7 @@ def _report_data(spans: Sequence[StoredSpan], run: RunSummary | None) -> dict[st
             input_tokens=run.input_tokens,
             output_tokens=run.output_tokens,
             session_id=run.session_id,
+            cost=run.cost,
         )
     return {"version": __version__, "summary": summary, "spans": rows}
 
@@ -293,6 +294,7 @@ _SCRIPT = r"""
       chip("tokens", (summary.input_tokens + summary.output_tokens) + " (" +
         summary.input_tokens + " in / " + summary.output_tokens + " out)");
     }
+    if (typeof summary.cost === "number") chip("cost", "$" + summary.cost.toFixed(4));
     if (summary.error_count) chip("error spans", summary.error_count);
     chip("session", summary.session_id);
     chip("started", summary.started);

@@ -12,6 +12,12 @@ worker thread, never on the agent's task.
 Reading: :class:`SpanStore` lists recent runs (one per trace), returns a
 trace's spans, and resolves ``last`` or an id prefix to a full trace id. The
 CLI and the HTML report are built on these calls only.
+
+Runs: the writer keeps a ``runs`` table, one summary row per trace, updated in
+the same transaction as the spans it summarises. Listing and filtering runs
+then reads one indexed row per run instead of grouping every span of the
+store, which is what keeps ``runnertrace ui`` fast at 100k runs. Stores from
+before the table (schema 1) are upgraded and back-filled once, on first open.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ __all__ = [
     "stored_span",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS spans (
@@ -69,7 +75,52 @@ CREATE TABLE IF NOT EXISTS spans (
     PRIMARY KEY (trace_id, span_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS spans_by_start ON spans (start_ns);
+CREATE INDEX IF NOT EXISTS spans_by_type ON spans (span_type, start_ns);
+CREATE INDEX IF NOT EXISTS spans_errors ON spans (start_ns) WHERE status_code = 'ERROR';
+CREATE TABLE IF NOT EXISTS runs (
+    trace_id      TEXT    PRIMARY KEY,
+    name          TEXT    NOT NULL,
+    start_ns      INTEGER NOT NULL,
+    end_ns        INTEGER NOT NULL,
+    span_count    INTEGER NOT NULL,
+    error_count   INTEGER NOT NULL,
+    input_tokens  INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    status        TEXT    NOT NULL,
+    agent         TEXT,
+    framework     TEXT,
+    mode          TEXT,
+    session_id    TEXT,
+    user_id       TEXT,
+    cost          REAL,
+    seq           INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_start ON runs (start_ns, trace_id);
+CREATE INDEX IF NOT EXISTS runs_by_agent ON runs (agent, start_ns, trace_id);
+CREATE INDEX IF NOT EXISTS runs_by_framework ON runs (framework, start_ns, trace_id);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, start_ns, trace_id);
+CREATE INDEX IF NOT EXISTS runs_by_session ON runs (session_id, start_ns, trace_id);
+CREATE INDEX IF NOT EXISTS runs_by_seq ON runs (seq);
+-- Covers the dashboard's per-agent charts: they read no table row at all.
+CREATE INDEX IF NOT EXISTS runs_for_charts
+    ON runs (start_ns, agent, name, end_ns, input_tokens, output_tokens, cost);
 """
+# The cost of a chat or run span, when a price was known (never guessed).
+COST = "gen_ai.usage.cost"
+
+RUN_COLUMNS = (
+    "trace_id, name, start_ns, end_ns, span_count, error_count, input_tokens, output_tokens, "
+    "status, agent, framework, mode, session_id, user_id, cost"
+)
+_RUN_SELECT = f"SELECT {RUN_COLUMNS} FROM runs"
+_RUN_UPSERT = f"INSERT OR REPLACE INTO runs ({RUN_COLUMNS}, seq) VALUES ({', '.join('?' * 16)})"
+# Per trace: the aggregates, and chat spans' cost for a run span that has none (yet).
+_RUN_AGGREGATES = (
+    "SELECT trace_id, MIN(start_ns), MAX(end_ns), COUNT(*), SUM(status_code = 'ERROR'), "
+    "SUM(input_tokens), SUM(output_tokens), "
+    f"SUM(CASE WHEN span_type = 'message' THEN json_extract(attributes, '$.\"{COST}\"') END) "
+    "FROM spans WHERE trace_id IN ({}) GROUP BY trace_id"
+)
 
 _COLUMNS = (
     "trace_id, span_id, parent_span_id, is_root, name, kind, span_type, start_ns, end_ns, "
@@ -168,6 +219,9 @@ class RunSummary:
     framework: str | None = None
     mode: str | None = None
     session_id: str | None = None
+    user_id: str | None = None
+    cost: float | None = None
+    """USD, from ``gen_ai.usage.cost`` (the run span's, else the sum of its chat spans')."""
 
     @property
     def duration_ns(self) -> int:
@@ -312,6 +366,115 @@ def span_tree(spans: Iterable[StoredSpan]) -> list[tuple[StoredSpan, int]]:
     return ordered
 
 
+def run_summary(row: Sequence[Any]) -> RunSummary:
+    """A :class:`RunSummary` from a ``runs`` row (the columns of ``RUN_COLUMNS``)."""
+    return RunSummary(*row)
+
+
+_SUMMARY_SELECT = "SELECT is_root, name, start_ns, end_ns, status_code, attributes FROM spans"
+
+
+def _summarise(conn: sqlite3.Connection, aggregates: Sequence[Any]) -> tuple[object, ...]:
+    """The ``runs`` row of one trace, from its aggregates and its top and run spans.
+
+    Only the columns a summary needs are read (no events or resource JSON to parse):
+    this runs for every trace of every batch the writer stores.
+    """
+    trace_id, first, last, count, errors, tokens_in, tokens_out, chat_cost = aggregates
+    top = conn.execute(
+        f"{_SUMMARY_SELECT} WHERE trace_id = ? ORDER BY is_root DESC, start_ns LIMIT 1",
+        (trace_id,),
+    ).fetchone()
+    # "+span_type": look the trace up by its primary key; the spans_by_type index
+    # would walk every run span of the store instead.
+    run = (
+        conn.execute(
+            f"{_SUMMARY_SELECT} WHERE trace_id = ? AND +span_type = 'run' "
+            "ORDER BY start_ns LIMIT 1",
+            (trace_id,),
+        ).fetchone()
+        or top
+    )
+    is_root, name, top_start, top_end, top_status = top[:5]
+    run_attributes: dict[str, Any] = json.loads(run[5])
+    if not is_root:
+        status = "incomplete"
+    elif top_status == "ERROR" or run[4] == "ERROR":
+        status = "error"
+    elif run_attributes.get(attr.CANCELLED) or json.loads(top[5]).get(attr.CANCELLED):
+        status = "cancelled"
+    else:
+        status = "ok"
+
+    def text(*keys: str) -> str | None:
+        # The first key is today's; later ones are read from stores written before it.
+        for key in keys:
+            value = run_attributes.get(key)
+            if isinstance(value, str):
+                return value
+        return None
+
+    cost = run_attributes.get(COST)
+    if not isinstance(cost, int | float) or isinstance(cost, bool):
+        cost = chat_cost
+    return (
+        trace_id,
+        name,
+        top_start if is_root else first,
+        top_end if is_root else last,
+        count,
+        errors,
+        tokens_in,
+        tokens_out,
+        status,
+        text(attr.AGENT_NAME),
+        text(attr.FRAMEWORK),
+        text(attr.MODE),
+        text(attr.CONVERSATION_ID, attr.SESSION_ID),
+        text(attr.USER_ID),
+        float(cost) if cost is not None else None,
+    )
+
+
+def _upgrade(conn: sqlite3.Connection) -> None:
+    """Create or upgrade the schema, back-filling ``runs`` from the spans once.
+
+    One transaction: two processes opening an old file at once serialise on
+    BEGIN IMMEDIATE, and the loser sees the new version and does nothing.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            trace_ids = [row[0] for row in conn.execute("SELECT DISTINCT trace_id FROM spans")]
+            _refresh_runs(conn, trace_ids)
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _refresh_runs(conn: sqlite3.Connection, trace_ids: Iterable[str]) -> None:
+    """Recompute the ``runs`` rows of ``trace_ids`` (inside the caller's transaction).
+
+    Each row gets a new ``seq``, higher than any before, so a viewer polling
+    for ``seq > last seen`` finds every run that changed.
+    """
+    wanted = sorted(set(trace_ids))
+    seq = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM runs").fetchone()[0])
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        sql = _RUN_AGGREGATES.format(", ".join("?" * len(chunk)))
+        rows = []
+        for aggregates in conn.execute(sql, chunk).fetchall():
+            seq += 1
+            rows.append((*_summarise(conn, aggregates), seq))
+        conn.executemany(_RUN_UPSERT, rows)
+
+
 # -- the store ----------------------------------------------------------------------------
 class SpanStore:
     """A SQLite span file: thread-safe writes and the read API of the CLI and report.
@@ -321,9 +484,18 @@ class SpanStore:
     paths are resolved once, against the working directory at construction.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout_s: float = 10.0,
+        read_only: bool = False,
+    ) -> None:
         self.path = Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
         self.busy_timeout_s = busy_timeout_s
+        # Read-only: a viewer's connection (``mode=ro``) that can never take the
+        # write lock, so it never delays the traced app's writer (WAL readers don't).
+        self.read_only = read_only
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
 
@@ -343,13 +515,16 @@ class SpanStore:
             )
         try:
             conn = sqlite3.connect(
-                self.path,
+                f"{self.path.as_uri()}?mode=ro" if self.read_only else self.path,
                 timeout=self.busy_timeout_s,
                 isolation_level=None,  # autocommit; transactions are explicit
                 check_same_thread=False,  # guarded by self._lock
+                uri=self.read_only,
             )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open trace store {self.path}: {exc}") from exc
+        if self.read_only:
+            return self._check_read_only(conn)
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
@@ -360,11 +535,7 @@ class SpanStore:
                     f"runnertrace understands ({SCHEMA_VERSION}); upgrade runnertrace"
                 )
             if version < SCHEMA_VERSION:
-                # One script, one transaction: two processes creating the file at
-                # once serialise on BEGIN IMMEDIATE and the loser's IF NOT EXISTS is a no-op.
-                conn.executescript(
-                    f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
-                )
+                _upgrade(conn)
         except sqlite3.Error as exc:
             conn.close()
             raise StoreError(f"cannot use trace store {self.path}: {exc}") from exc
@@ -373,6 +544,30 @@ class SpanStore:
             raise
         self._conn = conn
         return conn
+
+    def _check_read_only(self, conn: sqlite3.Connection) -> sqlite3.Connection:
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreError(f"cannot read trace store {self.path}: {exc}") from exc
+        if version != SCHEMA_VERSION:
+            conn.close()
+            raise StoreError(
+                f"trace store {self.path} has schema version {version}, this runnertrace reads "
+                f"{SCHEMA_VERSION}; open it once with write access (SpanStore.upgrade())"
+            )
+        self._conn = conn
+        return conn
+
+    def upgrade(self) -> None:
+        """Bring an existing store's schema up to date (a read-only viewer calls this first)."""
+        with self._lock:
+            self._connection(create=False)
+
+    def read(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
+        """Rows of one query: the hook for viewers with queries of their own (the UI)."""
+        return self._query(sql, params)
 
     def close(self) -> None:
         with self._lock:
@@ -400,6 +595,7 @@ class SpanStore:
             try:
                 for sql, params in _insert_statements(conn, rows):
                     conn.execute(sql, params)
+                _refresh_runs(conn, (str(row[0]) for row in rows))
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
@@ -412,77 +608,21 @@ class SpanStore:
 
     def count(self) -> tuple[int, int]:
         """(spans, traces) in the store."""
-        row = self._query("SELECT COUNT(*), COUNT(DISTINCT trace_id) FROM spans")[0]
+        row = self._query("SELECT (SELECT COUNT(*) FROM spans), (SELECT COUNT(*) FROM runs)")[0]
         return int(row[0]), int(row[1])
 
     def list_runs(self, limit: int = 20) -> list[RunSummary]:
         """The ``limit`` most recent traces, newest first, each summarised as one run."""
-        traces = self._query(
-            "SELECT trace_id, MIN(start_ns) AS first, MAX(end_ns), COUNT(*), "
-            "SUM(status_code = 'ERROR'), SUM(input_tokens), SUM(output_tokens) "
-            "FROM spans GROUP BY trace_id ORDER BY first DESC, trace_id LIMIT ?",
-            (max(0, limit),),
+        rows = self._query(
+            f"{_RUN_SELECT} ORDER BY start_ns DESC, trace_id LIMIT ?", (max(0, limit),)
         )
-        return [self._summary(*row) for row in traces]
-
-    def _summary(
-        self,
-        trace_id: str,
-        first: int,
-        last: int,
-        count: int,
-        errors: int,
-        input_tokens: int,
-        output_tokens: int,
-    ) -> RunSummary:
-        top_rows = self._query(
-            f"{_SELECT} WHERE trace_id = ? ORDER BY is_root DESC, start_ns LIMIT 1", (trace_id,)
-        )
-        run_rows = self._query(
-            f"{_SELECT} WHERE trace_id = ? AND span_type = 'run' ORDER BY start_ns LIMIT 1",
-            (trace_id,),
-        )
-        top = _stored(top_rows[0])
-        run = _stored(run_rows[0]) if run_rows else top
-        if not top.is_root:
-            status = "incomplete"
-        elif top.is_error or run.is_error:
-            status = "error"
-        elif run.attributes.get(attr.CANCELLED) or top.attributes.get(attr.CANCELLED):
-            status = "cancelled"
-        else:
-            status = "ok"
-
-        def text(key: str) -> str | None:
-            value = run.attributes.get(key)
-            return value if isinstance(value, str) else None
-
-        return RunSummary(
-            trace_id=trace_id,
-            name=top.name,
-            start_ns=top.start_ns if top.is_root else first,
-            end_ns=top.end_ns if top.is_root else last,
-            span_count=count,
-            error_count=errors,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            status=status,
-            agent=text(attr.AGENT_NAME),
-            framework=text(attr.FRAMEWORK),
-            mode=text(attr.MODE),
-            session_id=attr.session_of(run.attributes),
-        )
+        return [run_summary(row) for row in rows]
 
     def get_run(self, trace_id: str) -> RunSummary:
-        rows = self._query(
-            "SELECT trace_id, MIN(start_ns), MAX(end_ns), COUNT(*), SUM(status_code = 'ERROR'), "
-            "SUM(input_tokens), SUM(output_tokens) FROM spans WHERE trace_id = ? "
-            "GROUP BY trace_id",
-            (trace_id,),
-        )
+        rows = self._query(f"{_RUN_SELECT} WHERE trace_id = ?", (trace_id,))
         if not rows:
             raise TraceNotFoundError(f"no trace {trace_id} in {self.path}")
-        return self._summary(*rows[0])
+        return run_summary(rows[0])
 
     def get_trace(self, trace_id: str) -> list[StoredSpan]:
         """Every stored span of ``trace_id`` (a full id), ordered by start time."""

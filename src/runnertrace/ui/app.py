@@ -1,0 +1,210 @@
+"""The dashboard's ASGI app: JSON APIs, the live feed, the trace page and the static front end.
+
+Everything is served from this process: the page loads nothing from elsewhere
+(its Content-Security-Policy allows only this origin), so it works on an
+air-gapped laptop and leaks nothing. Handlers are plain functions, which
+Starlette runs on its thread pool: SQLite calls block, and must not block the
+event loop that also streams the live feed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from runnertrace.exporters.local_store import StoreError, TraceNotFoundError
+from runnertrace.ui.queries import Dashboard, QueryError, RunFilter, run_json
+
+__all__ = ["LOOPBACK_HOSTS", "create_app"]
+
+STATIC = Path(__file__).parent / "static"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+# The front end's own origin only; the trace frame is the report page, which
+# carries its own stricter policy (inline only, no fetches at all).
+_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; frame-src 'self'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'self'"
+)
+_REPORT_CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
+    "frame-ancestors 'self'"
+)
+_HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
+LIVE_POLL_S = 0.5
+LIVE_MAX_S = 60.0  # a stream ends now and then; EventSource reconnects where it left off
+
+
+def _json(data: object, status: int = 200) -> JSONResponse:
+    return JSONResponse(data, status_code=status, headers=_HEADERS)
+
+
+def _guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
+    """Turn bad parameters into 400, unknown traces into 404, store faults into 503."""
+
+    def endpoint(request: Request) -> Response:
+        try:
+            return handler(request)
+        except QueryError as exc:
+            return _json({"error": str(exc)}, 400)
+        except TraceNotFoundError as exc:
+            return _json({"error": str(exc)}, 404)
+        except StoreError as exc:
+            return _json({"error": str(exc)}, 503)
+
+    endpoint.__name__ = handler.__name__
+    return endpoint
+
+
+def _int(request: Request, key: str, default: int) -> int:
+    value = request.query_params.get(key)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise QueryError(f"{key}={value!r} is not an integer") from None
+
+
+def create_app(
+    db: str | Path, *, allowed_hosts: Sequence[str] | None = LOOPBACK_HOSTS
+) -> Starlette:
+    """The dashboard over the store at ``db``.
+
+    ``allowed_hosts`` checks the Host header, so a web page elsewhere cannot
+    reach this server through DNS rebinding; ``None`` accepts any host.
+    """
+    dashboard = Dashboard(db)
+
+    def runs(request: Request) -> Response:
+        params = request.query_params
+        filters = RunFilter.from_params(params)
+        return _json(
+            dashboard.runs(filters, cursor=params.get("cursor"), limit=_int(request, "limit", 50))
+        )
+
+    def facets(request: Request) -> Response:
+        return _json(dashboard.facets())
+
+    def run(request: Request) -> Response:
+        store = dashboard.store()
+        trace_id = store.resolve(request.path_params["trace_id"])
+        return _json(run_json(store.get_run(trace_id)))
+
+    def trace_page(request: Request) -> Response:
+        trace_id = dashboard.store().resolve(request.path_params["trace_id"])
+        return HTMLResponse(
+            dashboard.trace_page(trace_id),
+            headers={**_HEADERS, "Content-Security-Policy": _REPORT_CSP},
+        )
+
+    def sessions(request: Request) -> Response:
+        return _json({"sessions": dashboard.sessions(_int(request, "limit", 100))})
+
+    def conversation(request: Request) -> Response:
+        session_id = request.path_params["session_id"]
+        return _json({"session_id": session_id, "turns": dashboard.conversation(session_id)})
+
+    def errors(request: Request) -> Response:
+        since = _int(request, "since", 0)
+        return _json({"errors": dashboard.errors(since or None)})
+
+    def error_runs(request: Request) -> Response:
+        error_type = request.query_params.get("type")
+        if not error_type:
+            raise QueryError("type is required: an error.type value from /api/errors")
+        return _json({"error_type": error_type, "runs": dashboard.error_runs(error_type)})
+
+    def metrics(request: Request) -> Response:
+        since = _int(request, "since", 0) or None
+        until = _int(request, "until", 0) or None
+        return _json(
+            dashboard.metrics(
+                request.query_params.get("by", "agent"),
+                since_ns=since,
+                until_ns=until,
+                buckets=_int(request, "buckets", 24),
+            )
+        )
+
+    async def live(request: Request) -> Response:
+        """Server-Sent Events: every run written or updated after ``after`` (a ``seq``)."""
+        # A reconnecting EventSource sends the last id it saw: resume from there.
+        resumed = request.headers.get("last-event-id", "")
+        after = int(resumed) if resumed.isdigit() else _int(request, "after", -1)
+        if after < 0:
+            after = await run_in_threadpool(dashboard.last_seq)
+
+        async def stream() -> AsyncIterator[str]:
+            nonlocal after
+            yield f"retry: 1000\nevent: hello\ndata: {json.dumps({'seq': after})}\n\n"
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + LIVE_MAX_S
+            while loop.time() < deadline and not await request.is_disconnected():
+                seq, changed = await run_in_threadpool(dashboard.changes, after)
+                if changed:
+                    after = seq
+                    payload = json.dumps({"seq": seq, "runs": changed})
+                    yield f"id: {seq}\nevent: runs\ndata: {payload}\n\n"
+                else:
+                    yield ": idle\n\n"
+                await asyncio.sleep(LIVE_POLL_S)
+
+        return StreamingResponse(
+            stream(),
+            media_type="text/event-stream",
+            headers={**_HEADERS, "Cache-Control": "no-store"},
+        )
+
+    def index(request: Request) -> Response:
+        return FileResponse(
+            STATIC / "index.html", headers={**_HEADERS, "Content-Security-Policy": _CSP}
+        )
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await run_in_threadpool(dashboard.prepare)
+        try:
+            yield
+        finally:
+            dashboard.close()
+
+    routes: list[Any] = [
+        Route("/", index),
+        Route("/api/runs", _guarded(runs)),
+        Route("/api/facets", _guarded(facets)),
+        Route("/api/runs/{trace_id}", _guarded(run)),
+        Route("/trace/{trace_id}", _guarded(trace_page)),
+        Route("/api/sessions", _guarded(sessions)),
+        Route("/api/sessions/{session_id:path}", _guarded(conversation)),
+        Route("/api/errors", _guarded(errors)),
+        Route("/api/errors/runs", _guarded(error_runs)),
+        Route("/api/metrics", _guarded(metrics)),
+        Route("/api/live", live),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    middleware = []
+    if allowed_hosts is not None:
+        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    app.state.dashboard = dashboard
+    return app

@@ -1,0 +1,508 @@
+"""The dashboard's reads: SQL over the span store, on read-only connections.
+
+Why read-only connections: a viewer must never take the store's write lock,
+so a traced app writing to the same file is never delayed by the dashboard
+(in WAL mode readers and the writer proceed side by side).
+
+Why the ``runs`` table: every list, filter and page below reads one indexed
+summary row per run, kept by the store's writer, never a group-by over all
+spans; the queries are keyset-paged on ``(start_ns, trace_id)`` so page 500
+costs what page 1 does.
+
+Each thread (the server runs handlers on a thread pool) gets its own
+connection: a SQLite connection is not meant to be shared across threads
+without a lock, and a lock would serialise the dashboard's requests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from runnertrace.exporters.local_store import (
+    COST,
+    RUN_COLUMNS,
+    RunSummary,
+    SpanStore,
+    StoreNotFoundError,
+    run_summary,
+)
+from runnertrace.tracing import attributes as attr
+
+__all__ = ["Dashboard", "QueryError", "RunFilter"]
+
+STATUSES = ("ok", "error", "cancelled", "incomplete")
+GROUPINGS = ("agent", "model", "tool")
+MAX_PAGE = 200
+MAX_SERIES = 8  # chart lines; the rest are summed into "other"
+
+
+# The distinct values of an indexed column by hopping from one value to the next in
+# the index: a few lookups per value instead of reading every run's entry.
+_DISTINCT = (
+    "WITH RECURSIVE v(x) AS (SELECT MIN({column}) FROM runs UNION ALL "
+    "SELECT (SELECT MIN({column}) FROM runs WHERE {column} > v.x) FROM v WHERE v.x IS NOT NULL) "
+    "SELECT x FROM v WHERE x IS NOT NULL"
+)
+
+
+class QueryError(ValueError):
+    """A request parameter is invalid; the message names it, its value and what is allowed."""
+
+
+def _json_path(key: str) -> str:
+    return f'$."{key}"'
+
+
+def _attr_sql(*keys: str) -> str:
+    """SQL for the first of ``keys`` present in a span's attributes (new key first)."""
+    parts = [f"json_extract(attributes, '{_json_path(k)}')" for k in keys]
+    return parts[0] if len(parts) == 1 else f"COALESCE({', '.join(parts)})"
+
+
+def _like(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """The runs list's filters; every field optional. Times are epoch nanoseconds."""
+
+    agent: str | None = None
+    framework: str | None = None
+    status: str | None = None
+    session: str | None = None
+    since_ns: int | None = None
+    until_ns: int | None = None
+    search: str | None = None
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> RunFilter:
+        def text(key: str) -> str | None:
+            value = params.get(key, "").strip()
+            return value or None
+
+        status = text("status")
+        if status is not None and status not in STATUSES:
+            raise QueryError(f"status={status!r} is not one of {', '.join(STATUSES)}")
+        return cls(
+            agent=text("agent"),
+            framework=text("framework"),
+            status=status,
+            session=text("session"),
+            since_ns=_int_param(params, "since"),
+            until_ns=_int_param(params, "until"),
+            search=text("q"),
+        )
+
+    def where(self) -> tuple[list[str], list[object]]:
+        clauses: list[str] = []
+        params: list[object] = []
+        for column, value in (
+            ("agent", self.agent),
+            ("framework", self.framework),
+            ("status", self.status),
+            ("session_id", self.session),
+        ):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if self.since_ns is not None:
+            clauses.append("start_ns >= ?")
+            params.append(self.since_ns)
+        if self.until_ns is not None:
+            clauses.append("start_ns < ?")
+            params.append(self.until_ns)
+        if self.search is not None:
+            # Runs are walked newest first and each is probed through the spans'
+            # primary key, so a common word stops after one page of matches.
+            pattern = _like(self.search)
+            clauses.append(
+                "(runs.name LIKE ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM spans s "
+                "WHERE s.trace_id = runs.trace_id AND (s.name LIKE ? ESCAPE '\\' "
+                "OR s.attributes LIKE ? ESCAPE '\\')))"
+            )
+            params.extend([pattern, pattern, pattern])
+        return clauses, params
+
+
+def _int_param(params: Mapping[str, str], key: str) -> int | None:
+    value = params.get(key, "").strip()
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise QueryError(f"{key}={value!r} is not an integer (epoch nanoseconds)") from None
+
+
+def _cursor(value: str | None) -> tuple[int, str] | None:
+    """``<start_ns>:<trace_id>`` of the last run of the previous page."""
+    if not value:
+        return None
+    start, sep, trace_id = value.partition(":")
+    if not sep or not start.isdigit() or not trace_id:
+        raise QueryError(f"cursor={value!r} is not of the form <start_ns>:<trace_id>")
+    return int(start), trace_id
+
+
+def run_json(run: RunSummary) -> dict[str, Any]:
+    data = asdict(run)
+    data["duration_ns"] = run.duration_ns
+    data["tokens"] = run.tokens
+    return data
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile of sorted ``values`` (what the charts plot)."""
+    if not values:
+        return 0.0
+    rank = max(1, math.ceil(fraction * len(values)))
+    return float(values[rank - 1])
+
+
+def _message_text(value: object) -> str | None:
+    """The text parts of a ``gen_ai.*.messages`` attribute (a JSON string), joined."""
+    if not isinstance(value, str):
+        return None
+    try:
+        messages = json.loads(value)
+    except ValueError:
+        return value
+    texts: list[str] = []
+    for message in messages if isinstance(messages, list) else []:
+        parts = message.get("parts", []) if isinstance(message, dict) else []
+        for part in parts if isinstance(parts, list) else []:
+            if isinstance(part, dict) and part.get("type") == "text":
+                texts.append(str(part.get("content", "")))
+    return "\n".join(texts) if texts else None
+
+
+class Dashboard:
+    """The dashboard's queries over one store file, each on a per-thread read-only connection."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._local = threading.local()
+        self._stores: list[SpanStore] = []
+        self._stores_lock = threading.Lock()
+
+    def prepare(self) -> None:
+        """Upgrade an older store's schema once (the one write the dashboard ever makes)."""
+        if self.path.is_file():
+            writer = SpanStore(self.path)
+            try:
+                writer.upgrade()
+            finally:
+                writer.close()
+
+    def store(self) -> SpanStore:
+        store: SpanStore | None = getattr(self._local, "store", None)
+        if store is None:
+            store = SpanStore(self.path, read_only=True)
+            self._local.store = store
+            with self._stores_lock:
+                self._stores.append(store)
+        return store
+
+    def close(self) -> None:
+        with self._stores_lock:
+            for store in self._stores:
+                store.close()
+            self._stores.clear()
+
+    def _read(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
+        return self.store().read(sql, params)
+
+    # -- runs ---------------------------------------------------------------------------
+    def runs(
+        self, filters: RunFilter, *, cursor: str | None = None, limit: int = 50
+    ) -> dict[str, Any]:
+        if not 1 <= limit <= MAX_PAGE:
+            raise QueryError(f"limit={limit} is out of range: 1 to {MAX_PAGE}")
+        clauses, params = filters.where()
+        after = _cursor(cursor)
+        if after is not None:
+            clauses.append("(start_ns, trace_id) < (?, ?)")
+            params.extend(after)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        try:
+            rows = self._read(
+                f"SELECT {RUN_COLUMNS} FROM runs {where} "
+                "ORDER BY start_ns DESC, trace_id DESC LIMIT ?",
+                [*params, limit + 1],
+            )
+        except StoreNotFoundError:
+            return {"runs": [], "next": None, "store": False}
+        runs = [run_summary(row) for row in rows[:limit]]
+        more = len(rows) > limit
+        last = runs[-1] if runs else None
+        return {
+            "runs": [run_json(r) for r in runs],
+            "next": f"{last.start_ns}:{last.trace_id}" if more and last else None,
+            "store": True,
+        }
+
+    def facets(self) -> dict[str, list[str]]:
+        """The values the filters offer: distinct agents and frameworks."""
+        try:
+            agents = self._read(_DISTINCT.format(column="agent"))
+            frameworks = self._read(_DISTINCT.format(column="framework"))
+        except StoreNotFoundError:
+            agents, frameworks = [], []
+        return {
+            "agents": sorted(r[0] for r in agents),
+            "frameworks": sorted(r[0] for r in frameworks),
+            "statuses": list(STATUSES),
+        }
+
+    def changes(self, after_seq: int, limit: int = 100) -> tuple[int, list[dict[str, Any]]]:
+        """Runs written or updated since ``after_seq`` (the live feed), oldest change first."""
+        try:
+            rows = self._read(
+                f"SELECT {RUN_COLUMNS}, seq FROM runs WHERE seq > ? ORDER BY seq LIMIT ?",
+                (after_seq, limit),
+            )
+        except StoreNotFoundError:
+            return after_seq, []
+        if not rows:
+            return after_seq, []
+        return int(rows[-1][-1]), [run_json(run_summary(row[:-1])) for row in rows]
+
+    def last_seq(self) -> int:
+        try:
+            return int(self._read("SELECT COALESCE(MAX(seq), 0) FROM runs")[0][0])
+        except StoreNotFoundError:
+            return 0
+
+    # -- one trace ----------------------------------------------------------------------
+    def trace_page(self, trace_id: str) -> str:
+        """The trace's waterfall page: the HTML report's own renderer."""
+        from runnertrace.report import render_report
+
+        store = self.store()
+        return render_report(store.get_trace(trace_id), store.get_run(trace_id))
+
+    # -- sessions -----------------------------------------------------------------------
+    def sessions(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The ``limit`` most recently active sessions, each summed over all its runs.
+
+        Why two steps: grouping every run of the store by session costs a second
+        at 100k runs. Walking runs newest first until ``limit`` distinct sessions
+        are seen reads a few pages, then the session index sums just those.
+        """
+        try:
+            recent: list[str] = []
+            seen: set[str] = set()
+            offset, page = 0, max(200, 4 * limit)
+            while len(recent) < limit:
+                rows = self._read(
+                    "SELECT session_id FROM runs ORDER BY start_ns DESC, trace_id DESC "
+                    "LIMIT ? OFFSET ?",
+                    (page, offset),
+                )
+                for (session_id,) in rows:
+                    if session_id is not None and session_id not in seen:
+                        seen.add(session_id)
+                        recent.append(session_id)
+                if len(rows) < page:
+                    break
+                offset += page
+            recent = recent[:limit]
+            if not recent:
+                return []
+            rows = self._read(
+                "SELECT session_id, COUNT(*), MIN(start_ns), MAX(end_ns), "
+                "SUM(input_tokens + output_tokens), SUM(cost), SUM(status = 'error'), "
+                "GROUP_CONCAT(DISTINCT agent) FROM runs "
+                f"WHERE session_id IN ({', '.join('?' * len(recent))}) GROUP BY session_id",
+                recent,
+            )
+        except StoreNotFoundError:
+            return []
+        order = {session_id: index for index, session_id in enumerate(recent)}
+        rows.sort(key=lambda r: order[r[0]])
+        return [
+            {
+                "session_id": r[0],
+                "runs": r[1],
+                "start_ns": r[2],
+                "end_ns": r[3],
+                "tokens": r[4] or 0,
+                "cost": r[5],
+                "errors": r[6] or 0,
+                "agents": sorted((r[7] or "").split(",")) if r[7] else [],
+            }
+            for r in rows
+        ]
+
+    def conversation(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's runs in order, each with its input and output text when captured."""
+        rows = self._read(
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE session_id = ? ORDER BY start_ns LIMIT 500",
+            (session_id,),
+        )
+        turns = []
+        for row in rows:
+            run = run_summary(row)
+            spans = self._read(
+                "SELECT attributes FROM spans WHERE trace_id = ? AND +span_type = 'run' "
+                "ORDER BY start_ns LIMIT 1",
+                (run.trace_id,),
+            )
+            attributes: dict[str, Any] = json.loads(spans[0][0]) if spans else {}
+            turn = run_json(run)
+            turn["input"] = _message_text(attributes.get(attr.INPUT_MESSAGES)) or attributes.get(
+                attr.INPUT_VALUE
+            )
+            turn["output"] = _message_text(attributes.get(attr.OUTPUT_MESSAGES)) or attributes.get(
+                attr.OUTPUT_VALUE
+            )
+            turns.append(turn)
+        return turns
+
+    # -- errors -------------------------------------------------------------------------
+    def errors(self, since_ns: int | None = None) -> list[dict[str, Any]]:
+        """Error spans grouped by ``error.type`` (the partial index holds only error spans)."""
+        error_type = _attr_sql(attr.ERROR_TYPE)
+        try:
+            rows = self._read(
+                f"SELECT COALESCE({error_type}, '(no error.type)') AS et, COUNT(*), "
+                "COUNT(DISTINCT trace_id), MAX(start_ns), GROUP_CONCAT(DISTINCT span_type) "
+                "FROM spans WHERE status_code = 'ERROR' AND start_ns >= ? "
+                "GROUP BY et ORDER BY COUNT(*) DESC",
+                (since_ns or 0,),
+            )
+        except StoreNotFoundError:
+            return []
+        return [
+            {
+                "error_type": r[0],
+                "spans": r[1],
+                "traces": r[2],
+                "last_ns": r[3],
+                "span_types": sorted((r[4] or "").split(",")) if r[4] else [],
+            }
+            for r in rows
+        ]
+
+    def error_runs(self, error_type: str, limit: int = 100) -> list[dict[str, Any]]:
+        """The runs holding an error span of ``error_type``, newest first, with its message."""
+        expression = _attr_sql(attr.ERROR_TYPE)
+        if error_type == "(no error.type)":
+            match, params = f"{expression} IS NULL", []
+        else:
+            match, params = f"{expression} = ?", [error_type]
+        rows = self._read(
+            "SELECT trace_id, MAX(start_ns), name, status_description FROM spans "
+            f"WHERE status_code = 'ERROR' AND {match} "
+            "GROUP BY trace_id ORDER BY MAX(start_ns) DESC LIMIT ?",
+            [*params, limit],
+        )
+        found = []
+        store = self.store()
+        for trace_id, _, span_name, description in rows:
+            run = run_json(store.get_run(trace_id))
+            run.update(error_span=span_name, error_message=description)
+            found.append(run)
+        return found
+
+    # -- charts -------------------------------------------------------------------------
+    def metrics(
+        self,
+        by: str,
+        *,
+        since_ns: int | None = None,
+        until_ns: int | None = None,
+        buckets: int = 24,
+    ) -> dict[str, Any]:
+        """Latency p50/p95, tokens and cost per time bucket, one series per agent/model/tool."""
+        if by not in GROUPINGS:
+            raise QueryError(f"by={by!r} is not one of {', '.join(GROUPINGS)}")
+        if not 1 <= buckets <= 200:
+            raise QueryError(f"buckets={buckets} is out of range: 1 to 200")
+        rows = self._metric_rows(by, since_ns, until_ns)
+        if not rows:
+            return {"by": by, "start_ns": since_ns, "bucket_ns": 0, "series": []}
+        start = since_ns if since_ns is not None else min(r[1] for r in rows)
+        end = until_ns if until_ns is not None else max(r[1] for r in rows) + 1
+        width = max(1, math.ceil((end - start) / buckets))
+        counts: dict[str, int] = {}
+        for row in rows:
+            counts[row[0]] = counts.get(row[0], 0) + 1
+        kept = set(sorted(counts, key=lambda k: (-counts[k], k))[:MAX_SERIES])
+        # (series, bucket) -> durations, token sum, cost sum, priced count
+        cells: dict[tuple[str, int], tuple[list[int], list[float]]] = {}
+        last = buckets - 1
+        for name, start_ns, duration, tokens, cost in rows:
+            index = (start_ns - start) // width
+            key = (name if name in kept else "other", last if index > last else max(0, index))
+            cell = cells.get(key)
+            if cell is None:
+                cell = cells[key] = ([], [0.0, 0.0, 0.0])
+            cell[0].append(duration)
+            sums = cell[1]
+            sums[0] += tokens or 0
+            if cost is not None:
+                sums[1] += cost
+                sums[2] += 1
+        series_points: dict[str, list[dict[str, Any]]] = {}
+        for (name, index), (durations, sums) in sorted(cells.items(), key=lambda c: c[0][1]):
+            durations.sort()
+            series_points.setdefault(name, []).append(
+                {
+                    "t": start + index * width,
+                    "count": len(durations),
+                    "p50_ms": percentile(durations, 0.5) / 1e6,
+                    "p95_ms": percentile(durations, 0.95) / 1e6,
+                    "tokens": int(sums[0]),
+                    "cost": sums[1] if sums[2] else None,
+                }
+            )
+        order = sorted(series_points, key=lambda k: (k == "other", -counts.get(k, 0), k))
+        series = [{"name": name, "points": series_points[name]} for name in order]
+        return {"by": by, "start_ns": start, "bucket_ns": width, "series": series}
+
+    def _metric_rows(
+        self, by: str, since_ns: int | None, until_ns: int | None
+    ) -> list[tuple[str, int, int, int, float | None]]:
+        bounds = ["start_ns >= ?", "start_ns < ?"]
+        params: list[object] = [since_ns or 0, until_ns or (1 << 63) - 1]
+        queries: dict[str, Callable[[], str]] = {
+            "agent": lambda: (
+                "SELECT COALESCE(agent, name), start_ns, end_ns - start_ns, "
+                "input_tokens + output_tokens, cost FROM runs "
+                f"WHERE {' AND '.join(bounds)}"
+            ),
+            "model": lambda: (
+                "SELECT COALESCE("
+                f"{_attr_sql(attr.RESPONSE_MODEL, attr.REQUEST_MODEL)}, '(unknown model)'), "
+                "start_ns, end_ns - start_ns, input_tokens + output_tokens, "
+                f"{_attr_sql(COST)} FROM spans WHERE span_type = 'message' "
+                f"AND {' AND '.join(bounds)}"
+            ),
+            "tool": lambda: (
+                f"SELECT COALESCE({_attr_sql(attr.TOOL_NAME, attr.LEGACY_TOOL_NAME)}, name), "
+                "start_ns, end_ns - start_ns, 0, NULL FROM spans WHERE span_type = 'tool' "
+                f"AND {' AND '.join(bounds)}"
+            ),
+        }
+        try:
+            rows = self._read(queries[by](), params)
+        except StoreNotFoundError:
+            return []
+        # SQLite returns the right types already (text, integers, REAL or NULL cost); only a
+        # cost stored as something else (a string from a foreign writer) is dropped.
+        return [r if r[4] is None or type(r[4]) is float else (*r[:4], _number(r[4])) for r in rows]
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None

@@ -1,0 +1,576 @@
+/* runnertrace ui: a small hash-routed page over the server's JSON APIs.
+ * Text from spans is only ever set with textContent (a prompt with markup stays text),
+ * and the page fetches from its own origin only. */
+(function () {
+  "use strict";
+  var view = document.getElementById("view");
+  var liveEl = document.getElementById("live");
+  var COLORS = ["#4c6ef5", "#f59e0b", "#14a38b", "#e5484d", "#a855f7", "#3b82f6", "#d97706",
+    "#2f9e44", "#8a94a6"];
+  var RANGES = [["", "all time"], ["900", "last 15 min"], ["3600", "last hour"],
+    ["86400", "last 24 h"], ["604800", "last 7 days"]];
+  var current = { page: null, onRuns: null };
+
+  // -- helpers -------------------------------------------------------------------------------
+  function el(tag, cls, text) {
+    var node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+  function svg(tag, attrs) {
+    var node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
+    return node;
+  }
+  function fmtNs(ns) {
+    if (ns < 1e6) return (ns / 1e3).toFixed(0) + " \u00b5s";
+    if (ns < 1e9) return (ns / 1e6).toFixed(1) + " ms";
+    return (ns / 1e9).toFixed(2) + " s";
+  }
+  function fmtTime(ns) {
+    var d = new Date(ns / 1e6);
+    var pad = function (n) { return String(n).padStart(2, "0"); };
+    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " +
+      pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
+  }
+  function fmtCost(cost) {
+    if (cost === null || cost === undefined) return "-";
+    return "$" + (cost < 0.01 ? cost.toFixed(5) : cost.toFixed(4));
+  }
+  function sinceNs(seconds) {
+    if (!seconds) return "";
+    return String(BigInt(Date.now() - Number(seconds) * 1000) * 1000000n);
+  }
+  function api(path, params) {
+    var query = new URLSearchParams();
+    Object.keys(params || {}).forEach(function (k) {
+      if (params[k] !== undefined && params[k] !== null && params[k] !== "") query.set(k, params[k]);
+    });
+    var url = path + (query.toString() ? "?" + query.toString() : "");
+    return fetch(url, { headers: { Accept: "application/json" } }).then(function (r) {
+      return r.json().then(function (body) {
+        if (!r.ok) throw new Error(body.error || r.statusText);
+        return body;
+      });
+    });
+  }
+  function pill(status) { return el("span", "pill " + status, status); }
+  function table(headers) {
+    var t = el("table", "grid");
+    var tr = el("tr");
+    headers.forEach(function (h) { tr.appendChild(el("th", null, h)); });
+    var thead = el("thead");
+    thead.appendChild(tr);
+    t.appendChild(thead);
+    var tbody = el("tbody");
+    t.appendChild(tbody);
+    return t;
+  }
+  function cell(tr, text, cls) { var td = el("td", cls, text); tr.appendChild(td); return td; }
+  function go(hash) { window.location.hash = hash; }
+  function fail(err) {
+    view.appendChild(el("p", "error-text", "error: " + err.message));
+  }
+  function parseHash() {
+    var hash = window.location.hash.replace(/^#\/?/, "");
+    var q = hash.indexOf("?");
+    var path = q >= 0 ? hash.slice(0, q) : hash;
+    var params = new URLSearchParams(q >= 0 ? hash.slice(q + 1) : "");
+    var parts = path.split("/").map(decodeURIComponent);
+    return { parts: parts, params: params };
+  }
+  function setNav(name) {
+    document.querySelectorAll("nav a").forEach(function (a) {
+      a.classList.toggle("active", a.getAttribute("data-nav") === name);
+    });
+  }
+
+  // -- runs ------------------------------------------------------------------------------------
+  function runRow(run) {
+    var tr = el("tr", "link");
+    tr.setAttribute("data-trace-id", run.trace_id);
+    tr.setAttribute("data-agent", run.agent || "");
+    cell(tr, fmtTime(run.start_ns), "mono");
+    cell(tr, run.agent || run.name);
+    cell(tr, run.framework || "-");
+    var st = el("td");
+    st.appendChild(pill(run.status));
+    if (run.status === "ok" && run.error_count) st.appendChild(el("span", "hint", " " +
+      run.error_count + " err"));
+    tr.appendChild(st);
+    cell(tr, fmtNs(run.duration_ns), "num");
+    cell(tr, run.span_count, "num");
+    cell(tr, run.tokens ? run.tokens : "-", "num");
+    cell(tr, fmtCost(run.cost), "num");
+    cell(tr, run.session_id || "-", "mono");
+    cell(tr, run.trace_id.slice(0, 12), "mono");
+    tr.addEventListener("click", function () { go("#/trace/" + run.trace_id); });
+    return tr;
+  }
+  var RUN_HEADERS = ["time", "agent", "framework", "status", "duration", "spans", "tokens",
+    "cost", "session", "trace"];
+
+  function matches(run, params) {
+    var keys = { agent: "agent", framework: "framework", status: "status", session: "session_id" };
+    return Object.keys(keys).every(function (k) {
+      return !params.get(k) || run[keys[k]] === params.get(k);
+    });
+  }
+
+  function showRuns(params) {
+    setNav("runs");
+    view.textContent = "";
+    view.appendChild(el("h1", null, "Runs"));
+    var form = el("form", "filters");
+    form.id = "filters";
+    function field(label, input) {
+      var l = el("label", null, label);
+      l.appendChild(input);
+      form.appendChild(l);
+      return input;
+    }
+    function select(name, options) {
+      var s = el("select");
+      s.name = name;
+      options.forEach(function (o) {
+        var opt = el("option", null, o[1]);
+        opt.value = o[0];
+        s.appendChild(opt);
+      });
+      s.value = params.get(name) || "";
+      s.addEventListener("change", submit);
+      return s;
+    }
+    var agent = field("agent", select("agent", [["", "any"]]));
+    var framework = field("framework", select("framework", [["", "any"]]));
+    field("status", select("status", [["", "any"], ["ok", "ok"], ["error", "error"],
+      ["cancelled", "cancelled"], ["incomplete", "incomplete"]]));
+    var range = field("time", select("range", RANGES));
+    var session = field("session", el("input"));
+    session.name = "session";
+    session.value = params.get("session") || "";
+    var search = field("search names and content", el("input"));
+    search.name = "q";
+    search.type = "search";
+    search.value = params.get("q") || "";
+    var button = el("button", null, "Apply");
+    button.type = "submit";
+    form.appendChild(button);
+    form.addEventListener("submit", function (e) { e.preventDefault(); submit(); });
+    function submit() {
+      var next = new URLSearchParams();
+      new FormData(form).forEach(function (v, k) { if (v) next.set(k, v); });
+      go("#/runs" + (next.toString() ? "?" + next.toString() : ""));
+    }
+    view.appendChild(form);
+    api("/api/facets").then(function (f) {
+      [[agent, f.agents, "agent"], [framework, f.frameworks, "framework"]].forEach(function (x) {
+        x[1].forEach(function (v) {
+          var opt = el("option", null, v);
+          opt.value = v;
+          x[0].appendChild(opt);
+        });
+        x[0].value = params.get(x[2]) || "";
+      });
+    });
+    var notice = el("div", "notice");
+    notice.hidden = true;
+    view.appendChild(notice);
+    var t = table(RUN_HEADERS);
+    t.id = "runs";
+    var tbody = t.tBodies[0];
+    view.appendChild(t);
+    var more = el("button", "more", "Load more");
+    more.hidden = true;
+    view.appendChild(more);
+    var query = {
+      agent: params.get("agent"), framework: params.get("framework"),
+      status: params.get("status"), session: params.get("session"), q: params.get("q"),
+      since: sinceNs(params.get("range"))
+    };
+    var cursor = null;
+    function load() {
+      api("/api/runs", Object.assign({ cursor: cursor, limit: 50 }, query)).then(function (r) {
+        if (!r.store) tbody.appendChild(el("tr")).appendChild(el("td", "hint",
+          "No trace store yet: run `runnertrace demo`; runs appear here as they arrive."));
+        else if (!r.runs.length && !cursor) tbody.appendChild(el("tr")).appendChild(
+          el("td", "hint", "No runs match."));
+        r.runs.forEach(function (run) { tbody.appendChild(runRow(run)); });
+        cursor = r.next;
+        more.hidden = !cursor;
+        document.body.setAttribute("data-runs", String(tbody.querySelectorAll("tr.link").length));
+      }).catch(fail);
+    }
+    more.addEventListener("click", load);
+    load();
+    var fresh = 0;
+    current.onRuns = function (runs) {
+      runs.forEach(function (run) {
+        var existing = tbody.querySelector('tr[data-trace-id="' + run.trace_id + '"]');
+        if (existing) { existing.replaceWith(runRow(run)); return; }
+        if (params.get("q") || params.get("range") || !matches(run, params)) {
+          fresh += 1;
+          notice.textContent = fresh + " new run(s) arrived; apply the filters again to see them";
+          notice.hidden = false;
+          return;
+        }
+        var hint = tbody.querySelector("td.hint");
+        if (hint) hint.parentNode.remove();
+        var row = runRow(run);
+        row.classList.add("fresh");
+        tbody.insertBefore(row, tbody.firstChild);
+      });
+      document.body.setAttribute("data-runs", String(tbody.querySelectorAll("tr.link").length));
+    };
+  }
+
+  // -- one trace -------------------------------------------------------------------------------
+  function showTrace(traceId) {
+    setNav("runs");
+    view.textContent = "";
+    view.classList.add("full");
+    var bar = el("div", "tracebar");
+    var back = el("a", null, "\u2190 runs");
+    back.href = "#/runs";
+    bar.appendChild(back);
+    var chips = el("div", "chips");
+    bar.appendChild(chips);
+    view.appendChild(bar);
+    var frame = el("iframe", "trace");
+    frame.title = "trace waterfall";
+    frame.src = "/trace/" + encodeURIComponent(traceId);
+    view.appendChild(frame);
+    function summary() {
+      api("/api/runs/" + encodeURIComponent(traceId)).then(function (run) {
+        chips.textContent = "";
+        function chip(label, value) {
+          var c = el("span", null, label + " ");
+          c.appendChild(el("b", null, value));
+          chips.appendChild(c);
+        }
+        chips.appendChild(pill(run.status));
+        chip("agent", run.agent || run.name);
+        chip("duration", fmtNs(run.duration_ns));
+        chip("tokens", run.tokens);
+        chip("cost", fmtCost(run.cost));
+        if (run.session_id) {
+          var link = el("a", null, "session " + run.session_id);
+          link.href = "#/sessions/" + encodeURIComponent(run.session_id);
+          chips.appendChild(link);
+        }
+      }).catch(fail);
+    }
+    summary();
+    current.onRuns = function (runs) {
+      if (!runs.some(function (r) { return r.trace_id === traceId; })) return;
+      var hash = "";
+      try { hash = frame.contentWindow.location.hash; } catch (err) { hash = ""; }
+      frame.src = "/trace/" + encodeURIComponent(traceId) + "?t=" + Date.now() + hash;
+      summary();
+    };
+  }
+
+  // -- sessions --------------------------------------------------------------------------------
+  function showSessions() {
+    setNav("sessions");
+    view.textContent = "";
+    view.appendChild(el("h1", null, "Sessions"));
+    var t = table(["last activity", "session", "runs", "agents", "tokens", "cost", "errors"]);
+    t.id = "sessions";
+    view.appendChild(t);
+    api("/api/sessions").then(function (r) {
+      if (!r.sessions.length) view.appendChild(el("p", "hint", "No sessions yet."));
+      r.sessions.forEach(function (s) {
+        var tr = el("tr", "link");
+        tr.setAttribute("data-session-id", s.session_id);
+        cell(tr, fmtTime(s.end_ns), "mono");
+        cell(tr, s.session_id, "mono");
+        cell(tr, s.runs, "num");
+        cell(tr, s.agents.join(", "));
+        cell(tr, s.tokens, "num");
+        cell(tr, fmtCost(s.cost), "num");
+        cell(tr, s.errors, "num");
+        tr.addEventListener("click", function () {
+          go("#/sessions/" + encodeURIComponent(s.session_id));
+        });
+        t.tBodies[0].appendChild(tr);
+      });
+    }).catch(fail);
+    current.onRuns = function (runs) {
+      if (runs.some(function (r) { return r.session_id; })) showSessions();
+    };
+  }
+
+  function showConversation(sessionId) {
+    setNav("sessions");
+    view.textContent = "";
+    var back = el("a", null, "\u2190 sessions");
+    back.href = "#/sessions";
+    view.appendChild(back);
+    view.appendChild(el("h1", null, "Session " + sessionId));
+    var list = el("div");
+    list.id = "conversation";
+    view.appendChild(list);
+    api("/api/sessions/" + encodeURIComponent(sessionId)).then(function (r) {
+      r.turns.forEach(function (turn, i) {
+        var box = el("div", "turn");
+        box.setAttribute("data-trace-id", turn.trace_id);
+        var meta = el("div", "meta");
+        meta.appendChild(el("b", null, "turn " + (i + 1)));
+        meta.appendChild(el("span", "mono", fmtTime(turn.start_ns)));
+        meta.appendChild(el("span", null, turn.agent || turn.name));
+        meta.appendChild(pill(turn.status));
+        meta.appendChild(el("span", null, fmtNs(turn.duration_ns)));
+        meta.appendChild(el("span", null, turn.tokens + " tokens"));
+        if (turn.cost !== null) meta.appendChild(el("span", null, fmtCost(turn.cost)));
+        var link = el("a", null, "trace " + turn.trace_id.slice(0, 8));
+        link.href = "#/trace/" + turn.trace_id;
+        meta.appendChild(link);
+        box.appendChild(meta);
+        [["user", "you", turn.input], ["agent", turn.agent || "agent", turn.output]]
+          .forEach(function (b) {
+            var bubble = el("div", "bubble " + b[0]);
+            bubble.appendChild(el("span", "who", b[1]));
+            bubble.appendChild(document.createTextNode(b[2] === null || b[2] === undefined
+              ? "(content not captured)" : String(b[2])));
+            box.appendChild(bubble);
+          });
+        list.appendChild(box);
+      });
+    }).catch(fail);
+    current.onRuns = function (runs) {
+      if (runs.some(function (r) { return r.session_id === sessionId; })) {
+        showConversation(sessionId);
+      }
+    };
+  }
+
+  // -- errors ----------------------------------------------------------------------------------
+  function showErrors() {
+    setNav("errors");
+    view.textContent = "";
+    view.appendChild(el("h1", null, "Errors by error.type"));
+    var t = table(["error.type", "spans", "traces", "span types", "last seen"]);
+    t.id = "errors";
+    view.appendChild(t);
+    api("/api/errors").then(function (r) {
+      if (!r.errors.length) view.appendChild(el("p", "hint", "No errors recorded."));
+      r.errors.forEach(function (e) {
+        var tr = el("tr", "link");
+        tr.setAttribute("data-error-type", e.error_type);
+        cell(tr, e.error_type, "mono");
+        cell(tr, e.spans, "num");
+        cell(tr, e.traces, "num");
+        cell(tr, e.span_types.join(", "));
+        cell(tr, fmtTime(e.last_ns), "mono");
+        tr.addEventListener("click", function () {
+          go("#/errors/" + encodeURIComponent(e.error_type));
+        });
+        t.tBodies[0].appendChild(tr);
+      });
+    }).catch(fail);
+    current.onRuns = function (runs) {
+      if (runs.some(function (r) { return r.error_count; })) showErrors();
+    };
+  }
+
+  function showErrorRuns(errorType) {
+    setNav("errors");
+    view.textContent = "";
+    var back = el("a", null, "\u2190 errors");
+    back.href = "#/errors";
+    view.appendChild(back);
+    view.appendChild(el("h1", null, "Runs with " + errorType));
+    var t = table(["time", "agent", "status", "failed span", "message", "trace"]);
+    t.id = "error-runs";
+    view.appendChild(t);
+    api("/api/errors/runs", { type: errorType }).then(function (r) {
+      r.runs.forEach(function (run) {
+        var tr = el("tr", "link");
+        tr.setAttribute("data-trace-id", run.trace_id);
+        cell(tr, fmtTime(run.start_ns), "mono");
+        cell(tr, run.agent || run.name);
+        tr.appendChild(el("td")).appendChild(pill(run.status));
+        cell(tr, run.error_span);
+        cell(tr, run.error_message || "", "wrap error-text");
+        cell(tr, run.trace_id.slice(0, 12), "mono");
+        tr.addEventListener("click", function () { go("#/trace/" + run.trace_id); });
+        t.tBodies[0].appendChild(tr);
+      });
+    }).catch(fail);
+  }
+
+  // -- charts ----------------------------------------------------------------------------------
+  function lineChart(title, data, lines, format) {
+    var box = el("div", "chart");
+    box.appendChild(el("h3", null, title));
+    var W = 560, H = 220, L = 56, R = 10, T = 10, B = 24;
+    var root = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": title });
+    box.appendChild(root);
+    var n = Math.max(1, data.buckets);
+    var max = 0;
+    data.series.forEach(function (s) {
+      s.points.forEach(function (p) {
+        lines.forEach(function (ln) { var v = p[ln.key]; if (v !== null && v > max) max = v; });
+      });
+    });
+    if (max <= 0) max = 1;
+    function x(t) { return L + (W - L - R) * ((t - data.start) / (data.width * n)); }
+    function y(v) { return T + (H - T - B) * (1 - v / max); }
+    [0, 0.5, 1].forEach(function (f) {
+      root.appendChild(svg("line", { x1: L, x2: W - R, y1: y(max * f), y2: y(max * f),
+        "class": "gridline" }));
+      var label = svg("text", { x: L - 6, y: y(max * f) + 3, "text-anchor": "end" });
+      label.textContent = format(max * f);
+      root.appendChild(label);
+    });
+    [0, 1].forEach(function (f) {
+      var label = svg("text", { x: f ? W - R : L, y: H - 6, "text-anchor": f ? "end" : "start" });
+      label.textContent = fmtTime(data.start + f * data.width * n).slice(5, 16);
+      root.appendChild(label);
+    });
+    var drawn = 0;
+    data.series.forEach(function (s, i) {
+      var color = s.name === "other" ? COLORS[COLORS.length - 1] : COLORS[i % COLORS.length];
+      lines.forEach(function (ln) {
+        var pts = s.points.filter(function (p) { return p[ln.key] !== null; });
+        if (!pts.length) return;
+        var d = pts.map(function (p, j) {
+          var px = x(p.t + data.width / 2);
+          return (j ? "L" : "M") + px.toFixed(1) + " " + y(p[ln.key]).toFixed(1);
+        }).join(" ");
+        var path = svg("path", { d: d, fill: "none", stroke: color, "stroke-width": 2,
+          "data-series": s.name });
+        if (ln.dash) path.setAttribute("stroke-dasharray", "5 4");
+        root.appendChild(path);
+        pts.forEach(function (p) {
+          var dot = svg("circle", { cx: x(p.t + data.width / 2), cy: y(p[ln.key]), r: 2.5,
+            fill: color });
+          var tip = svg("title");
+          tip.textContent = s.name + " " + ln.label + ": " + format(p[ln.key]) + " (" +
+            p.count + ")";
+          dot.appendChild(tip);
+          root.appendChild(dot);
+        });
+        drawn += 1;
+      });
+    });
+    box.setAttribute("data-lines", String(drawn));
+    if (!drawn) box.appendChild(el("p", "hint", "no data"));
+    var legend = el("div", "legend");
+    data.series.forEach(function (s, i) {
+      var item = el("span");
+      var swatch = el("i");
+      swatch.style.background = s.name === "other" ? COLORS[COLORS.length - 1]
+        : COLORS[i % COLORS.length];
+      item.appendChild(swatch);
+      item.appendChild(document.createTextNode(s.name));
+      legend.appendChild(item);
+    });
+    if (lines.length > 1) legend.appendChild(el("span", "hint",
+      lines.map(function (ln) { return ln.label + (ln.dash ? " dashed" : " solid"); })
+        .join(", ")));
+    box.appendChild(legend);
+    return box;
+  }
+
+  function showCharts(params) {
+    setNav("charts");
+    view.textContent = "";
+    var by = params.get("by") || "agent";
+    // A day by default: a chart over every run of a big store takes seconds to draw.
+    var range = params.has("range") ? params.get("range") : "86400";
+    view.appendChild(el("h1", null, "Latency, tokens and cost over time"));
+    var bar = el("div", "filters");
+    var tabs = el("div", "tabs");
+    ["agent", "model", "tool"].forEach(function (g) {
+      var b = el("button", g === by ? "active" : "", "per " + g);
+      b.type = "button";
+      b.setAttribute("data-by", g);
+      b.addEventListener("click", function () { go("#/charts?by=" + g + "&range=" + range); });
+      tabs.appendChild(b);
+    });
+    bar.appendChild(tabs);
+    var sel = el("select");
+    RANGES.forEach(function (r) {
+      var o = el("option", null, r[1]);
+      o.value = r[0];
+      sel.appendChild(o);
+    });
+    sel.value = range;
+    sel.addEventListener("change", function () { go("#/charts?by=" + by + "&range=" + sel.value); });
+    bar.appendChild(sel);
+    view.appendChild(bar);
+    var grid = el("div", "charts");
+    grid.id = "charts";
+    view.appendChild(grid);
+    function draw() {
+      api("/api/metrics", { by: by, since: sinceNs(range), buckets: 24 }).then(function (m) {
+        grid.textContent = "";
+        var data = { start: m.start_ns, width: m.bucket_ns, buckets: 24, series: m.series };
+        var ms = function (v) { return v >= 1000 ? (v / 1000).toFixed(1) + " s"
+          : v.toFixed(v < 10 ? 1 : 0) + " ms"; };
+        grid.appendChild(lineChart("Latency per " + by + " (p50, p95)", data,
+          [{ key: "p50_ms", label: "p50" }, { key: "p95_ms", label: "p95", dash: true }], ms));
+        if (by !== "tool") {
+          grid.appendChild(lineChart("Tokens per " + by, data, [{ key: "tokens", label: "tokens" }],
+            function (v) { return String(Math.round(v)); }));
+          grid.appendChild(lineChart("Cost per " + by + " (USD)", data,
+            [{ key: "cost", label: "cost" }], function (v) { return "$" + v.toFixed(4); }));
+        } else {
+          grid.appendChild(lineChart("Calls per tool", data, [{ key: "count", label: "calls" }],
+            function (v) { return String(Math.round(v)); }));
+        }
+        document.body.setAttribute("data-charts", String(grid.children.length));
+      }).catch(fail);
+    }
+    draw();
+    var pending = null;
+    current.onRuns = function () {
+      if (pending) return;
+      pending = setTimeout(function () { pending = null; draw(); }, 2000);
+    };
+  }
+
+  // -- router and live feed --------------------------------------------------------------------
+  function route() {
+    current.onRuns = null;
+    view.classList.remove("full");
+    var h = parseHash();
+    var page = h.parts[0] || "runs";
+    var routes = {
+      runs: function () { showRuns(h.params); },
+      trace: function () { showTrace(h.parts[1]); },
+      sessions: function () {
+        if (h.parts[1]) showConversation(h.parts.slice(1).join("/")); else showSessions();
+      },
+      errors: function () {
+        if (h.parts[1]) showErrorRuns(h.parts.slice(1).join("/")); else showErrors();
+      },
+      charts: function () { showCharts(h.params); }
+    };
+    (routes[page] || routes.runs)();
+  }
+
+  function connect() {
+    var source = new EventSource("/api/live");
+    source.addEventListener("hello", function () {
+      liveEl.textContent = "live";
+      liveEl.classList.add("on");
+    });
+    source.addEventListener("runs", function (e) {
+      var data = JSON.parse(e.data);
+      if (current.onRuns) current.onRuns(data.runs);
+      document.body.setAttribute("data-live-seq", String(data.seq));
+    });
+    source.onerror = function () {
+      liveEl.textContent = "reconnecting";
+      liveEl.classList.remove("on");
+    };
+  }
+
+  window.addEventListener("hashchange", route);
+  route();
+  connect();
+})();

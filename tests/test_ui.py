@@ -1,0 +1,304 @@
+"""The dashboard's server: its JSON APIs over a real store, and the store's runs table."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from runnertrace.cli import main
+from runnertrace.exporters.local_store import SpanStore, StoreError
+from runnertrace.ui import create_app, is_loopback
+from ui_fixtures import MS, PRICEY_SESSION, build_store, hand_made_runs
+
+BASE = "http://127.0.0.1"
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_store(tmp_path_factory.mktemp("ui") / "traces.db")
+
+
+@pytest.fixture(scope="module")
+def client(db: Path) -> Iterator[TestClient]:
+    with TestClient(create_app(db), base_url=BASE) as client:
+        yield client
+
+
+def get(client: TestClient, path: str, **params: object) -> dict:
+    response = client.get(path, params=params)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_runs_are_listed_newest_first_with_the_run_facts(client: TestClient) -> None:
+    runs = get(client, "/api/runs")["runs"]
+    assert len(runs) == 7
+    starts = [r["start_ns"] for r in runs]
+    assert starts == sorted(starts, reverse=True)
+    assert {r["agent"] for r in runs} == {"calc", "helper", "pricey"}
+    pricey = [r for r in runs if r["agent"] == "pricey"]
+    assert sorted(round(r["cost"], 4) for r in pricey) == [0.0125, 0.025, 0.0375]
+    assert {r["user_id"] for r in pricey} == {"ada"}
+    assert all(r["cost"] is None for r in runs if r["agent"] != "pricey")
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"agent": "calc"}, 3),
+        ({"agent": "helper"}, 1),
+        ({"framework": "langgraph"}, 3),
+        ({"status": "error"}, 1),
+        ({"session": PRICEY_SESSION}, 3),
+        ({"session": "calc-session", "agent": "helper"}, 0),
+        ({"q": "zebras"}, 3),  # content (captured input) of the hand-made runs
+        ({"q": "divided by 0"}, 1),  # content captured by the native agent
+        ({"q": "execute_tool lookup"}, 3),  # a span name
+        ({"q": "100%"}, 0),  # LIKE wildcards are literal
+    ],
+)
+def test_filters_and_search(client: TestClient, params: dict, expected: int) -> None:
+    runs = get(client, "/api/runs", **params)["runs"]
+    assert len(runs) == expected
+    for key, column in (("agent", "agent"), ("framework", "framework"), ("status", "status")):
+        if key in params:
+            assert {r[column] for r in runs} <= {params[key]}
+
+
+def test_time_range_filter(client: TestClient) -> None:
+    all_runs = get(client, "/api/runs")["runs"]
+    recent = get(client, "/api/runs", since=time.time_ns() - 600 * 1000 * MS)["runs"]
+    assert {r["agent"] for r in recent} == {"calc", "helper"}  # pricey ran an hour ago
+    old = get(client, "/api/runs", until=time.time_ns() - 600 * 1000 * MS)["runs"]
+    assert len(recent) + len(old) == len(all_runs)
+
+
+def test_keyset_paging_walks_every_run_once(client: TestClient) -> None:
+    seen: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        page = get(client, "/api/runs", limit=2, **({"cursor": cursor} if cursor else {}))
+        seen.extend(r["trace_id"] for r in page["runs"])
+        pages += 1
+        cursor = page["next"]
+        if cursor is None:
+            break
+    assert pages == 4 and len(seen) == len(set(seen)) == 7
+    assert seen == [r["trace_id"] for r in get(client, "/api/runs")["runs"]]
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"status": "bad"}, "status='bad' is not one of ok, error, cancelled, incomplete"),
+        ({"limit": "0"}, "limit=0 is out of range: 1 to 200"),
+        ({"cursor": "x"}, "cursor='x' is not of the form <start_ns>:<trace_id>"),
+        ({"since": "yesterday"}, "since='yesterday' is not an integer"),
+    ],
+)
+def test_bad_parameters_are_a_400_naming_them(
+    client: TestClient, params: dict, message: str
+) -> None:
+    response = client.get("/api/runs", params=params)
+    assert response.status_code == 400
+    assert message in response.json()["error"]
+
+
+def test_facets(client: TestClient) -> None:
+    facets = get(client, "/api/facets")
+    assert facets["agents"] == ["calc", "helper", "pricey"]
+    assert facets["frameworks"] == ["langgraph", "native"]
+
+
+def test_trace_page_is_the_report_with_its_own_policy(client: TestClient) -> None:
+    run = get(client, "/api/runs", status="error")["runs"][0]
+    response = client.get(f"/trace/{run['trace_id'][:10]}")
+    assert response.status_code == 200
+    assert "default-src 'none'" in response.headers["content-security-policy"]
+    assert run["trace_id"] in response.text and "RateLimitError" in response.text
+    assert client.get("/trace/ffffffffffff").status_code == 404
+    detail = get(client, f"/api/runs/{run['trace_id']}")
+    assert detail["status"] == "error" and round(detail["cost"], 4) == 0.0375
+
+
+def test_sessions_and_a_conversation_turn_by_turn(client: TestClient) -> None:
+    sessions = {s["session_id"]: s for s in get(client, "/api/sessions")["sessions"]}
+    assert set(sessions) == {"calc-session", "helper-session", PRICEY_SESSION}
+    assert sessions["calc-session"]["runs"] == 3
+    assert round(sessions[PRICEY_SESSION]["cost"], 4) == 0.075
+    turns = get(client, "/api/sessions/calc-session")["turns"]
+    assert [t["input"] for t in turns] == [
+        "What is 1234 * 5678, plus 17?",
+        "What is 100 divided by 0?",
+        "Hello! What can you do?",
+    ]
+    assert turns[0]["output"] == "The answer is 7006669."
+    pricey = get(client, f"/api/sessions/{PRICEY_SESSION}")["turns"]
+    assert pricey[0]["input"] == "question 0 about <b>zebras</b>"
+    assert pricey[0]["output"] == "answer 0"
+
+
+def test_errors_grouped_by_type_with_drill_down(client: TestClient) -> None:
+    groups = {e["error_type"]: e for e in get(client, "/api/errors")["errors"]}
+    assert groups["RateLimitError"]["spans"] == 2  # the chat span and its run
+    assert groups["RateLimitError"]["traces"] == 1
+    assert groups["tool_error"]["span_types"] == ["tool"]
+    runs = get(client, "/api/errors/runs", type="tool_error")["runs"]
+    assert len(runs) == 1 and runs[0]["agent"] == "calc"
+    assert runs[0]["error_message"] == "tool returned an error"
+    assert runs[0]["error_span"] == "execute_tool calculator"
+    assert client.get("/api/errors/runs").status_code == 400
+
+
+def test_metrics_per_agent_model_and_tool(client: TestClient) -> None:
+    agents = get(client, "/api/metrics", by="agent", buckets=4)
+    series = {s["name"]: s["points"] for s in agents["series"]}
+    assert set(series) == {"calc", "helper", "pricey"}
+    assert sum(p["count"] for p in series["calc"]) == 3
+    pricey = [p for p in series["pricey"]]
+    assert round(sum(p["cost"] for p in pricey), 4) == 0.075
+    assert all(p["p95_ms"] >= p["p50_ms"] > 0 for p in pricey)
+    models = {s["name"]: s for s in get(client, "/api/metrics", by="model")["series"]}
+    assert {"gpt-test-mini", "gpt-test-large", "scripted-1"} <= set(models)
+    large = models["gpt-test-large"]["points"]
+    assert (
+        sum(p["tokens"] for p in large) == 220 and round(sum(p["cost"] for p in large), 4) == 0.025
+    )
+    tools = {s["name"]: s for s in get(client, "/api/metrics", by="tool")["series"]}
+    assert set(tools) == {"calculator", "lookup"}
+    assert sum(p["count"] for p in tools["lookup"]["points"]) == 3
+    assert client.get("/api/metrics", params={"by": "planet"}).status_code == 400
+
+
+def test_live_feed_streams_runs_as_they_arrive(tmp_path: Path) -> None:
+    db = tmp_path / "live.db"
+    hand_made_runs(db, time.time_ns(), count=1)
+    app = create_app(db)
+    with TestClient(app, base_url=BASE) as client:
+        seq = app.state.dashboard.last_seq()
+        writer = threading.Timer(
+            0.3, hand_made_runs, args=(db, time.time_ns()), kwargs={"count": 2}
+        )
+        writer.start()
+        arrived: dict[str, dict] = {}
+        with client.stream("GET", "/api/live", params={"after": seq}) as response:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            for line in response.iter_lines():
+                if line.startswith("data:") and '"runs"' in line:
+                    event = json.loads(line.removeprefix("data:"))
+                    assert event["seq"] > seq
+                    arrived.update((run["trace_id"], run) for run in event["runs"])
+                    if len(arrived) >= 2:
+                        break
+        writer.join()
+    assert len(arrived) == 2 and {r["agent"] for r in arrived.values()} == {"pricey"}
+
+
+def test_host_header_must_be_loopback(db: Path) -> None:
+    with TestClient(create_app(db), base_url="http://attacker.example") as client:
+        assert client.get("/api/runs").status_code == 400
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("example.com")
+
+
+def test_a_missing_store_shows_an_empty_dashboard(tmp_path: Path) -> None:
+    with TestClient(create_app(tmp_path / "none.db"), base_url=BASE) as client:
+        assert get(client, "/api/runs") == {"runs": [], "next": None, "store": False}
+        assert get(client, "/api/sessions") == {"sessions": []}
+    assert not (tmp_path / "none.db").exists()  # reading never creates the store
+
+
+def test_static_assets_and_the_page_policy(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200 and "/static/app.js" in page.text
+    assert "connect-src 'self'" in page.headers["content-security-policy"]
+    assert client.get("/static/app.js").status_code == 200
+    assert client.get("/static/app.css").status_code == 200
+
+
+# -- the store's runs table ---------------------------------------------------------------------
+def test_a_schema_1_store_is_upgraded_and_back_filled_once(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    hand_made_runs(db, time.time_ns(), count=2)
+    with sqlite3.connect(db) as conn:  # make it look like a store from before the runs table
+        conn.execute("DROP TABLE runs")
+        conn.execute("PRAGMA user_version=1")
+    with pytest.raises(StoreError, match="schema version 1"):
+        SpanStore(db, read_only=True).list_runs()
+    with TestClient(create_app(db), base_url=BASE) as client:  # the app upgrades it at start
+        runs = get(client, "/api/runs")["runs"]
+    assert len(runs) == 2 and {r["agent"] for r in runs} == {"pricey"}
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+
+
+def test_a_read_only_store_cannot_write(db: Path) -> None:
+    store = SpanStore(db, read_only=True)
+    assert len(store.list_runs(100)) == 7
+    with pytest.raises(StoreError, match="readonly"):
+        store.read("DELETE FROM runs")
+    store.close()
+
+
+def test_the_ui_command_reports_a_bad_or_busy_port(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "t.db")
+    assert main(["ui", "--db", db, "--port", "70000", "--no-open"]) == 1
+    assert "--port 70000 is out of range: 0 to 65535" in capsys.readouterr().err
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        assert main(["ui", "--db", db, "--port", str(port), "--no-open"]) == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_without_the_ui_extra_the_command_names_it(tmp_path: Path) -> None:
+    """starlette and uvicorn made unimportable in a fresh interpreter, as without the extra."""
+    code = (
+        "import sys; sys.modules['uvicorn'] = sys.modules['starlette'] = None\n"
+        "from runnertrace.cli import main\n"
+        f"sys.exit(main(['ui', '--db', {str(tmp_path / 't.db')!r}, '--no-open']))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1
+    assert "pip install 'runnertrace[ui]'" in result.stderr
+
+
+def test_a_host_that_is_not_loopback_is_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 0.0.0.0 with a port that is taken: the warning comes first, then the bind fails
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        code = main(
+            [
+                "ui",
+                "--db",
+                str(tmp_path / "t.db"),
+                "--host",
+                "0.0.0.0",
+                "--port",
+                str(port),
+                "--no-open",
+            ]
+        )
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "warning: --host 0.0.0.0 is not a loopback address" in captured.out
