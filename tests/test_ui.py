@@ -62,7 +62,9 @@ def test_runs_are_listed_newest_first_with_the_run_facts(client: TestClient) -> 
         ({"session": PRICEY_SESSION}, 3),
         ({"session": "calc-session", "agent": "helper"}, 0),
         ({"q": "zebras"}, 3),  # content (captured input) of the hand-made runs
-        ({"q": "divided by 0"}, 1),  # content captured by the native agent
+        # content captured by the native agent: the run that asked, and the session's next
+        # run, whose chat spans show the history its model was sent
+        ({"q": "divided by 0"}, 2),
         ({"q": "execute_tool lookup"}, 3),  # a span name
         ({"q": "100%"}, 0),  # LIKE wildcards are literal
     ],
@@ -153,10 +155,11 @@ def test_errors_grouped_by_type_with_drill_down(client: TestClient) -> None:
     groups = {e["error_type"]: e for e in get(client, "/api/errors")["errors"]}
     assert groups["RateLimitError"]["spans"] == 2  # the chat span and its run
     assert groups["RateLimitError"]["traces"] == 1
-    assert groups["tool_error"]["span_types"] == ["tool"]
-    runs = get(client, "/api/errors/runs", type="tool_error")["runs"]
+    # the native calculator's failure, under its exception's class
+    assert groups["ZeroDivisionError"]["span_types"] == ["tool"]
+    runs = get(client, "/api/errors/runs", type="ZeroDivisionError")["runs"]
     assert len(runs) == 1 and runs[0]["agent"] == "calc"
-    assert runs[0]["error_message"] == "tool returned an error"
+    assert "division by zero" in runs[0]["error_message"]
     assert runs[0]["error_span"] == "execute_tool calculator"
     assert client.get("/api/errors/runs").status_code == 400
 

@@ -136,7 +136,7 @@ def test_runs_filter_trace_tree_and_failed_tool(page: tuple, base_url: str, tmp_
     frame.locator("#rows .row.error").click()
     detail = frame.locator("#detail")
     detail.locator("h2", has_text="execute_tool calculator").wait_for()
-    assert "tool returned an error" in detail.inner_text()
+    assert "ZeroDivisionError: division by zero" in detail.inner_text()
     assert "error.type" in detail.inner_text()
     assert pg.locator(".tracebar").inner_text().count("calc") >= 1
     pg.screenshot(path=str(tmp_path / "trace.png"))
