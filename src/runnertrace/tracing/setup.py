@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from runnertrace import __version__
 from runnertrace.core.config import TraceConfig
 from runnertrace.tracing.backend import Backend
+from runnertrace.tracing.cost import preload_prices
 from runnertrace.tracing.export import run_all_with_timeout
 from runnertrace.tracing.spans import lean_tracer_for
 
@@ -162,6 +163,9 @@ def _build(config: TraceConfig) -> TracingSetup:
     if isinstance(provider, TracerProvider):
         for backend in backends:
             backend.bind(provider)
+    if config.metrics:
+        processors += _metrics_processors(config, backends, provider)
+    preload_prices()
     return TracingSetup(
         provider,
         owns_provider=owns,
@@ -169,6 +173,23 @@ def _build(config: TraceConfig) -> TracingSetup:
         processors=processors,
         flush_timeout_s=config.flush_timeout_s,
     )
+
+
+def _metrics_processors(
+    config: TraceConfig, backends: list[Backend], provider: trace_api.TracerProvider
+) -> list[SpanProcessor]:
+    """The metrics processor, added to the provider (none when nothing would read metrics)."""
+    from runnertrace.tracing.metrics import MetricsPipeline, MetricsSpanProcessor
+
+    if not isinstance(provider, TracerProvider):
+        return []
+    readers = [reader for backend in backends for reader in backend.metric_readers()]
+    pipeline = MetricsPipeline.build(readers, provider.resource)
+    if pipeline is None:
+        return []
+    processor = MetricsSpanProcessor(pipeline, flush_timeout_s=config.flush_timeout_s)
+    provider.add_span_processor(processor)
+    return [processor]
 
 
 def reset_tracing_setups(timeout_s: float = 1.0) -> None:

@@ -29,6 +29,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from runnertrace._internal.errors import internal_log, report_internal_error
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.content import ContentPolicy, request_parts
+from runnertrace.tracing.cost import usage_cost
 from runnertrace.tracing.spans import LeanSpan, LeanTracer
 
 __all__ = ["RunTracer"]
@@ -82,6 +83,9 @@ class RunTracer:
     output_tokens = 0
     finished = False
     model: str | None = None
+    provider: str | None = None
+    cost: float | None = None  # summed model-call cost; on the run span only if all were priced
+    priced = True
 
     def __init__(
         self,
@@ -299,7 +303,7 @@ class RunTracer:
         if provider:
             if type(provider) is not str:
                 provider = str(provider)
-            attrs[A.PROVIDER] = attrs[A.SYSTEM] = provider
+            attrs[A.PROVIDER] = attrs[A.SYSTEM] = self.provider = provider
         owner = self.steps[-1][1] if self.steps else None
         item = self._start(
             f"chat {model}" if model else "chat", "message", owner or self.run, attrs, _CLIENT
@@ -368,6 +372,19 @@ class RunTracer:
             if value:
                 value = _text(value)
                 attrs[key] = self.redactor(value) if self.redactor else value
+        if A.INPUT_TOKENS in attrs or A.OUTPUT_TOKENS in attrs:
+            cost = usage_cost(
+                attrs.get(A.RESPONSE_MODEL) or self.model,
+                self.provider,
+                attrs.get(A.INPUT_TOKENS),
+                attrs.get(A.OUTPUT_TOKENS),
+                attrs.get(A.CACHE_READ_TOKENS),
+            )
+            if cost is None:
+                self.priced = False
+            else:
+                attrs[A.COST] = cost
+                self.cost = (self.cost or 0.0) + cost
         self._put(span, attrs)
         if item.parts is not None:
             parts: list[dict[str, Any]] = []
@@ -531,6 +548,8 @@ class RunTracer:
             if self.input_tokens or self.output_tokens:
                 attrs[A.AGG_INPUT_TOKENS] = self.input_tokens
                 attrs[A.AGG_OUTPUT_TOKENS] = self.output_tokens
+            if self.cost is not None and self.priced:
+                attrs[A.AGG_COST] = self.cost
             if self.model:
                 attrs[A.REQUEST_MODEL] = self.model
             if self.anomalies:
