@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import metrics as metrics_api
+from opentelemetry.context import Context
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
@@ -47,7 +48,7 @@ from opentelemetry.sdk.metrics.export import (
     ResourceMetrics,
 )
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import StatusCode
 
@@ -149,6 +150,10 @@ class GenAIMetrics:
     def __init__(self, meter: Meter, *, max_values: int = DEFAULT_MAX_VALUES) -> None:
         self.max_values = max_values
         self._caps: dict[str, _Capped] = {}
+        # trace id -> (run span id, framework): only run spans carry the framework,
+        # so the model and tool calls of a run take it from the run that started them.
+        self._frameworks: dict[int, tuple[int, str]] = {}
+        self._frameworks_lock = threading.Lock()
         self.duration = meter.create_histogram(
             DURATION,
             unit="s",
@@ -244,15 +249,38 @@ class GenAIMetrics:
             error = OTHER  # the conventions' value for an error of no known type
         return None if error is None else self._cap(A.ERROR_TYPE, error)
 
+    def run_started(self, trace_id: int, span_id: int, framework: object) -> None:
+        """Remember a run's framework for its model and tool calls (the outermost run's)."""
+        if not isinstance(framework, str):
+            return
+        with self._frameworks_lock:
+            if trace_id in self._frameworks:
+                return
+            if len(self._frameworks) >= _MAX_OPEN_RUNS:
+                del self._frameworks[next(iter(self._frameworks))]
+            self._frameworks[trace_id] = (span_id, framework)
+
     def record_span(self, span: ReadableSpan) -> None:
         """Record one finished span of ours; other spans are ignored."""
         attributes = span.attributes or {}
-        record = _BY_SPAN_TYPE.get(attributes.get(A.SPAN_TYPE))
+        kind = attributes.get(A.SPAN_TYPE)
+        record = _BY_SPAN_TYPE.get(kind)
         if record is None:
             return
+        context = span.get_span_context()
+        run = self._frameworks.get(context.trace_id)
+        if run is not None:
+            if A.FRAMEWORK not in attributes:
+                attributes = {**attributes, A.FRAMEWORK: run[1]}
+            elif kind == "run" and run[0] == context.span_id:
+                with self._frameworks_lock:
+                    self._frameworks.pop(context.trace_id, None)
         start, end = span.start_time or 0, span.end_time or 0
         failed = span.status.status_code is StatusCode.ERROR
         record(self, attributes, max(0, end - start) / 1e9, failed)
+
+
+_MAX_OPEN_RUNS = 4096
 
 
 _RUN_KEYS = ((A.AGENT_NAME,), (A.FRAMEWORK,))
@@ -300,14 +328,20 @@ class MetricsSpanProcessor(SpanProcessor):
 
         self.pipeline = pipeline
         self.flush_timeout_s = flush_timeout_s
+        self._shut_down = False
         self.batch = BoundedBatchSpanProcessor(
             _RecordingExporter(pipeline.metrics),
             name="metrics",
             export_timeout_s=flush_timeout_s,
         )
 
-    def on_start(self, span: object, parent_context: object = None) -> None:
-        return None
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        attributes = span.attributes
+        if attributes and attributes.get(A.SPAN_TYPE) == "run":
+            context = span.get_span_context()
+            self.pipeline.metrics.run_started(
+                context.trace_id, context.span_id, attributes.get(A.FRAMEWORK)
+            )
 
     def on_end(self, span: ReadableSpan) -> None:
         self.batch.on_end(span)
@@ -321,6 +355,9 @@ class MetricsSpanProcessor(SpanProcessor):
         return self.pipeline.force_flush(int(remaining * 1000)) and drained
 
     def shutdown(self) -> None:
+        if self._shut_down:  # the setup and the provider's own shutdown may both call it
+            return
+        self._shut_down = True
         self.batch.shutdown(self.flush_timeout_s)
         self.pipeline.shutdown(int(self.flush_timeout_s * 1000))
 
