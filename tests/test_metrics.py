@@ -302,3 +302,45 @@ async def test_logfire_gets_delta_metrics_with_its_token_and_operation_cost(
     assert chat.attributes["operation.cost"] == pytest.approx(expected)
     (run_span,) = [s for s in receiver.spans if s.attributes.get("runnertrace.span.type") == "run"]
     assert "operation.cost" not in run_span.attributes
+
+
+async def test_local_store_keeps_metric_points_in_its_own_table(tmp_path: Any) -> None:
+    from runnertrace.exporters.local_store import SpanStore
+
+    path = tmp_path / "traces.db"
+    config = TraceConfig(type="local", local={"path": str(path)})
+    await scripted_runs(config)
+    setup = get_tracing_setup(config)
+    assert setup.flush()
+    await run(config, "math", ScriptedLlm(), [calculator])  # a second export interval
+    assert setup.flush()
+
+    store = SpanStore(path)
+    runs = store.metric_points("runnertrace.runs")
+    by_agent: dict[str, float] = {}
+    for point in runs:
+        assert point.kind == "sum" and point.unit == "{run}"
+        by_agent[point.attributes[AGENT]] = by_agent.get(point.attributes[AGENT], 0) + point.value
+    assert by_agent == {"math": 3, "broken": 1, "toolfail": 1}  # delta rows add up
+    assert len({p.time_ns for p in runs}) == 2  # one row set per export interval
+    durations = [
+        p
+        for p in store.metric_points("gen_ai.client.operation.duration")
+        if p.attributes[OP] == "invoke_agent"
+    ]
+    assert sum(p.count or 0 for p in durations) == 5
+    assert all(p.bounds == list(DURATION_BUCKETS) for p in durations)
+    assert all(sum(p.bucket_counts or []) == p.count for p in durations)
+    assert all(0 < (p.min or 0) <= (p.max or 0) for p in durations)
+    chats = [s for s in store.get_trace(store.resolve("last")) if s.span_type == "message"]
+    assert chats  # spans and metrics share the file
+    assert store.metric_points("runnertrace.cost") == []
+
+
+def test_a_store_without_metrics_reads_as_empty(tmp_path: Any) -> None:
+    import sqlite3
+
+    from runnertrace.exporters.local_store import SpanStore
+
+    sqlite3.connect(tmp_path / "old.db").close()  # a store from before metrics existed
+    assert SpanStore(tmp_path / "old.db").metric_points() == []

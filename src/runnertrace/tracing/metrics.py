@@ -33,7 +33,7 @@ private provider that is never set globally.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import metrics as metrics_api
@@ -42,6 +42,7 @@ from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
+    Metric,
     MetricExporter,
     MetricReader,
     MetricsData,
@@ -66,6 +67,7 @@ __all__ = [
     "MetricsSpanProcessor",
     "delta_temporality",
     "only_ours",
+    "our_points",
     "periodic_reader",
 ]
 
@@ -267,9 +269,9 @@ class GenAIMetrics:
         record = _BY_SPAN_TYPE.get(kind)
         if record is None:
             return
-        context = span.get_span_context()
-        run = self._frameworks.get(context.trace_id)
-        if run is not None:
+        context = span.context
+        run = self._frameworks.get(context.trace_id) if context is not None else None
+        if run is not None and context is not None:
             if A.FRAMEWORK not in attributes:
                 attributes = {**attributes, A.FRAMEWORK: run[1]}
             elif kind == "run" and run[0] == context.span_id:
@@ -372,6 +374,15 @@ def only_ours(data: MetricsData) -> MetricsData:
                 ResourceMetrics(resource_metrics.resource, scopes, resource_metrics.schema_url)
             )
     return MetricsData(kept)
+
+
+def our_points(data: MetricsData) -> Iterator[tuple[Metric, Any]]:
+    """Each (metric, data point) of our instruments in ``data``, for exporters that flatten."""
+    for resource_metrics in only_ours(data).resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                for point in metric.data.data_points:
+                    yield metric, point
 
 
 class MetricsPipeline:
