@@ -4,7 +4,8 @@ It decodes ``ExportTraceServiceRequest`` protobuf bodies (plain, gzip or
 deflate) with ``opentelemetry-proto`` and records, per request, the path, the
 headers and every span (name, ids, parent, kind, status, attributes and resource
 attributes decoded to Python values). Requests to ``.../v1/metrics`` are decoded
-as ``ExportMetricsServiceRequest`` into data points (sums and histograms).
+as ``ExportMetricsServiceRequest`` into data points (sums and histograms) and
+kept apart, in ``metric_requests``, so ``requests`` stays the trace requests.
 
 Modes (switchable while running, via ``receiver.mode``):
 
@@ -187,7 +188,8 @@ class OtlpReceiver:
         self.mode: Mode = mode
         self.hang_s = hang_s
         self.expect_headers = {k.lower(): v for k, v in (expect_headers or {}).items()}
-        self.requests: list[ReceivedRequest] = []
+        self.requests: list[ReceivedRequest] = []  # traces
+        self.metric_requests: list[ReceivedRequest] = []
         self.attempts = 0
         self._lock = threading.Lock()
         self._release = threading.Event()
@@ -244,7 +246,7 @@ class OtlpReceiver:
     @property
     def points(self) -> list[ReceivedPoint]:
         with self._lock:
-            return [p for r in self.requests for p in r.points]
+            return [p for r in self.metric_requests for p in r.points]
 
     def by_type(self, span_type: str) -> list[ReceivedSpan]:
         return [s for s in self.spans if s.attributes.get("runnertrace.span.type") == span_type]
@@ -290,7 +292,8 @@ def _handler(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
                 body = zlib.decompress(body)
             if self.path.endswith("/v1/metrics"):
                 request = ReceivedRequest(self.path, headers, encoding, [], decode_metrics(body))
-                receiver.record(request)
+                with receiver._lock:
+                    receiver.metric_requests.append(request)
                 self._answer(200, ExportMetricsServiceResponse().SerializeToString())
                 return
             receiver.record(ReceivedRequest(self.path, headers, encoding, decode(body)))

@@ -486,10 +486,11 @@ async def test_faulty_backend_never_breaks_the_run(
         assert time.monotonic() - started <= flush_timeout + 1.0
     ours = [r for r in caplog.records if f"{backend} export failed" in r.getMessage()]
     assert len(ours) == 1, [r.getMessage() for r in caplog.records]
-    from_exporter: dict[str, int] = {}
+    from_exporter: dict[tuple[str, str], int] = {}  # per logger (spans, metrics) and message
     for record in caplog.records:
         if record.name.startswith("opentelemetry.exporter"):
-            from_exporter[str(record.msg)] = from_exporter.get(str(record.msg), 0) + 1
+            key = (record.name, str(record.msg))
+            from_exporter[key] = from_exporter.get(key, 0) + 1
     assert all(n == 1 for n in from_exporter.values()), from_exporter
     assert not any(secret in caplog.text for secret in SECRETS)
 

@@ -124,7 +124,8 @@ async def test_metrics_arrive_over_otlp_with_exact_counts(receiver: OtlpReceiver
     await scripted_runs(config)
     assert get_tracing_setup(config).flush()
 
-    assert {r.path for r in receiver.requests} == {"/v1/traces", "/v1/metrics"}
+    assert {r.path for r in receiver.requests} == {"/v1/traces"}
+    assert {r.path for r in receiver.metric_requests} == {"/v1/metrics"}
     assert {p.scope for p in receiver.points} == {"runnertrace"}
     # counters (cumulative: one point per attribute set, the running total)
     assert total(receiver, "runnertrace.runs", **{AGENT: "math"}) == 2
@@ -277,7 +278,7 @@ async def test_metrics_off_sends_no_metrics(receiver: OtlpReceiver) -> None:
     setup = get_tracing_setup(config)
     assert setup.flush()
     assert not any(isinstance(p, MetricsSpanProcessor) for p in setup.processors)
-    assert {r.path for r in receiver.requests} == {"/v1/traces"}
+    assert receiver.requests and receiver.metric_requests == []
     assert receiver.points == []
 
 
@@ -292,8 +293,8 @@ async def test_logfire_gets_delta_metrics_with_its_token_and_operation_cost(
     ]
     await run(config, "priced", PricedLlm(turns=turns, model="gpt-4o"), [])
     assert get_tracing_setup(config).flush()
-    metric_requests = [r for r in receiver.requests if r.path == "/v1/metrics"]
-    assert metric_requests
+    metric_requests = receiver.metric_requests
+    assert {r.path for r in metric_requests} == {"/v1/metrics"}
     assert {r.headers.get("authorization") for r in metric_requests} == {LOGFIRE_TOKEN}
     assert {p.temporality for p in receiver.points} == {1}  # AGGREGATION_TEMPORALITY_DELTA
     assert total(receiver, "runnertrace.runs") == 1
