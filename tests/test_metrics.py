@@ -345,3 +345,69 @@ def test_a_store_without_metrics_reads_as_empty(tmp_path: Any) -> None:
 
     sqlite3.connect(tmp_path / "old.db").close()  # a store from before metrics existed
     assert SpanStore(tmp_path / "old.db").metric_points() == []
+
+
+APP_PROVIDER_SCRIPT = """
+import asyncio, json, sys
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+app_reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[app_reader]))
+metrics.get_meter("the-app").create_counter("app.requests").add(3)
+
+from runnertrace.core import Session
+from runnertrace.core.agent import Agent as CoreAgent
+from runnertrace.core.config import TraceConfig
+from runnertrace.core.models import AgentRequestText
+from runnertrace.exporters.local_store import SpanStore
+from runnertrace.runners.native import Agent, NativeRunner, ScriptedLlm, calculator
+from runnertrace.tracing import TracingRunner
+from runnertrace.tracing.metrics import MetricsSpanProcessor
+from runnertrace.tracing.setup import get_tracing_setup
+
+config = TraceConfig(type="local", local={"path": sys.argv[1]})
+runner = TracingRunner(NativeRunner(), config)
+agent = CoreAgent("math", runner, Agent(ScriptedLlm(), tools=[calculator], name="math"))
+prompt = [AgentRequestText(prompt="What is 1234 * 5678, plus 17?")]
+asyncio.run(runner.run(agent, Session("s"), prompt))
+setup = get_tracing_setup(config)
+assert setup.flush()
+(processor,) = [p for p in setup.processors if isinstance(p, MetricsSpanProcessor)]
+app_names = sorted(
+    {m.name for rm in app_reader.get_metrics_data().resource_metrics
+     for sm in rm.scope_metrics for m in sm.metrics}
+)
+stored = sorted({p.name for p in SpanStore(sys.argv[1]).metric_points()})
+runs = sum(p.value for p in SpanStore(sys.argv[1]).metric_points("runnertrace.runs"))
+print(json.dumps({
+    "app": app_names, "stored": stored, "runs": runs,
+    "owns": processor.pipeline.owns_provider,
+    "same": processor.pipeline.provider is metrics.get_meter_provider(),
+}))
+setup.shutdown()
+"""
+
+
+def test_the_apps_meter_provider_is_reused_and_never_replaced(tmp_path: Any) -> None:
+    import json
+    import subprocess
+    import sys
+
+    # A subprocess: a global meter provider can be set only once per process.
+    result = subprocess.run(
+        [sys.executable, "-c", APP_PROVIDER_SCRIPT, str(tmp_path / "traces.db")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["owns"] is False and seen["same"] is True
+    # the app's own reader sees our instruments beside its own
+    assert "app.requests" in seen["app"] and "runnertrace.runs" in seen["app"]
+    # our local reader, added to the app's provider, stores ours only
+    assert "app.requests" not in seen["stored"] and "runnertrace.runs" in seen["stored"]
+    assert seen["runs"] == 1
