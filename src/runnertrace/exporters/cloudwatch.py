@@ -426,12 +426,23 @@ class CloudWatchMetricExporter(MetricExporter):
         self.sent_datums = 0
         self.failed_exports = 0
         self._client: Any = None
+        self._client_lock = threading.Lock()
+        # Making a boto3 client takes up to seconds; made now, off the run's path, it is
+        # ready before the first export, which may be a short app's one bounded flush.
+        threading.Thread(
+            target=self._warm_up, name="runnertrace-cloudwatch-client", daemon=True
+        ).start()
+
+    def _warm_up(self) -> None:
+        with handle_internal_errors("cloudwatch client"):
+            self.client()
 
     def client(self) -> Any:
-        """The boto3 CloudWatch client (made on the exporting thread, on first use)."""
-        if self._client is None:
-            self._client = cloudwatch_client(self.region, self.endpoint_url, self.timeout_s)
-        return self._client
+        """The boto3 CloudWatch client (made once, off the run's path)."""
+        with self._client_lock:
+            if self._client is None:
+                self._client = cloudwatch_client(self.region, self.endpoint_url, self.timeout_s)
+            return self._client
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
