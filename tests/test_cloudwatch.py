@@ -409,6 +409,7 @@ def metrics_of(settings: TraceConfig) -> CloudWatchMetricExporter:
 async def test_metrics_are_readable_from_cloudwatch(moto: MotoServer) -> None:
     with OtlpReceiver(SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
         settings = config(receiver.url, metrics=True, metrics_endpoint=moto.url, namespace="RTTest")
+        settings.flush_timeout_s = 10.0  # a bound for a loaded machine, not a measurement
         await run_agent(traced_agent(settings), "run")
         await run_agent(traced_agent(settings), "stream", session="sess-2")
         broken = traced_agent(settings, name="broken", llm=ScriptedLlm(turns=[failing_turn]))
@@ -471,22 +472,23 @@ async def test_metrics_endpoint_from_aws_env_var_is_honoured(
 ) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL_CLOUDWATCH", moto.url)
     with OtlpReceiver(SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
-        settings = config(receiver.url, metrics=True, namespace="RTTest")
+        settings = config(receiver.url, metrics=True, namespace="RTEnv")
+        settings.flush_timeout_s = 10.0
         await run_agent(traced_agent(settings))
         assert setup_of(settings).flush()
     assert metrics_of(settings).failed_exports == 0
     runs = {"Agent": "math", "Framework": "native"}
-    assert metric_sum(moto_client(moto), "runnertrace.runs", runs) == 1
+    assert metric_sum(moto_client(moto), "runnertrace.runs", runs, namespace="RTEnv") == 1
 
 
 async def test_trace_metrics_off_sends_no_cloudwatch_metrics(moto: MotoServer) -> None:
     with OtlpReceiver(SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
-        settings = config(receiver.url, metrics=True, metrics_endpoint=moto.url, namespace="RTTest")
+        settings = config(receiver.url, metrics=True, metrics_endpoint=moto.url, namespace="RTOff")
         settings.metrics = False
         await run_agent(traced_agent(settings))
         assert setup_of(settings).flush()
     assert backend_of(settings).metrics is None
-    assert moto_client(moto).list_metrics(Namespace="RTTest")["Metrics"] == []
+    assert moto_client(moto).list_metrics(Namespace="RTOff")["Metrics"] == []
 
 
 async def test_metrics_failures_are_counted_and_logged_once(

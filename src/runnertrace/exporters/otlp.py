@@ -406,10 +406,14 @@ class OtlpHttpBackend(Backend):
         url = self.metrics_endpoint()
         if url is None:
             return None
+        # Metrics are exported at each flush, beside the spans: at most half of the flush's
+        # time, so that retries against a down metrics endpoint never make a flush miss it.
+        half_flush = self.trace_config.flush_timeout_s / 2
+        timeout = self.timeout_s()
         return otlp_metric_exporter(
             url,
             self.headers(),
-            timeout_s=self.timeout_s(),
+            timeout_s=half_flush if timeout is None else min(timeout, half_flush),
             compression=self.compression(),
             scoped=self.scoped,
             temporality=self.metric_temporality(),
