@@ -254,6 +254,10 @@ class OtlpReceiver:
     def names(self) -> set[str]:
         return {s.name for s in self.spans}
 
+    def record_metrics(self, request: ReceivedRequest) -> None:
+        with self._lock:
+            self.metric_requests.append(request)
+
     def record(self, request: ReceivedRequest) -> None:
         with self._lock:
             self.requests.append(request)
@@ -267,7 +271,7 @@ def _handler(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
             return None
 
         def do_POST(self) -> None:
-            with receiver._lock:
+            with receiver._lock:  # noqa: SLF001 - the receiver's own state, shared with its handler
                 receiver.attempts += 1
             mode = receiver.mode
             length = int(self.headers.get("Content-Length") or 0)
@@ -275,7 +279,7 @@ def _handler(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
             if mode == "down":
                 self.close_connection = True
                 return  # no response at all: the client sees the connection drop
-            if mode == "hang" and receiver._release.wait(receiver.hang_s):
+            if mode == "hang" and receiver._release.wait(receiver.hang_s):  # noqa: SLF001 - ditto
                 self.close_connection = True
                 return  # the receiver is stopping: drop the held request
             if mode == "500":
@@ -292,8 +296,7 @@ def _handler(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
                 body = zlib.decompress(body)
             if self.path.endswith("/v1/metrics"):
                 request = ReceivedRequest(self.path, headers, encoding, [], decode_metrics(body))
-                with receiver._lock:
-                    receiver.metric_requests.append(request)
+                receiver.record_metrics(request)
                 self._answer(200, ExportMetricsServiceResponse().SerializeToString())
                 return
             receiver.record(ReceivedRequest(self.path, headers, encoding, decode(body)))

@@ -275,8 +275,8 @@ async def test_content_is_truncated_harder_and_log_groups_reach_the_resource() -
     spans = receiver.spans()
     root = next(s for s in spans if s.name == "invoke_agent math")
     assert root.resource["aws.log.group.names"] == ["/agents/app"]
-    value = root.attributes["input.value"]
-    assert value.startswith("What is 2 + 3? Please be precise. Pleas")
+    value = root.attributes["gen_ai.input.messages"]
+    assert value.startswith('[{"role": "user", "parts": [{"type": "te')
     assert value.endswith("chars]") and "...[truncated " in value
     assert len(value.split("...[truncated")[0]) == 40
     contents = [v for s in spans for k, v in s.attributes.items() if k in CONTENT_KEYS]

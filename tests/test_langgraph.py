@@ -621,7 +621,8 @@ def test_module_registers_graphs_by_name_or_override() -> None:
     assert module.run_options(graph, config={"recursion_limit": 5}) is module
     assert runtime.agents().get("calc").framework == "langgraph"
     with pytest.raises(TypeError, match="not a compiled LangGraph graph"):
-        LangGraphRunner._graph(Agent("x", LangGraphRunner(), object()))
+        # private access below: the graph check itself is the unit under test
+        LangGraphRunner._graph(Agent("x", LangGraphRunner(), object()))  # noqa: SLF001
 
 
 def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from runnertrace._internal.errors import internal_log
-from runnertrace.core.config import LocalConfig, TraceConfig, load_settings
-from runnertrace.exporters.local import LocalBackend
+from runnertrace.core.config import TraceConfig, load_settings
+from runnertrace.exporters.local import LocalBackend, LocalConfig
 from runnertrace.exporters.local_store import (
     SpanStore,
     SqliteSpanExporter,
@@ -317,7 +317,7 @@ def test_a_batch_is_stored_with_a_few_statements_not_one_per_span(db: Path) -> N
     store = SpanStore(db)
     store.write([_span(1, 1)])  # creates the file and schema
     statements: list[str] = []
-    conn = store._connection(create=False)
+    conn = store._connection(create=False)  # noqa: SLF001 - to watch the statements sent
     conn.set_trace_callback(statements.append)
     spans = [_span(2, i + 1) for i in range(1200)]
     assert store.write(spans) == 1200

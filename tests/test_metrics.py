@@ -140,7 +140,7 @@ async def test_metrics_arrive_over_otlp_with_exact_counts(receiver: OtlpReceiver
     assert total(receiver, "runnertrace.tool.calls", **{AGENT: "toolfail", TOOL: "explode"}) == 1
     tool_errors = points(receiver, "runnertrace.tool.errors")
     assert [(p.attributes[TOOL], p.attributes[ERR], p.value) for p in tool_errors] == [
-        ("explode", "tool_error", 1.0)
+        ("explode", "ValueError", 1.0)
     ]
     assert {p.attributes["runnertrace.framework"] for p in receiver.points} == {"native"}
 

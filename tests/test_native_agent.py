@@ -324,13 +324,18 @@ async def test_run_mode_reports_the_same_events_as_stream_yields() -> None:
     check_pairing(reported)
 
 
-async def test_without_an_observer_run_mode_reports_nothing_and_stream_hides_it() -> None:
+async def test_stream_mode_reports_each_event_it_yields_as_it_makes_it() -> None:
     reported: list[ev.StreamEvent] = []
     runtime, agent = runtime_with(ScriptedLlm())
+    streamed = []
     with observing(reported.append):
-        async for _ in runtime.stream(agent, Session("s"), [AgentRequestText(prompt=QUESTION)]):
-            pass
-    assert reported == []  # stream mode yields its events; it never reports them
+        async for chunk in runtime.stream(agent, Session("s"), [AgentRequestText(prompt=QUESTION)]):
+            # reported before it reaches us: the observer is never behind the consumer
+            if chunk.event is not None:
+                assert any(e is chunk.event for e in reported)
+            streamed.append(chunk.event)
+    assert len(reported) > 20
+    assert [e for e in streamed if e is not None] == reported
 
 
 @pytest.mark.parametrize("outer_mode", ["run", "stream"])
@@ -363,7 +368,7 @@ async def test_nested_untraced_run_inside_a_tool_does_not_leak(outer_mode: str) 
     assert inner_replies == ["The answer is 7006669."]
     outer = reported if outer_mode == "run" else streamed
     if outer_mode == "stream":
-        assert reported == []
+        assert reported == streamed  # reported as made, and nothing of the inner run
     # only the outer agent's two steps: the inner run's three steps and its calculator
     # calls never reach the outer observer or stream
     assert [e.type for e in outer].count("step_start") == 2

@@ -20,8 +20,8 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from runnertrace.core.config import LocalConfig, TraceConfig
-from runnertrace.exporters.local import LocalBackend
+from runnertrace.core.config import TraceConfig
+from runnertrace.exporters.local import LocalBackend, LocalConfig
 from runnertrace.exporters.local_store import SpanStore, StoredSpan
 from runnertrace.report import render_report, write_report
 

@@ -178,7 +178,7 @@ def _assert_separate_traces(spans: Sequence[Any], runs: int) -> None:
     assert len(by_trace) == runs
     for trace in by_trace.values():
         assert len(trace) == 7
-        assert len({(s.attributes or {})["session.id"] for s in trace}) == 1
+        assert len({(s.attributes or {})["gen_ai.conversation.id"] for s in trace}) == 1
         ids = {s.context.span_id for s in trace}
         roots = [s for s in trace if s.parent is None]
         assert len(roots) == 1

@@ -4,7 +4,13 @@ Tracing must never break the host: a fault in span handling, a mapping or an
 exporter is logged (once per call site, then rate-limited) and swallowed, so the
 agent run continues unchanged. Under pytest the fault is re-raised instead so
 tests see bugs in our own code; a test that injects faults on purpose opts out
-with :func:`tolerate_internal_errors`.
+with :func:`tolerate_internal_errors`, for its own context only.
+
+Logging a fault must not feed back into us: an application may route the
+``runnertrace`` logger into OpenTelemetry (Logfire's logging handler, an OTel
+``LoggingHandler``), whose spans and logs can reach our own pipeline again. So
+our warnings are emitted with instrumentation suppressed, and a fault reported
+while one is being logged is counted instead of logged.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from contextlib import contextmanager
 from functools import wraps
 from typing import ParamSpec, TypeVar
 
+from opentelemetry import context as otel_context
+
 logger = logging.getLogger("runnertrace")
 
 P = ParamSpec("P")
@@ -27,7 +35,34 @@ R = TypeVar("R")
 _tolerate: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "runnertrace_tolerate_internal_errors", default=False
 )
-_tolerate_globally = False
+_logging_fault: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "runnertrace_logging_internal_error", default=False
+)
+
+# The key OTel instrumentations check before producing telemetry. opentelemetry-api
+# exposes it only under a private name (its value is a random per-process string, so it
+# cannot be rebuilt), and the public helper ``suppress_instrumentation`` lives in
+# opentelemetry-instrumentation, which is not one of our dependencies. The SDK's own
+# batch processors and logfire read this same attribute. The plain string is the key
+# older instrumentations check; opentelemetry-instrumentation sets both, and so do we.
+_SUPPRESS_KEYS = (otel_context._SUPPRESS_INSTRUMENTATION_KEY, "suppress_instrumentation")  # noqa: SLF001
+
+
+@contextmanager
+def suppressed_instrumentation() -> Iterator[None]:
+    """Within this block, OTel instrumentations (and logging integrations) stay silent.
+
+    Used around our own logging and on our export threads, so that what we do to
+    report or ship telemetry never becomes telemetry that comes back to us.
+    """
+    ctx = otel_context.get_current()
+    for key in _SUPPRESS_KEYS:
+        ctx = otel_context.set_value(key, True, ctx)
+    token = otel_context.attach(ctx)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 class RateLimitedLog:
@@ -53,16 +88,38 @@ class RateLimitedLog:
             return True
 
     def warning(self, key: str, msg: str, *args: object, exc_info: bool = False) -> None:
-        if self.should_log(key):
-            logger.warning(msg, *args, exc_info=exc_info)
+        """Log ``msg`` unless ``key`` was logged recently, with instrumentation suppressed.
+
+        A warning raised by a logging handler while this one is being emitted (a
+        handler that turned our record into telemetry that failed in our pipeline)
+        is counted under ``key`` and not logged: it cannot recurse.
+        """
+        if _logging_fault.get():
+            with self._lock:
+                self.suppressed[key] = self.suppressed.get(key, 0) + 1
+            return
+        if not self.should_log(key):
+            return
+        token = _logging_fault.set(True)
+        try:
+            with suppressed_instrumentation():
+                logger.warning(msg, *args, exc_info=exc_info)
+        finally:
+            _logging_fault.reset(token)
 
     def reset(self) -> None:
         with self._lock:
             self._last.clear()
             self.suppressed.clear()
 
+    def after_fork_in_child(self) -> None:
+        """A new lock: another thread may have held the old one when the process forked."""
+        self._lock = threading.Lock()
+
 
 internal_log = RateLimitedLog()
+if hasattr(os, "register_at_fork"):  # not on Windows, where there is no fork
+    os.register_at_fork(after_in_child=internal_log.after_fork_in_child)
 
 
 def _under_pytest() -> bool:
@@ -70,24 +127,24 @@ def _under_pytest() -> bool:
 
 
 def should_raise() -> bool:
-    return _under_pytest() and not _tolerate.get() and not _tolerate_globally
+    """Whether a fault reported in the current context is raised (under pytest) or logged."""
+    return _under_pytest() and not _tolerate.get()
 
 
 @contextmanager
 def tolerate_internal_errors() -> Iterator[None]:
     """Within this block, internal faults are logged instead of raised, even under pytest.
 
-    Used by tests that inject faults to prove the host keeps running. It also
-    covers exporter worker threads, which do not share the caller's context.
+    Used by tests that inject faults to prove the host keeps running. The switch
+    is a context variable: it covers this thread or task and the tasks it
+    creates, never code running concurrently elsewhere. Export worker threads
+    tolerate on their own (see ``BoundedBatchSpanProcessor``): a fault there can
+    never reach a caller, so raising would only lose more spans.
     """
-    global _tolerate_globally
     token = _tolerate.set(True)
-    previous = _tolerate_globally
-    _tolerate_globally = True
     try:
         yield
     finally:
-        _tolerate_globally = previous
         _tolerate.reset(token)
 
 

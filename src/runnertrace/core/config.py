@@ -4,15 +4,31 @@ Precedence, highest first: constructor arguments, environment variables, the
 YAML file (``./runnertrace.yaml``, or the path in ``RUNNERTRACE_CONFIG``), then
 defaults. Invalid values raise :class:`ConfigError`, naming the key, the value
 and what is allowed.
+
+This module knows no backend: the model of each ``trace.<backend>`` section
+belongs to the backend, found by name through :mod:`runnertrace.core.backends`
+when a configuration is validated (never at import).
 """
 
 from __future__ import annotations
 
+import builtins
+import json
 import os
+from collections.abc import Mapping, Sequence
+from difflib import get_close_matches
 from pathlib import Path
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Self, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
@@ -21,19 +37,10 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from runnertrace.exporters.cloudwatch_config import CloudWatchConfig
-from runnertrace.exporters.vendor_config import (
-    LangfuseConfig,
-    LogfireConfig,
-    OpenLLMetryConfig,
-    OtlpConfig,
-)
-
 __all__ = [
     "CONFIG_ENV_VAR",
     "ConfigError",
     "ExecutionConfig",
-    "LocalConfig",
     "Settings",
     "TraceConfig",
     "load_settings",
@@ -51,15 +58,34 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-class LocalConfig(_Section):
-    """The embedded local store."""
-
-    path: str = ".runnertrace/traces.db"
-    max_queue_size: int = Field(2048, ge=1)
+SectionT = TypeVar("SectionT", bound=BaseModel)
 
 
-class TraceConfig(_Section):
-    """The ``trace`` section: whether and how runs are traced."""
+class SectionErrors(ValueError):
+    """Problems in ``trace.<backend>`` sections, one line each, already naming their keys.
+
+    Raised from inside validation, where pydantic would flatten them into one
+    ``value_error`` at ``trace``; :func:`format_validation_error` lists them
+    line by line instead.
+    """
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n  ".join(lines))
+        self.lines = lines
+
+
+class TraceConfig(BaseModel):
+    """The ``trace`` section: whether and how runs are traced.
+
+    Besides the settings below, each key is a backend's own section,
+    ``trace.<name>``, validated against the ``config_model`` of the backend
+    registered as ``<name>`` (see :mod:`runnertrace.core.backends`), so a
+    third-party backend's settings are checked like a built-in one's. Read one
+    with :meth:`section` (typed) or as an attribute (``config.langfuse.host``);
+    a section that was not given reads as its model's defaults.
+    """
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
 
     enabled: bool = False
     type: str | list[str] = "local"
@@ -75,17 +101,17 @@ class TraceConfig(_Section):
     """OTel GenAI metrics (durations, tokens, runs, tool calls, errors, cost) for every backend."""
     service_name: str | None = None
     user_id: str | None = None
-    local: LocalConfig = Field(default_factory=LocalConfig)
-    otlp: OtlpConfig = Field(default_factory=OtlpConfig)
-    langfuse: LangfuseConfig = Field(default_factory=LangfuseConfig)
-    logfire: LogfireConfig = Field(default_factory=LogfireConfig)
-    openllmetry: OpenLLMetryConfig = Field(default_factory=OpenLLMetryConfig)
-    cloudwatch: CloudWatchConfig = Field(default_factory=CloudWatchConfig)
+    semconv_version: Literal[1, 2] = 2
+    """The span vocabulary, as Pydantic AI's ``InstrumentationSettings.version``:
+    ``2`` (default) carries each fact once, in its GenAI semconv key, and backends
+    add vendor spellings to their exported copy; ``1`` also puts those spellings
+    (``session.id``, ``gen_ai.system``, ``openinference.span.kind``, ``tool.name``,
+    ``input.value``/``output.value``...) on the span itself, as runnertrace 0.1 did."""
 
     @field_validator("type")
     @classmethod
     def _known_type(cls, value: str | list[str]) -> str | list[str]:
-        from runnertrace.exporters import validate_backend_name
+        from runnertrace.core.backends import validate_backend_name
 
         names = [value] if isinstance(value, str) else value
         if not names:
@@ -94,9 +120,130 @@ class TraceConfig(_Section):
             validate_backend_name(name)
         return value
 
+    @model_validator(mode="after")
+    def _backend_sections(self) -> Self:
+        """Validate every extra key as a backend's section (a model instance afterwards)."""
+        from runnertrace.core.backends import section_model
+
+        sections = self.__pydantic_extra__
+        if not sections:
+            return self
+        problems: list[str] = []
+        for name, value in sections.items():
+            try:
+                model = section_model(name)
+            except ConfigError as exc:
+                problems.append(str(exc))
+                continue
+            if model is None:
+                problems.append(self._unknown_key(name, value))
+            elif not isinstance(value, model):
+                try:
+                    sections[name] = model.model_validate(_decode_json_strings(model, value))
+                except ValidationError as exc:
+                    problems.extend(_describe(e, ("trace", name)) for e in exc.errors())
+        if problems:
+            raise SectionErrors(problems)
+        return self
+
+    @classmethod
+    def _unknown_key(cls, name: str, value: object) -> str:
+        from runnertrace.core.backends import backend_names
+
+        backends = backend_names()
+        # A section's content may hold secrets: only a plain value is repeated.
+        shown = "" if isinstance(value, Mapping) else f" (value {value!r})"
+        guess = get_close_matches(name, [*cls.model_fields, *backends], n=1)
+        hint = f"did you mean {guess[0]!r}? " if guess else ""
+        return (
+            f"trace.{name}: unknown key{shown}; {hint}expected a setting "
+            f"({', '.join(cls.model_fields)}) or the section of a backend "
+            f"({', '.join(backends)})"
+        )
+
+    def section(self, name: str, model: builtins.type[SectionT]) -> SectionT:
+        """The ``trace.<name>`` section as ``model``: as configured, else its defaults.
+
+        Defaults are stored on first read, so that changing them
+        (``config.section("local", LocalConfig).path = ...``) sticks.
+        """
+        sections = self.__pydantic_extra__
+        value = sections.get(name) if sections is not None else None
+        if value is None:
+            value = model() if sections is None else sections.setdefault(name, model())
+        if not isinstance(value, model):
+            raise TypeError(f"trace.{name} holds a {type(value).__name__}, not a {model.__name__}")
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        """``config.<backend>``: that backend's section, as :meth:`section` returns it.
+
+        Untyped by nature (any backend may register a name); typed code uses
+        :meth:`section`. Other names raise :class:`AttributeError` as usual.
+        """
+        if name.startswith("_"):  # pydantic internals, copy and pickle probe these
+            raise AttributeError(name)
+        sections = self.__pydantic_extra__
+        if sections is not None and name in sections:
+            return sections[name]
+        from runnertrace.core.backends import section_model
+
+        model = section_model(name)
+        if model is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return self.section(name, model)
+
+    def configured_sections(self) -> dict[str, BaseModel]:
+        """The backend sections that differ from their defaults.
+
+        Identifies a configuration's backend settings no matter which sections
+        have been read (and so stored) with their defaults.
+        """
+        return {
+            name: value
+            for name, value in (self.__pydantic_extra__ or {}).items()
+            if not (isinstance(value, BaseModel) and value == type(value)())
+        }
+
     @property
     def types(self) -> list[str]:
         return [self.type] if isinstance(self.type, str) else list(self.type)
+
+
+def _is_structured(annotation: object) -> bool:
+    """Does a field of this type take a list, mapping or model (given as JSON in an env var)?"""
+    origin = get_origin(annotation)
+    if origin in (Union, UnionType):
+        return any(_is_structured(arg) for arg in get_args(annotation))
+    target = origin or annotation
+    if not isinstance(target, type) or issubclass(target, str | bytes):
+        return False
+    return issubclass(target, BaseModel | Mapping | Sequence | set | frozenset)
+
+
+def _decode_json_strings(model: type[BaseModel], value: object) -> object:
+    """Decode JSON given as a string for a structured field of a section.
+
+    ``RUNNERTRACE_TRACE__LANGFUSE__TAGS='["a"]'`` reaches a section as a string:
+    pydantic-settings decodes JSON only for the fields it knows, and a backend's
+    section is not one of them. Text that is not JSON is left for validation to
+    report with the key and the value.
+    """
+    if not isinstance(value, Mapping):
+        return value
+    decoded = dict(value)
+    for key, raw in value.items():
+        field = model.model_fields.get(key)
+        if field is None or not _is_structured(field.annotation):
+            continue
+        if isinstance(raw, str):
+            try:
+                decoded[key] = json.loads(raw)
+            except ValueError:
+                continue
+        elif isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            decoded[key] = _decode_json_strings(field.annotation, raw)
+    return decoded
 
 
 class ExecutionConfig(_Section):
@@ -134,8 +281,8 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
-def _describe(error: ErrorDetails) -> str:
-    key = ".".join(str(p) for p in error["loc"]) or "<root>"
+def _describe(error: ErrorDetails, base: tuple[str, ...] = ()) -> str:
+    key = ".".join(str(p) for p in (*base, *error["loc"])) or "<root>"
     value = error.get("input")
     ctx: dict[str, Any] = dict(error.get("ctx") or {})
     kind = error["type"]
@@ -148,7 +295,13 @@ def _describe(error: ErrorDetails) -> str:
 
 
 def format_validation_error(exc: ValidationError, *, prefix: str = "") -> str:
-    problems = [_describe(e) for e in exc.errors()]
+    problems: list[str] = []
+    for error in exc.errors():
+        nested = (error.get("ctx") or {}).get("error")
+        if isinstance(nested, SectionErrors):
+            problems.extend(nested.lines)
+        else:
+            problems.append(_describe(error))
     if prefix:
         problems = [f"{prefix}{p}" for p in problems]
     return "invalid runnertrace configuration:\n  " + "\n  ".join(problems)

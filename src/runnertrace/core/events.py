@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 
 __all__ = [
     "EVENT_TYPES",
     "STREAM_EVENT_ADAPTER",
+    "EventError",
     "MessageEnd",
     "MessageStart",
     "ReasoningDelta",
@@ -43,14 +44,52 @@ class _Event(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class EventError(BaseModel):
+    """What failed, where an event reports a failure: JSON-only, so it streams.
+
+    ``type`` is the exception's class name (low cardinality: it becomes
+    ``error.type``); ``stacktrace`` is the formatted traceback when there is one.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: str
+    message: str = ""
+    stacktrace: str | None = None
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> EventError:
+        import traceback
+
+        trace = (
+            "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            if exc.__traceback__ is not None
+            else None
+        )
+        return cls(type=type(exc).__qualname__, message=str(exc), stacktrace=trace)
+
+
 class MessageStart(_Event):
-    """An assistant (model) message begins."""
+    """An assistant (model) message begins: sent when the request goes out.
+
+    The optional request fields say what the model was sent; a runner fills
+    what its framework exposes. ``input_messages`` follow the GenAI semconv
+    message shape (``[{"role", "parts": [...]}]``), ``tool_definitions`` are
+    ``[{"type": "function", "name", "description", "parameters"}]``, and
+    ``request_parameters`` use the semconv names without the prefix
+    (``temperature``, ``max_tokens``, ``top_p``, ``seed``...). Messages and
+    instructions are content, recorded only under content capture.
+    """
 
     type: Literal["message_start"] = "message_start"
     message_id: str
     role: Literal["assistant", "user", "system", "tool"] = "assistant"
     model: str | None = None
     provider: str | None = None
+    input_messages: list[dict[str, JsonValue]] | None = None
+    system_instructions: str | None = None
+    request_parameters: dict[str, JsonValue] | None = None
+    tool_definitions: list[dict[str, JsonValue]] | None = None
 
 
 class TextDelta(_Event):
@@ -73,6 +112,8 @@ class MessageEnd(_Event):
     reasoning_output_tokens: int | None = None
     response_model: str | None = None
     response_id: str | None = None
+    error: EventError | None = None
+    """Set when the model call failed: the message span ends with this error."""
 
 
 class ReasoningStart(_Event):
@@ -118,19 +159,29 @@ class ToolCallEnd(_Event):
 
 
 class ToolCallResult(_Event):
-    """The tool finished; ``content`` is its (stringified) result."""
+    """The tool finished; ``content`` is its (stringified) result.
+
+    ``is_error`` flags a failed tool, whether the framework raised or fed the
+    failure back to the model; ``error`` says what failed, when known.
+    """
 
     type: Literal["tool_call_result"] = "tool_call_result"
     tool_call_id: str
     content: str
     message_id: str | None = None
     is_error: bool = False
+    error: EventError | None = None
 
 
 class StepStart(_Event):
+    """A step begins. ``agent_name`` names the agent running it, when it is not the
+    run's agent (after a handoff); ``handoff_from`` names the agent that handed off."""
+
     type: Literal["step_start"] = "step_start"
     step_name: str
     step_index: int | None = None
+    agent_name: str | None = None
+    handoff_from: str | None = None
 
 
 class StepEnd(_Event):

@@ -1,57 +1,135 @@
-"""The run-mode observer channel.
+"""The observer channel between a runner and whoever traces it.
 
-In stream mode the tracing layer reads the events it passes through. In run mode
-nothing is yielded, so runners *report* the same events to a context-local sink
-that the tracing layer installs around ``base.run()``.
+In stream mode the tracing layer could read the events it passes through, and
+for a foreign runner that is all it does. Our runners do more, in both modes:
+they *report* each event to an :class:`Observer` the moment they produce it
+(so a span starts when a model request is sent, not when a consumer gets to
+the event), and they tell it when a tool or a model call is running, so that
+spans opened there (an HTTP client, a database, a user's own span, a nested
+agent) nest under that call's span.
 
-A runner claims the sink once at the start of its run with :func:`claim_observer`.
-Claiming also hides the sink from code nested inside the run (a tool that calls
-another, untraced agent), so a nested run can never feed its events into the
-outer run's span tree. A nested *traced* run installs a sink of its own.
+* Run mode: :func:`claim_observer` takes the observer the tracing layer
+  installed around ``base.run()`` and hides it from code nested in the run, so
+  a nested untraced run never reports into the outer run's tree.
+* Stream mode: :func:`stream_observer` takes it without changing any context
+  variable (a generator's context changes would straddle its ``yield``\\s); the
+  observer is then hidden inside each tool scope instead.
+* When nothing traces the run, both give :data:`NULL_OBSERVER`, whose methods do
+  nothing: an untraced run pays one context-variable read per run.
 
-Sinks are called synchronously on the runner's task and must be fast and never
-raise (the tracing sink guards itself).
+An observer is called synchronously on the runner's task and must be fast and
+never raise (the tracing observer guards itself).
 """
 
 from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Literal, Protocol
 
 from runnertrace.core.context import reset_var
 from runnertrace.core.events import StreamEvent
 
-__all__ = ["EventSink", "claim_observer", "install_observer", "observing", "uninstall_observer"]
+__all__ = [
+    "NULL_OBSERVER",
+    "EventSink",
+    "Observer",
+    "ScopeKind",
+    "ToolBoundary",
+    "claim_observer",
+    "enter_traced_run",
+    "exit_traced_run",
+    "in_traced_run",
+    "install_observer",
+    "observing",
+    "stream_observer",
+    "uninstall_observer",
+]
 
 EventSink = Callable[[StreamEvent], None]
+ScopeKind = Literal["tool", "model"]
 
-_sink: contextvars.ContextVar[EventSink | None] = contextvars.ContextVar(
-    "runnertrace_event_sink", default=None
+
+class Observer(Protocol):
+    """What a runner reports to."""
+
+    def __call__(self, event: StreamEvent) -> None:
+        """Record one event (already yielded or about to be)."""
+
+    def scope(self, kind: ScopeKind, key: str) -> AbstractContextManager[None]:
+        """Around the framework's own execution of a tool (``key``: its call id) or
+        a model call (``key``: its message id): what runs inside nests under that
+        call's span. Enter and leave in the same context (never across a ``yield``)."""
+
+    def claim(self) -> None:
+        """Called by :func:`stream_observer`: the runner will report every event of
+        its stream itself, so the tracing layer need not read them off the stream."""
+
+
+class _NullObserver:
+    """The observer of an untraced run: every method does nothing."""
+
+    __slots__ = ()
+    _NULL_SCOPE: AbstractContextManager[None] = nullcontext()
+
+    def __call__(self, event: StreamEvent) -> None:
+        return None
+
+    def scope(self, kind: ScopeKind, key: str) -> AbstractContextManager[None]:
+        return self._NULL_SCOPE
+
+    def claim(self) -> None:
+        return None
+
+
+NULL_OBSERVER: Observer = _NullObserver()
+
+
+class _SinkObserver:
+    """A plain event sink (a callable) seen as an observer with no scopes."""
+
+    __slots__ = ("sink",)
+
+    def __init__(self, sink: EventSink) -> None:
+        self.sink = sink
+
+    def __call__(self, event: StreamEvent) -> None:
+        self.sink(event)
+
+    def scope(self, kind: ScopeKind, key: str) -> AbstractContextManager[None]:
+        # no spans to make current, but a tool's body must still not see this sink
+        return ToolBoundary() if kind == "tool" else NULL_OBSERVER.scope(kind, key)
+
+    def claim(self) -> None:
+        return None
+
+
+_observer: contextvars.ContextVar[Observer | None] = contextvars.ContextVar(
+    "runnertrace_observer", default=None
 )
 
 
-def _discard(event: StreamEvent) -> None:
-    """The sink used when nobody observes the run."""
+def install_observer(observer: Observer | EventSink) -> contextvars.Token[Observer | None]:
+    """Install ``observer`` for runners called from here on; undo with :func:`uninstall_observer`.
 
-
-def install_observer(sink: EventSink) -> contextvars.Token[EventSink | None]:
-    """Install ``sink`` for runners called from here on; undo with :func:`uninstall_observer`.
-
-    The function pair is for hot paths (one per traced run); :func:`observing`
-    is the same as a ``with`` block.
+    A plain callable is accepted as an event sink without scopes. The function
+    pair is for hot paths (once per traced run, or per streamed step);
+    :func:`observing` is the same as a ``with`` block.
     """
-    return _sink.set(sink)
+    if getattr(observer, "scope", None) is None:  # (cheaper than a Protocol isinstance)
+        return _observer.set(_SinkObserver(observer))
+    return _observer.set(observer)  # type: ignore[arg-type]
 
 
-def uninstall_observer(token: contextvars.Token[EventSink | None]) -> None:
-    reset_var(_sink, token)
+def uninstall_observer(token: contextvars.Token[Observer | None]) -> None:
+    reset_var(_observer, token)
 
 
 @contextmanager
-def observing(sink: EventSink) -> Iterator[None]:
-    """Install ``sink`` for the runner called inside the block."""
-    token = install_observer(sink)
+def observing(observer: Observer | EventSink) -> Iterator[None]:
+    """Install ``observer`` for the runner called inside the block."""
+    token = install_observer(observer)
     try:
         yield
     finally:
@@ -59,18 +137,78 @@ def observing(sink: EventSink) -> Iterator[None]:
 
 
 @contextmanager
-def claim_observer() -> Iterator[EventSink]:
-    """Take the current sink for this run and hide it from nested runs.
+def claim_observer() -> Iterator[Observer]:
+    """Run mode: take the current observer for this run and hide it from nested runs.
 
-    Yields a callable that is never ``None`` (a no-op when nothing observes),
-    so runners can report unconditionally.
+    Yields an observer that is never ``None`` (:data:`NULL_OBSERVER` when
+    nothing observes), so runners can report unconditionally.
     """
-    sink = _sink.get()
-    if sink is None:
-        yield _discard
+    observer = _observer.get()
+    if observer is None:
+        yield NULL_OBSERVER
         return
-    token = _sink.set(None)
+    token = _observer.set(None)
     try:
-        yield sink
+        yield observer
     finally:
-        reset_var(_sink, token)
+        reset_var(_observer, token)
+
+
+def stream_observer() -> Observer:
+    """Stream mode: take the current observer, changing no context variable.
+
+    Call it in the stream's first step, before the first ``yield``.
+    """
+    observer = _observer.get()
+    if observer is None:
+        return NULL_OBSERVER
+    observer.claim()
+    return observer
+
+
+_traced: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "runnertrace_traced_run", default=False
+)
+
+
+def enter_traced_run() -> contextvars.Token[bool]:
+    """Mark the code called from here on as running inside a traced run.
+
+    The tracing layer sets it around the base runner (in both modes); undo with
+    :func:`exit_traced_run` in the same context.
+    """
+    return _traced.set(True)
+
+
+def exit_traced_run(token: contextvars.Token[bool]) -> None:
+    reset_var(_traced, token)
+
+
+class ToolBoundary:
+    """Inside a tool's body, the run that called the tool is out of sight.
+
+    A nested run there (an agent used as a tool) must neither report into the
+    outer run's tree nor think it is traced: it hides the observer and the
+    traced-run mark until the tool returns. Observers use it in their tool
+    scopes; enter and exit in the same context.
+    """
+
+    __slots__ = ("_marked", "_observed")
+
+    def __enter__(self) -> None:
+        self._observed = _observer.set(None)
+        self._marked = _traced.set(False)
+
+    def __exit__(self, *exc: object) -> None:
+        reset_var(_traced, self._marked)
+        reset_var(_observer, self._observed)
+
+
+def in_traced_run() -> bool:
+    """Whether a ``TracingRunner`` is tracing the current run.
+
+    Runners ask this to decide whether to silence a framework's own
+    instrumentation (which would otherwise count each model call twice); it is
+    a core fact, so no runner needs to inspect OTel spans to find out.
+    """
+    return _traced.get()

@@ -308,8 +308,7 @@ class SessionTracker(SpanProcessor):
         attributes: Mapping[str, object] | None,
     ) -> None:
         """Record ``key``'s session: its own, else its parent's (caller locks)."""
-        attributes = attributes or {}
-        session = attributes.get(attr.CONVERSATION_ID) or attributes.get(attr.SESSION_ID)
+        session = attr.session_of(attributes or {})
         if not isinstance(session, str) or not session:
             session = self._span_sessions.get(parent) if parent else None
             session = session or self._sessions.get(key[0])
@@ -333,7 +332,7 @@ class SessionTracker(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         attributes = span.attributes or {}
-        if attributes.get(attr.CONVERSATION_ID) or attributes.get(attr.SESSION_ID):
+        if attr.session_of(attributes):
             context = span.context
             with self._lock:
                 self._track((context.trace_id, context.span_id), None, attributes)
@@ -495,10 +494,11 @@ class CloudWatchBackend(Backend):
     """Spans to X-Ray (OTLP + SigV4), run metrics with boto3, a dashboard template."""
 
     name = "cloudwatch"
+    config_model = CloudWatchConfig
 
     def __init__(self, config: TraceConfig) -> None:
         super().__init__(config)
-        self.settings: CloudWatchConfig = config.cloudwatch
+        self.settings = config.section(self.name, CloudWatchConfig)
         self.timeout_s = self.settings.timeout_s or config.flush_timeout_s
         self.region = resolve_region(self.settings)
         self.target = traces_target(self.settings, self.region)
@@ -552,7 +552,7 @@ class CloudWatchBackend(Backend):
         attributes = span.attributes or {}
         extra: dict[str, AttributeValue] = {}
         if not attributes.get(attr.SESSION_ID):
-            session = attributes.get(attr.CONVERSATION_ID) or self.sessions.session_for(span)
+            session = attr.session_of(attributes) or self.sessions.session_for(span)
             if isinstance(session, str) and session:
                 extra[attr.SESSION_ID] = session
         limit = self.settings.max_content_length
@@ -575,7 +575,7 @@ def cloudwatch_checks(trace_config: TraceConfig, *, probe: bool = True) -> list[
     the signature.
     """
     name = CloudWatchBackend.name
-    settings = trace_config.cloudwatch
+    settings = trace_config.section(CloudWatchBackend.name, CloudWatchConfig)
     checks: list[Check] = []
     fix_region = "set trace.cloudwatch.region or AWS_REGION (e.g. 'us-east-1')"
     try:
@@ -673,7 +673,7 @@ def deploy_dashboard(name: str, trace_config: TraceConfig) -> dict[str, Any]:
         raise ConfigError(
             f"dashboard name {name!r} is invalid; use 1-255 letters, digits, '-' or '_'"
         )
-    settings = trace_config.cloudwatch
+    settings = trace_config.section(CloudWatchBackend.name, CloudWatchConfig)
     region = _require_region(resolve_region(settings), "a CloudWatch dashboard")
     timeout = settings.timeout_s or trace_config.flush_timeout_s
     client = cloudwatch_client(region, settings.metrics_endpoint, timeout)

@@ -38,6 +38,7 @@ from opentelemetry.util.types import AttributeValue
 
 from runnertrace.exporters._mapping import is_local_root, iso_time
 from runnertrace.exporters.otlp import OtlpHttpBackend, Setting, lookup, validate_url
+from runnertrace.exporters.vendor_config import LangfuseConfig
 from runnertrace.tracing import attributes as A
 
 __all__ = ["LangfuseBackend"]
@@ -64,13 +65,19 @@ USAGE_KEYS: tuple[tuple[str, str], ...] = (
 
 class LangfuseBackend(OtlpHttpBackend):
     name = "langfuse"
+    config_model = LangfuseConfig
+
+    @property
+    def settings(self) -> LangfuseConfig:
+        """``trace.langfuse``, typed."""
+        return self.trace_config.section(self.name, LangfuseConfig)
 
     def _public_key(self) -> Setting:
-        config = self.trace_config.langfuse
+        config = self.settings
         return lookup("trace.langfuse.public_key", config.public_key, "LANGFUSE_PUBLIC_KEY")
 
     def _secret_key(self) -> Setting:
-        config = self.trace_config.langfuse
+        config = self.settings
         return lookup("trace.langfuse.secret_key", config.secret_key, "LANGFUSE_SECRET_KEY")
 
     def credentials(self) -> list[Setting]:
@@ -79,7 +86,7 @@ class LangfuseBackend(OtlpHttpBackend):
     def traces_endpoint(self) -> str:
         host = lookup(
             "trace.langfuse.host",
-            self.trace_config.langfuse.host,
+            self.settings.host,
             "LANGFUSE_BASE_URL",
             "LANGFUSE_HOST",
             default=DEFAULT_HOST,
@@ -99,11 +106,12 @@ class LangfuseBackend(OtlpHttpBackend):
     def map_attributes(self, span: ReadableSpan) -> Mapping[str, AttributeValue] | None:
         attrs = span.attributes or {}
         kind = attrs.get(A.SPAN_TYPE)
-        out: dict[str, AttributeValue] = {}
+        # Langfuse reads input.value/output.value before the gen_ai.* content keys.
+        out: dict[str, AttributeValue] = A.vendor_mirrors(attrs, kind)
         observation = OBSERVATION_TYPES.get(str(kind))
         if observation:
             out["langfuse.observation.type"] = observation
-        session = attrs.get(A.SESSION_ID) or attrs.get(A.CONVERSATION_ID)
+        session = A.session_of(attrs)
         if session:
             out["langfuse.session.id"] = session
         user = attrs.get(A.USER_ID)

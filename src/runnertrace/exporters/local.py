@@ -13,28 +13,41 @@ from pathlib import Path
 
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace.export import SpanExporter
+from pydantic import Field
 
 from runnertrace.exporters.local_store import SpanStore, SqliteSpanExporter, StoreError
-from runnertrace.tracing.backend import Backend, Check
+from runnertrace.tracing.backend import Backend, BackendSettings, Check
 
-__all__ = ["LocalBackend"]
+__all__ = ["LocalBackend", "LocalConfig"]
+
+
+class LocalConfig(BackendSettings):
+    """``trace.local``: the embedded store."""
+
+    path: str = ".runnertrace/traces.db"
+    max_queue_size: int = Field(2048, ge=1)
 
 
 class LocalBackend(Backend):
     """Stores spans in ``trace.local.path`` (default ``.runnertrace/traces.db``)."""
 
     name = "local"
+    config_model = LocalConfig
+
+    @property
+    def settings(self) -> LocalConfig:
+        return self.trace_config.section(self.name, LocalConfig)
 
     @property
     def path(self) -> Path:
         """The store file, resolved against the working directory now."""
-        return SpanStore(self.trace_config.local.path).path
+        return SpanStore(self.settings.path).path
 
     def exporter(self) -> SpanExporter:
         return SqliteSpanExporter(self.path)
 
     def max_queue_size(self) -> int:
-        return self.trace_config.local.max_queue_size
+        return self.settings.max_queue_size
 
     def metric_exporter(self) -> MetricExporter:
         from runnertrace.exporters.local_metrics import SqliteMetricExporter

@@ -578,7 +578,7 @@ class SpanStore:
             agent=text(attr.AGENT_NAME),
             framework=text(attr.FRAMEWORK),
             mode=text(attr.MODE),
-            session_id=text(attr.SESSION_ID),
+            session_id=attr.session_of(run.attributes),
         )
 
     def get_run(self, trace_id: str) -> RunSummary:

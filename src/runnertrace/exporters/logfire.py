@@ -42,6 +42,7 @@ from opentelemetry.util.types import AttributeValue
 
 from runnertrace.core.config import ConfigError
 from runnertrace.exporters.otlp import OtlpHttpBackend, Setting, lookup, validate_url
+from runnertrace.exporters.vendor_config import LogfireConfig
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.metrics import delta_temporality
 
@@ -80,16 +81,21 @@ class LogfireBackend(OtlpHttpBackend):
     def metric_temporality(self) -> dict[type, AggregationTemporality]:
         return delta_temporality()  # what the Logfire SDK sends
 
+    config_model = LogfireConfig
+
+    @property
+    def settings(self) -> LogfireConfig:
+        """``trace.logfire``, typed."""
+        return self.trace_config.section(self.name, LogfireConfig)
+
     def _token(self) -> Setting:
-        return lookup("trace.logfire.token", self.trace_config.logfire.token, "LOGFIRE_TOKEN")
+        return lookup("trace.logfire.token", self.settings.token, "LOGFIRE_TOKEN")
 
     def credentials(self) -> list[Setting]:
         return [self._token()]
 
     def traces_endpoint(self) -> str:
-        setting = lookup(
-            "trace.logfire.base_url", self.trace_config.logfire.base_url, "LOGFIRE_BASE_URL"
-        )
+        setting = lookup("trace.logfire.base_url", self.settings.base_url, "LOGFIRE_BASE_URL")
         if setting.value is None:
             token = self._token().value
             region_url = base_url_for_token(token) if token else REGION_URLS["us"]

@@ -48,6 +48,7 @@ from opentelemetry.util.types import AttributeValue
 from runnertrace._internal.imports import MissingExtraError, import_dotted, require
 from runnertrace.core.config import ConfigError
 from runnertrace.exporters.otlp import OtlpHttpBackend, Setting, lookup, validate_url
+from runnertrace.exporters.vendor_config import OpenLLMetryConfig
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.backend import Check
 
@@ -74,7 +75,7 @@ _KINDS: dict[str, tuple[str, bool]] = {
 
 # Where each span type keeps what Traceloop shows as the entity's input / output.
 _ENTITY_IO: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "run": ((A.INPUT_VALUE, A.INPUT_MESSAGES), (A.OUTPUT_VALUE, A.OUTPUT_MESSAGES)),
+    "run": ((A.INPUT_MESSAGES,), (A.OUTPUT_MESSAGES,)),
     "tool": ((A.TOOL_ARGUMENTS,), (A.TOOL_RESULT,)),
     "reasoning": ((), (A.OUTPUT_MESSAGES,)),
 }
@@ -154,6 +155,12 @@ class LineageTracker(SpanProcessor):
 
 class OpenLLMetryBackend(OtlpHttpBackend):
     name = "openllmetry"
+    config_model = OpenLLMetryConfig
+
+    @property
+    def settings(self) -> OpenLLMetryConfig:
+        """``trace.openllmetry``, typed."""
+        return self.trace_config.section(self.name, OpenLLMetryConfig)
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
@@ -163,13 +170,13 @@ class OpenLLMetryBackend(OtlpHttpBackend):
 
     # -- settings -----------------------------------------------------------------------
     def _api_key(self) -> Setting:
-        config = self.trace_config.openllmetry
+        config = self.settings
         return lookup("trace.openllmetry.api_key", config.api_key, "TRACELOOP_API_KEY")
 
     def _base_url(self) -> str:
         setting = lookup(
             "trace.openllmetry.base_url",
-            self.trace_config.openllmetry.base_url,
+            self.settings.base_url,
             "TRACELOOP_BASE_URL",
             default=DEFAULT_BASE_URL,
         )
@@ -200,7 +207,7 @@ class OpenLLMetryBackend(OtlpHttpBackend):
     def instrumentor_classes(self) -> list[type]:
         """The instrumentors ``trace.openllmetry.instrument`` names (imported only then)."""
         classes: list[type] = []
-        for library in self.trace_config.openllmetry.instrument:
+        for library in self.settings.instrument:
             target = INSTRUMENTORS.get(library, library if ":" in library else None)
             if target is None:
                 known = ", ".join(sorted(INSTRUMENTORS))
@@ -229,7 +236,7 @@ class OpenLLMetryBackend(OtlpHttpBackend):
 
     def check(self) -> list[Check]:
         checks = super().check()
-        if self.trace_config.openllmetry.instrument:
+        if self.settings.instrument:
             try:
                 names = [c.__name__ for c in self.instrumentor_classes()]
             except (ConfigError, MissingExtraError) as exc:
@@ -249,7 +256,7 @@ class OpenLLMetryBackend(OtlpHttpBackend):
         out: dict[str, AttributeValue] = {}
         if lineage is not None and lineage.workflow:
             out["traceloop.workflow.name"] = lineage.workflow
-        for ours, key in ((A.SESSION_ID, "session_id"), (A.USER_ID, "user_id")):
+        for ours, key in ((A.CONVERSATION_ID, "session_id"), (A.USER_ID, "user_id")):
             value = attrs.get(ours)
             if value:
                 out[f"traceloop.association.properties.{key}"] = value
@@ -271,5 +278,6 @@ class OpenLLMetryBackend(OtlpHttpBackend):
         for role, keys in (("input", inputs_keys), ("output", output_keys)):
             value = next((attrs[k] for k in keys if k in attrs), None)
             if value is not None:
-                out[f"traceloop.entity.{role}"] = value
+                # a run's prompt and reply as plain text, as Traceloop's own entities show them
+                out[f"traceloop.entity.{role}"] = A.message_text(value) if kind == "run" else value
         return out

@@ -38,12 +38,16 @@ from opentelemetry.sdk.metrics.export import (
     MetricExportResult,
     MetricsData,
 )
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.util.re import parse_env_headers
+from opentelemetry.util.types import AttributeValue
 from pydantic import SecretStr
 
 from runnertrace._internal.errors import internal_log
 from runnertrace.core.config import ConfigError
+from runnertrace.exporters.vendor_config import OtlpConfig
+from runnertrace.tracing import attributes as A
 from runnertrace.tracing.backend import Backend, Check
 
 __all__ = [
@@ -461,9 +465,22 @@ class OtlpHttpBackend(Backend):
 
 
 class OtlpBackend(OtlpHttpBackend):
-    """Any OTLP/HTTP receiver (a collector, Phoenix, Jaeger, ...); spans go unmapped."""
+    """Any OTLP/HTTP receiver (a collector, Phoenix, Jaeger, ...).
+
+    Spans keep their GenAI semconv keys; unless ``trace.otlp.vendor_keys`` is
+    off, the exported copy also gets the cross-vendor spellings that OpenInference
+    readers such as Phoenix need (``openinference.span.kind`` for chain spans,
+    ``input.value``/``output.value``, ``session.id``).
+    """
 
     name = "otlp"
+    config_model = OtlpConfig
+
+    @property
+    def settings(self) -> OtlpConfig:
+        """``trace.otlp``, typed."""
+        return self.trace_config.section(self.name, OtlpConfig)
+
     scoped = False
     sends_metrics = True
 
@@ -477,7 +494,7 @@ class OtlpBackend(OtlpHttpBackend):
         return super().metrics_endpoint()
 
     def compression(self) -> Literal["gzip", "none"] | None:
-        return self.trace_config.otlp.compression
+        return self.settings.compression
 
     def credentials(self) -> list[Setting]:
         return []
@@ -485,7 +502,7 @@ class OtlpBackend(OtlpHttpBackend):
     def timeout_s(self) -> float | None:
         """Config, else ``OTEL_EXPORTER_OTLP_(TRACES_)TIMEOUT`` (read by the exporter), else
         ``trace.flush_timeout_s``, so that one hung export never outlasts a flush."""
-        configured = self.trace_config.otlp.timeout_s
+        configured = self.settings.timeout_s
         if configured is not None:
             return configured
         if os.environ.get("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT") or os.environ.get(
@@ -495,7 +512,7 @@ class OtlpBackend(OtlpHttpBackend):
         return self.trace_config.flush_timeout_s
 
     def traces_endpoint(self) -> str:
-        config = self.trace_config.otlp
+        config = self.settings
         setting = lookup(
             "trace.otlp.endpoint", config.endpoint, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
         )
@@ -507,7 +524,13 @@ class OtlpBackend(OtlpHttpBackend):
         return validate_url(setting, "http://collector:4318/v1/traces")
 
     def headers(self) -> dict[str, str]:
-        return dict(self.trace_config.otlp.headers)
+        return dict(self.settings.headers)
+
+    def map_attributes(self, span: ReadableSpan) -> Mapping[str, AttributeValue] | None:
+        if not self.settings.vendor_keys:
+            return None
+        attrs = span.attributes or {}
+        return A.vendor_mirrors(attrs, attrs.get(A.SPAN_TYPE)) or None
 
     def probe_headers(self) -> dict[str, str]:
         raw = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or os.environ.get(

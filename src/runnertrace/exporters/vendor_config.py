@@ -31,6 +31,9 @@ class OtlpConfig(_BackendSection):
     """Sent on top of ``OTEL_EXPORTER_OTLP_(TRACES_)HEADERS``; these win per key."""
     compression: Literal["gzip", "none"] | None = None
     """Unset: ``OTEL_EXPORTER_OTLP_(TRACES_)COMPRESSION``, else none."""
+    vendor_keys: bool = True
+    """Add the cross-vendor spellings (OpenInference's ``openinference.span.kind``,
+    ``input.value``..., ``session.id``) to the exported copy, for Phoenix and alike."""
 
 
 class LangfuseConfig(_BackendSection):

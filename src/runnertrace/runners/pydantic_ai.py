@@ -57,9 +57,9 @@ instrumented (``agent.instrument = True``, ``Agent.instrument_all()``, an
 ``Instrumentation`` capability, or Logfire's ``instrument_pydantic_ai``) it
 emits ``invoke_agent`` / ``chat`` / ``execute_tool`` spans of its own. Nesting
 them under our spans would show every model call and tool call twice (and sum
-the tokens twice). So during a *traced* run, recognised by the current OTel span
-being one of runnertrace's, the runner **suppresses** them: when the run would
-be instrumented, it adds a run-time ``Instrumentation`` capability with no-op
+the tokens twice). So during a *traced* run (``core.observer.in_traced_run()``),
+the runner **suppresses** them: when the run would be instrumented, it adds a
+run-time ``Instrumentation`` capability with no-op
 tracer and meter providers, which replaces the agent's own instrumentation for
 that run only (no global state changes; untraced runs keep Pydantic AI's
 spans). Suppressing rather than nesting also keeps one attribute vocabulary
@@ -134,7 +134,7 @@ from runnertrace.core.models import (  # noqa: E402
     prompt_of,
 )
 from runnertrace.core.module import Module  # noqa: E402
-from runnertrace.core.observer import claim_observer  # noqa: E402
+from runnertrace.core.observer import claim_observer, in_traced_run  # noqa: E402
 from runnertrace.core.runner import Runner  # noqa: E402
 from runnertrace.core.session import Session  # noqa: E402
 
@@ -553,17 +553,6 @@ class _Queue:
 # -- instrumentation suppression ---------------------------------------------------------------
 
 
-def _inside_traced_run() -> bool:
-    """Whether the current OTel span is one of runnertrace's (a TracingRunner is active)."""
-    from opentelemetry import trace as otel_trace
-
-    from runnertrace.tracing.setup import INSTRUMENTATION_NAME
-
-    span = otel_trace.get_current_span()
-    scope = getattr(span, "instrumentation_scope", None)
-    return span.is_recording() and getattr(scope, "name", None) == INSTRUMENTATION_NAME
-
-
 def _would_instrument(native: AbstractAgent[Any, Any], options: Mapping[str, Any]) -> bool:
     """Whether Pydantic AI would emit spans of its own for this run.
 
@@ -663,7 +652,7 @@ class PydanticAIRunner(Runner):
                 agent.name,
             )
         capabilities = list(options.get("capabilities") or [])
-        if _inside_traced_run() and _would_instrument(self._native(agent), options):
+        if in_traced_run() and _would_instrument(self._native(agent), options):
             capabilities.append(_silenced_instrumentation())
         capabilities.append(observer)
         loaded = session.load_framework_context()

@@ -1,10 +1,15 @@
-"""Attribute keys we write (OTel GenAI semconv plus a few cross-vendor keys).
+"""Attribute keys: the GenAI semconv keys our spans carry, and the vendor keys
+that backends add at export (:func:`vendor_mirrors`).
 
 Backend mappings read these; keeping the strings in one place keeps the
 mappings and the state machine in step.
 """
 
 from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
 
 # OTel GenAI
 OPERATION = "gen_ai.operation.name"
@@ -34,9 +39,10 @@ TOOL_RESULT = "gen_ai.tool.call.result"
 INPUT_MESSAGES = "gen_ai.input.messages"
 OUTPUT_MESSAGES = "gen_ai.output.messages"
 SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
+TOOL_DEFINITIONS = "gen_ai.tool.definitions"
 ERROR_TYPE = "error.type"
 
-# cross-vendor
+# vendor spellings, added at export by backend mappings (see vendor_mirrors)
 SESSION_ID = "session.id"
 USER_ID = "user.id"
 OPENINFERENCE_KIND = "openinference.span.kind"
@@ -55,6 +61,8 @@ DELTA_CHARS = "runnertrace.delta.chars"
 CANCELLED = "runnertrace.cancelled"
 INCOMPLETE = "runnertrace.incomplete"
 MALFORMED = "runnertrace.stream.anomalies"
+HANDOFF_SOURCE = "runnertrace.handoff.source"
+HANDOFF_TARGET = "runnertrace.handoff.target"
 SPAN_TYPE = "runnertrace.span.type"
 """One of ``run``, ``step``, ``message``, ``reasoning``, ``tool``: what the span stands for."""
 
@@ -64,3 +72,80 @@ COST = "gen_ai.usage.cost"
 AGG_COST = "gen_ai.aggregated_usage.cost"
 """A run's summed cost, on its run span: a key of its own, like the token sums, so that
 no vendor that sums a trace's costs counts it twice."""
+
+
+# -- the vendor spellings of facts the core span carries once ---------------------------------
+
+OPENINFERENCE_KINDS = {"run": "AGENT", "step": "CHAIN", "message": "LLM", "tool": "TOOL"}
+"""``runnertrace.span.type`` -> ``openinference.span.kind`` (reasoning has none)."""
+
+_RENAMED = (
+    (CONVERSATION_ID, SESSION_ID),
+    (PROVIDER, SYSTEM),
+    (TOOL_NAME, LEGACY_TOOL_NAME),
+    (TTFC, TTFC_LOGFIRE),
+)
+# Values mirrored into OpenInference's input.value/output.value, per span type. LLM
+# spans get none on purpose: input.value there hides the structured chat in Langfuse.
+_VALUES = {
+    "run": ((INPUT_MESSAGES, INPUT_VALUE), (OUTPUT_MESSAGES, OUTPUT_VALUE)),
+    "tool": ((TOOL_ARGUMENTS, INPUT_VALUE), (TOOL_RESULT, OUTPUT_VALUE)),
+}
+
+
+def session_of(attrs: Mapping[str, Any]) -> str | None:
+    """A span's session id: the semconv key, else ``session.id`` (spans written by 0.1)."""
+    value = attrs.get(CONVERSATION_ID) or attrs.get(SESSION_ID)
+    return value if isinstance(value, str) and value else None
+
+
+def vendor_mirrors(attrs: Mapping[str, Any], span_type: Any) -> dict[str, Any]:
+    """The cross-vendor spellings of what ``attrs`` holds, for a span of ``span_type``.
+
+    The core span carries each fact once, in its GenAI semconv key. Readers that
+    predate those keys look elsewhere: Phoenix and Langfuse for
+    ``openinference.span.kind``, ``session.id``, ``input.value``/``output.value``;
+    Logfire for ``gen_ai.system`` and its own time-to-first-chunk key; older
+    dashboards for ``tool.name``. Backends add these to their exported copy, and
+    ``trace.semconv_version: 1`` puts them on the span itself, as before.
+    ``attrs`` may be a whole span's attributes or only the ones being set now.
+    """
+    out: dict[str, Any] = {}
+    for ours, theirs in _RENAMED:
+        value = attrs.get(ours)
+        if value is not None:
+            out[theirs] = value
+    if SPAN_TYPE in attrs:
+        kind = OPENINFERENCE_KINDS.get(str(span_type))
+        if kind:
+            out[OPENINFERENCE_KIND] = kind
+    for ours, theirs in _VALUES.get(str(span_type), ()):
+        value = attrs.get(ours)
+        if value is not None:
+            out[theirs] = message_text(value) if ours in _MESSAGE_KEYS else value
+    return out
+
+
+_MESSAGE_KEYS = frozenset({INPUT_MESSAGES, OUTPUT_MESSAGES})
+
+
+def message_text(value: Any) -> Any:
+    """The text parts of a ``gen_ai.*.messages`` JSON string, joined by newlines.
+
+    What ``input.value``/``output.value`` held before the structured keys: the
+    prompt or reply as plain text. A value that is not such JSON (truncated, or
+    redacted into something else) is returned unchanged.
+    """
+    if not isinstance(value, str):
+        return value
+    try:
+        messages = json.loads(value)
+        texts = [
+            part["content"]
+            for message in messages
+            for part in message.get("parts", ())
+            if part.get("type") == "text" and isinstance(part.get("content"), str)
+        ]
+    except (ValueError, TypeError, AttributeError, KeyError):
+        return value
+    return "\n".join(texts) if texts else value

@@ -1,5 +1,10 @@
 """The backend contract: config, exporter, attribute mapping and ``check()``.
 
+A backend is found by name through the ``runnertrace.backends`` entry-point
+group (see :mod:`runnertrace.core.backends`) and owns the model of its
+``trace.<name>`` section (:attr:`Backend.config_model`), so a third-party
+backend gets validated settings exactly like a built-in one.
+
 A backend maps our vendor-neutral spans onto what one vendor renders and ships
 them. Mapping happens on a *copy* of each span at export time (see
 :class:`~runnertrace.tracing.export.MappedSpanExporter`), so in a fan-out every
@@ -16,13 +21,25 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.util.types import AttributeValue
+from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
 
     from runnertrace.core.config import TraceConfig
 
-__all__ = ["Backend", "Check"]
+__all__ = ["Backend", "BackendSettings", "Check"]
+
+
+class BackendSettings(BaseModel):
+    """Base for a backend's ``trace.<name>`` section: unknown keys are errors, not ignored.
+
+    Keep the subclass in a module that imports no vendor SDK: validating a
+    configuration imports it. Every field needs a default, because a section
+    that is not given is the model's defaults.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 @dataclass(frozen=True)
@@ -37,7 +54,7 @@ class Check:
 
 
 class Backend(ABC):
-    """Base class for every backend (built-in or user-supplied via a dotted path).
+    """Base class for every backend (registered as an entry point, or named by a dotted path).
 
     Subclasses implement :meth:`exporter`; most also override
     :meth:`map_attributes` and :meth:`check`. Constructing a backend must not
@@ -45,6 +62,9 @@ class Backend(ABC):
     """
 
     name: ClassVar[str] = "custom"
+    """The name it is registered under; its settings are the ``trace.<name>`` section."""
+    config_model: ClassVar[type[BaseModel]] = BackendSettings
+    """Validates ``trace.<name>``; read it with ``self.trace_config.section(name, model)``."""
     dropped_attributes: ClassVar[frozenset[str]] = frozenset()
     """Keys removed from this backend's copy (a vendor that mangles them, e.g. scrubbing)."""
 

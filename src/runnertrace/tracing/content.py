@@ -113,6 +113,28 @@ class ContentPolicy:
         )
         return self.truncate(text)
 
+    def messages(self, messages: list[dict[str, Any]]) -> str:
+        """GenAI messages as JSON, each part's text truncated on its own.
+
+        Truncating inside the parts keeps the value valid JSON, so a backend can
+        still render it as a chat (a whole-string cut would leave it unparseable).
+        """
+        return json.dumps(
+            [{**m, "parts": [self._part(p) for p in m.get("parts", ())]} for m in messages],
+            default=str,
+            ensure_ascii=False,
+        )
+
+    def parts(self, parts: list[dict[str, Any]]) -> str:
+        """Message parts as JSON (``gen_ai.system_instructions``), each truncated alone."""
+        return json.dumps([self._part(p) for p in parts], default=str, ensure_ascii=False)
+
+    def _part(self, part: dict[str, Any]) -> dict[str, Any]:
+        content = part.get("content")
+        if isinstance(content, str) and self.max_length and len(content) > self.max_length:
+            return {**part, "content": self.truncate(content)}
+        return part
+
 
 def request_parts(requests: Any) -> list[dict[str, Any]]:
     """Requests as GenAI message parts, never carrying image or file bytes."""

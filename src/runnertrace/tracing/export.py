@@ -1,27 +1,52 @@
-"""Export plumbing: a bounded, dropping batch processor and a mapping exporter."""
+"""Export plumbing: a bounded, dropping batch processor and a mapping exporter.
+
+Why our own batch processor and not the SDK's ``BatchSpanProcessor``: the SDK's
+``force_flush`` exports on the calling thread and ignores its timeout, and its
+``shutdown`` calls the exporter's ``shutdown`` unbounded, so one hung backend
+can hold a flush (or the process exit) for as long as it hangs; its queue drops
+the oldest span and reports drops only as a metric. Ours keeps every exporter
+call on its worker thread, so flush and shutdown are waits with a deadline, on
+any thread, at any time, including at interpreter exit, where Python 3.12+
+refuses to start threads. What the SDK does get right, re-creating the worker in
+a forked child, we do the same way (``os.register_at_fork``).
+"""
 
 from __future__ import annotations
 
+import functools
+import os
+import sys
 import threading
 import time
+import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from runnertrace._internal.errors import internal_log, report_internal_error
+from runnertrace._internal.errors import (
+    handle_internal_errors,
+    internal_log,
+    report_internal_error,
+    suppressed_instrumentation,
+    tolerate_internal_errors,
+)
 
 if TYPE_CHECKING:
     from runnertrace.tracing.backend import Backend
 
 __all__ = [
     "BoundedBatchSpanProcessor",
+    "ForkAware",
     "MappedSpanExporter",
+    "flush_processors",
+    "reinit_after_fork",
     "run_all_with_timeout",
     "run_with_timeout",
+    "shutdown_processors",
 ]
 
 
@@ -41,7 +66,10 @@ def run_all_with_timeout(fns: Sequence[Callable[[], object]], timeout_s: float, 
 
     Each call gets its own daemon thread and they all start together, so one
     hanging exporter cannot spend the time the others need: with one backend
-    down, a flush still delivers everything to the healthy ones.
+    down, a flush still delivers everything to the healthy ones. When no thread
+    can be started (at interpreter exit on Python 3.12+), the calls run in turn
+    on the calling thread, bounded only by their own timeouts: that is the only
+    way left to run them.
     """
     deadline = time.monotonic() + timeout_s
     runs: list[tuple[threading.Event, list[bool]]] = []
@@ -61,7 +89,11 @@ def run_all_with_timeout(fns: Sequence[Callable[[], object]], timeout_s: float, 
             finally:
                 done.set()
 
-        threading.Thread(target=target, name=f"runnertrace-{what}", daemon=True).start()
+        thread = threading.Thread(target=target, name=f"runnertrace-{what}", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # "can't create new thread at interpreter shutdown"
+            target()
         runs.append((done, outcome))
     finished = [done.wait(max(0.0, deadline - time.monotonic())) for done, _ in runs]
     if not all(finished):
@@ -138,8 +170,15 @@ class BoundedBatchSpanProcessor(SpanProcessor):
     * ``on_end`` never blocks: when the queue is full the span is dropped and
       counted (``dropped``), and the drop is logged once (rate-limited).
     * An export that fails or raises counts its spans as dropped.
-    * ``force_flush`` and ``shutdown`` return within their timeout even when the
-      exporter hangs; the worker is a daemon, so it cannot hold the process open.
+    * Every exporter call (``export`` and ``shutdown``) happens on the worker
+      thread, with instrumentation suppressed. ``force_flush`` and ``shutdown``
+      only signal the worker and wait with a deadline, so they return within
+      their timeout even when the exporter hangs, and start no thread (at
+      interpreter exit, Python 3.12+ forbids it).
+    * After ``os.fork()`` the child gets a new worker, lock and an empty queue:
+      the spans queued at the fork are the parent's, which still exports them.
+    * Faults on the worker thread are always logged, never raised (even under
+      pytest): nothing there could reach a caller.
     """
 
     def __init__(
@@ -164,12 +203,34 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         self._cond = threading.Condition()
         self._flush_requests = 0
         self._flushed = 0
-        self._shutdown = False
-        self._exporting = False
-        self._worker = threading.Thread(
-            target=self._work, name=f"runnertrace-export-{name}", daemon=True
-        )
-        self._worker.start()
+        self._shutdown = False  # no new spans; the worker drains, shuts the exporter, ends
+        self._abandon = False  # a shutdown gave up waiting: drop what is still queued
+        self._closed = False  # the exporter is shut down and the worker has ended
+        self._worker = self._start_worker()
+        reinit_after_fork(self)
+
+    def _start_worker(self) -> threading.Thread:
+        worker = threading.Thread(target=self._work, name=f"runnertrace-export-{self.name}")
+        worker.daemon = True  # never holds the process open; exit flushes via shutdown()
+        worker.start()
+        return worker
+
+    def after_fork_in_child(self) -> None:
+        """Make this processor work in a forked child (called by ``os.register_at_fork``).
+
+        Only the forking thread survives a fork: the worker is gone and the lock
+        may have been held by it. The child starts from a clean state with its
+        own worker; its counters count its own spans.
+        """
+        self._cond = threading.Condition()
+        self._queue.clear()
+        self._flush_requests = self._flushed = 0
+        self.dropped = self.exported = 0
+        if self._shutdown:
+            self._closed = True  # the parent shuts its exporter down; nothing to do here
+            return
+        self._abandon = False
+        self._worker = self._start_worker()
 
     # -- SpanProcessor ------------------------------------------------------------------
     def on_start(self, span: object, parent_context: object = None) -> None:
@@ -200,11 +261,24 @@ class BoundedBatchSpanProcessor(SpanProcessor):
                 self._cond.notify()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        deadline = time.monotonic() + timeout_millis / 1000
+        return self.wait_flushed(self.request_flush(), time.monotonic() + timeout_millis / 1000)
+
+    def shutdown(self, timeout_s: float | None = None) -> None:
+        timeout = self.export_timeout_s if timeout_s is None else timeout_s
+        self.request_shutdown()
+        self.wait_closed(time.monotonic() + timeout)
+
+    # -- flush and shutdown in two halves (several processors under one deadline) -------
+    def request_flush(self) -> int:
+        """Ask the worker to export everything queued now; returns a ticket to wait on."""
         with self._cond:
             self._flush_requests += 1
-            ticket = self._flush_requests
             self._cond.notify()
+            return self._flush_requests
+
+    def wait_flushed(self, ticket: int, deadline: float) -> bool:
+        """Wait (until ``deadline``, a ``time.monotonic()`` value) for flush ``ticket``."""
+        with self._cond:
             while self._flushed < ticket:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not self._worker.is_alive():
@@ -212,17 +286,22 @@ class BoundedBatchSpanProcessor(SpanProcessor):
                 self._cond.wait(remaining)
         return True
 
-    def shutdown(self, timeout_s: float | None = None) -> None:
-        timeout = self.export_timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + timeout
-        if self._shutdown:
-            return
-        self.force_flush(int(timeout * 1000))
+    def request_shutdown(self) -> None:
+        """Stop taking spans; the worker exports what is queued, then shuts the exporter."""
         with self._cond:
             self._shutdown = True
             self._cond.notify()
-        remaining = max(0.0, deadline - time.monotonic())
-        run_with_timeout(self.exporter.shutdown, max(remaining, 0.1), f"{self.name} shutdown")
+
+    def wait_closed(self, deadline: float) -> bool:
+        """Wait until the exporter is shut down; on timeout, what is still queued is dropped."""
+        with self._cond:
+            while not self._closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._worker.is_alive():
+                    self._abandon = True
+                    return False
+                self._cond.wait(remaining)
+        return True
 
     # -- worker -----------------------------------------------------------------------
     def _take_batch(self) -> list[ReadableSpan]:
@@ -232,22 +311,56 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         return batch
 
     def _work(self) -> None:
-        while True:
+        with suppressed_instrumentation(), tolerate_internal_errors():
+            while self._work_once():
+                pass
+            self._close_exporter()
+
+    def _work_once(self) -> bool:
+        """Export one batch (after waiting for work); ``False`` once it is time to close."""
+        with self._cond:
+            if not self._queue and self._flushed == self._flush_requests and not self._shutdown:
+                self._cond.wait(self.schedule_delay_s)
+            if self._abandon and self._queue:
+                self._drop_queued()
+            if self._shutdown and not self._queue:
+                return False
+            batch = self._take_batch()
+            target = self._flush_requests
+        if batch:
+            self._export(batch)
+        with self._cond:
+            if not self._queue:
+                self._flushed = max(self._flushed, target)
+                self._cond.notify_all()
+        return True
+
+    def _drop_queued(self) -> None:
+        """Drop the queue after a shutdown timed out (caller holds the lock)."""
+        count = len(self._queue)
+        self._queue.clear()
+        self.dropped += count
+        internal_log.warning(
+            f"shutdown-drop-{self.name}",
+            "runnertrace: %s shut down before %d queued spans could be exported "
+            "(%d dropped so far)",
+            self.name,
+            count,
+            self.dropped,
+        )
+
+    def _close_exporter(self) -> None:
+        try:
+            self.exporter.shutdown()
+        except Exception as exc:  # noqa: BLE001 - exporter faults never reach the host
+            internal_log.warning(
+                f"shutdown-error-{self.name}", "runnertrace: %s shutdown raised %r", self.name, exc
+            )
+        finally:
             with self._cond:
-                if not self._queue and self._flushed == self._flush_requests and not self._shutdown:
-                    self._cond.wait(self.schedule_delay_s)
-                if self._shutdown and not self._queue:
-                    self._flushed = self._flush_requests
-                    self._cond.notify_all()
-                    return
-                batch = self._take_batch()
-                target = self._flush_requests
-            if batch:
-                self._export(batch)
-            with self._cond:
-                if not self._queue:
-                    self._flushed = max(self._flushed, target)
-                    self._cond.notify_all()
+                self._closed = True
+                self._flushed = self._flush_requests
+                self._cond.notify_all()
 
     def _export(self, batch: list[ReadableSpan]) -> None:
         try:
@@ -268,3 +381,111 @@ class BoundedBatchSpanProcessor(SpanProcessor):
             self.name,
             self.dropped,
         )
+
+
+class ForkAware(Protocol):
+    """Something with threads or locks that must be re-made in a forked child."""
+
+    def after_fork_in_child(self) -> None: ...
+
+
+# Everything the fork hook re-makes; weak, so a processor nobody uses is collected.
+_forkable: weakref.WeakSet[ForkAware] = weakref.WeakSet()
+
+
+def reinit_after_fork(obj: ForkAware) -> None:
+    """Have ``obj.after_fork_in_child()`` called in each child this process forks.
+
+    One ``os.register_at_fork`` hook serves every object (hooks cannot be
+    removed, so one per object would pile up); ``obj`` is held weakly.
+    """
+    _forkable.add(obj)
+
+
+def _ours(objects: Iterable[object]) -> list[BoundedBatchSpanProcessor]:
+    return [obj for obj in objects if isinstance(obj, BoundedBatchSpanProcessor)]
+
+
+def _after_fork_in_child() -> None:
+    objects = list(_forkable)
+    for obj in objects:
+        with handle_internal_errors("re-making export state in a forked child"):
+            obj.after_fork_in_child()
+    processors = _ours(objects)
+    if processors and "multiprocessing.util" in sys.modules:
+        # multiprocessing imports it before it forks; any other fork leaves it alone.
+        sys.modules["multiprocessing.util"].register_after_fork(_exit_flush, _ExitFlush.arm)
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, where there is no fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _ExitFlush:
+    """Flushes our processors when a ``multiprocessing`` child made by fork ends.
+
+    Such a child ends with ``os._exit``: ``atexit`` handlers (the provider's
+    shutdown among them) never run there, so the spans of its last second would
+    be lost. What does run is multiprocessing's exit function, with its
+    finalizers. The finalizer registry is cleared in the child after our fork
+    hook has run, so the finalizer is registered from an after-fork callback of
+    multiprocessing's own, which runs after that reset.
+    """
+
+    armed_in: int | None = None
+
+    def arm(self) -> None:
+        if self.armed_in == os.getpid():
+            return
+        self.armed_in = os.getpid()
+        sys.modules["multiprocessing.util"].Finalize(None, self.flush, exitpriority=0)
+
+    def flush(self) -> None:
+        processors = _ours(_forkable)
+        if processors:
+            flush_processors(processors, max(p.export_timeout_s for p in processors))
+
+
+_exit_flush = _ExitFlush()
+
+
+def flush_processors(processors: Sequence[SpanProcessor], timeout_s: float) -> bool:
+    """Flush ``processors`` at once, all within ``timeout_s``; ``False`` if any did not finish.
+
+    Ours are only signalled and waited for, on this thread; any other processor
+    (a backend's own) is called on a thread of its own, bounded by the same deadline.
+    """
+    deadline = time.monotonic() + timeout_s
+    millis = int(timeout_s * 1000)
+    ours = _ours(processors)
+    tickets = [(p, p.request_flush()) for p in ours]
+    others = [
+        functools.partial(p.force_flush, millis)
+        for p in processors
+        if not isinstance(p, BoundedBatchSpanProcessor)
+    ]
+    others_done = run_all_with_timeout(others, timeout_s, "flush") if others else True
+    ours_done = all([processor.wait_flushed(ticket, deadline) for processor, ticket in tickets])
+    if not ours_done:
+        _warn_timeout("flush", timeout_s)
+    return others_done and ours_done
+
+
+def shutdown_processors(processors: Sequence[SpanProcessor], timeout_s: float) -> bool:
+    """Shut ``processors`` down at once, all within ``timeout_s`` (see :func:`flush_processors`)."""
+    deadline = time.monotonic() + timeout_s
+    ours = _ours(processors)
+    for processor in ours:
+        processor.request_shutdown()
+    others = [p.shutdown for p in processors if not isinstance(p, BoundedBatchSpanProcessor)]
+    others_done = run_all_with_timeout(others, timeout_s, "shutdown") if others else True
+    ours_done = all([processor.wait_closed(deadline) for processor in ours])
+    if not ours_done:
+        _warn_timeout("shutdown", timeout_s)
+    return others_done and ours_done
+
+
+def _warn_timeout(what: str, timeout_s: float) -> None:
+    internal_log.warning(
+        f"{what}-timeout", "runnertrace: %s did not finish within %.1fs", what, timeout_s
+    )

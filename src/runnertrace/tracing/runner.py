@@ -25,11 +25,17 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
+from opentelemetry.context import attach, detach
+
 from runnertrace._internal.errors import handle_internal_errors, report_internal_error
 from runnertrace.core.config import TraceConfig
-from runnertrace.core.observer import install_observer, uninstall_observer
+from runnertrace.core.observer import (
+    enter_traced_run,
+    exit_traced_run,
+    install_observer,
+    uninstall_observer,
+)
 from runnertrace.tracing.content import ContentPolicy
-from runnertrace.tracing.otelctx import attach, detach
 from runnertrace.tracing.setup import TracingSetup, get_tracing_setup, setup_key
 from runnertrace.tracing.state import RunTracer
 
@@ -64,9 +70,10 @@ class TracingRunner:
         self.settings = config
         self.policy = ContentPolicy.from_config(config)
         self._deltas_as_events = config.deltas == "events"
+        self._legacy_keys = config.semconv_version == 1
         self._lambda = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
         self._setup_key = setup_key(config)
-        self._framework = str(getattr(base, "framework", None) or type(base).__name__)
+        self._framework = _framework_name(base)
 
     def __repr__(self) -> str:
         return f"TracingRunner({self.base!r})"
@@ -106,6 +113,7 @@ class TracingRunner:
                 user_id=self.settings.user_id,
                 mode=mode,
                 deltas_as_events=self._deltas_as_events,
+                legacy_keys=self._legacy_keys,
                 parent=parent,
                 requests=requests,
                 instructions=_instructions(agent) if policy.capture else None,
@@ -126,8 +134,9 @@ class TracingRunner:
         if run is None:
             return await self.base.run(agent, session, requests)
         active = _active_run.set(run)
+        marked = enter_traced_run()
         token = attach(run.run.context())
-        sink = install_observer(run.handle)
+        sink = install_observer(run)
         try:
             reply = await self.base.run(agent, session, requests)
         except BaseException as exc:
@@ -136,6 +145,7 @@ class TracingRunner:
         finally:
             uninstall_observer(sink)
             detach(token)
+            exit_traced_run(marked)
             _active_run.reset(active)
         self._end(run, reply=reply)
         return reply
@@ -155,11 +165,16 @@ class TracingRunner:
         exhausted = False
         next_event, handle, run_context = events.__anext__, run.handle, run.run.context()
         set_run, reset_run = _active_run.set, _active_run.reset
+        # The observer is offered in the first step only: a runner of ours takes it
+        # there (core.observer.stream_observer) and reports each event itself, as it
+        # makes it; a foreign runner does not, and we read its events as they pass.
+        sink: Any = install_observer(run)
         try:
             while True:
                 # Make our run current only while the base produces the next event;
                 # set and reset happen in this same step, whatever the consumer does.
                 active = set_run(run)
+                marked = enter_traced_run()
                 token = attach(run_context)
                 try:
                     event = await next_event()
@@ -168,8 +183,13 @@ class TracingRunner:
                     break
                 finally:
                     detach(token)
+                    exit_traced_run(marked)
                     reset_run(active)
-                handle(event)
+                    if sink is not None:
+                        uninstall_observer(sink)
+                        sink = None
+                if not run.claimed:
+                    handle(event)
                 yield event
         except GeneratorExit:
             # The consumer stopped early (aclose, break, or the loop finalising an
@@ -184,6 +204,15 @@ class TracingRunner:
         finally:
             if not exhausted:
                 await _close(events)
+
+
+def _framework_name(base: Any) -> str:
+    """The framework a runner declares (``framework``, else ``name``), else its class name."""
+    for attr in ("framework", "name"):
+        value = getattr(base, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(base).__name__
 
 
 def _instructions(agent: Any) -> str | None:

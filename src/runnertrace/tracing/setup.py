@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-import functools
+import json
 import os
 import threading
 from dataclasses import dataclass, field
@@ -26,8 +26,7 @@ from runnertrace import __version__
 from runnertrace.core.config import TraceConfig
 from runnertrace.tracing.backend import Backend
 from runnertrace.tracing.cost import preload_prices
-from runnertrace.tracing.export import run_all_with_timeout
-from runnertrace.tracing.spans import lean_tracer_for
+from runnertrace.tracing.export import flush_processors, shutdown_processors
 
 __all__ = ["TracingSetup", "build_backends", "get_tracing_setup", "reset_tracing_setups"]
 
@@ -50,51 +49,39 @@ class TracingSetup:
     disabled: bool = False
 
     def __post_init__(self) -> None:
-        # A provider we built gets the lean tracer (same spans, a fraction of the
-        # cost); an application's provider keeps the SDK's own tracer.
-        lean = (
-            lean_tracer_for(self.provider, INSTRUMENTATION_NAME, __version__)
-            if self.owns_provider
-            else None
-        )
-        self.tracer: trace_api.Tracer = lean or self.provider.get_tracer(
-            INSTRUMENTATION_NAME, __version__
-        )
+        self.tracer: trace_api.Tracer = self.provider.get_tracer(INSTRUMENTATION_NAME, __version__)
 
     def flush(self, timeout_s: float | None = None) -> bool:
-        """Flush our processors; returns within ``timeout_s`` even if an exporter hangs."""
+        """Flush our processors; returns within ``timeout_s`` even if an exporter hangs.
+
+        All at once (one backend down must not use up the others' time), and
+        without starting a thread for our own processors, so it also works in an
+        ``atexit`` handler on Python 3.12+.
+        """
         timeout = self.flush_timeout_s if timeout_s is None else timeout_s
-        millis = int(timeout * 1000)
-        # All at once (one backend down must not use up the others' time).
-        calls = [functools.partial(p.force_flush, millis) for p in self.processors]
-        return run_all_with_timeout(calls, timeout, "flush")
+        return flush_processors(self.processors, timeout)
 
     def shutdown(self, timeout_s: float | None = None) -> bool:
         """Shut our processors down, concurrently, bounded by ``timeout_s`` in total."""
         timeout = self.flush_timeout_s if timeout_s is None else timeout_s
-        return run_all_with_timeout([p.shutdown for p in self.processors], timeout, "shutdown")
+        return shutdown_processors(self.processors, timeout)
 
 
 def build_backends(config: TraceConfig) -> list[Backend]:
-    """Instantiate the backends ``trace.type`` names (built-in or dotted path)."""
-    from runnertrace._internal.imports import import_dotted
-    from runnertrace.core.config import ConfigError
-    from runnertrace.exporters import BUILTIN_BACKENDS
+    """Instantiate the backends ``trace.type`` names (registered names or dotted paths).
 
-    backends: list[Backend] = []
-    for name in config.types:
-        target = BUILTIN_BACKENDS.get(name, name)
-        try:
-            cls = import_dotted(target)
-        except (ImportError, ValueError) as exc:
-            raise ConfigError(f"trace.type: cannot load backend {name!r}: {exc}") from exc
-        if not (isinstance(cls, type) and issubclass(cls, Backend)):
-            raise ConfigError(
-                f"trace.type: {name!r} is not a runnertrace Backend subclass "
-                "(see runnertrace.tracing.backend.Backend)"
-            )
-        backends.append(cls(config))
-    return backends
+    Each one's section is stored on ``config`` first (its defaults, if it was not
+    given), so that no exporter thread adds it later while another thread reads
+    the configuration.
+    """
+    from runnertrace.core.backends import backend_names, load_backend
+
+    classes = [(name, load_backend(name)) for name in config.types]
+    registered = set(backend_names())  # a class named by its path has no section
+    for name, cls in classes:
+        if name in registered:
+            config.section(name, cls.config_model)
+    return [cls(config) for _, cls in classes]
 
 
 def _resource(config: TraceConfig) -> Resource:
@@ -118,12 +105,23 @@ _PIPELINE_EXCLUDES = {
     "deltas",
     "redact",
     "user_id",
+    "semconv_version",
 }
 
 
 def setup_key(config: TraceConfig) -> str:
-    """What identifies a pipeline: the settings that change providers or exporters."""
-    return config.model_dump_json(exclude=_PIPELINE_EXCLUDES)
+    """What identifies a pipeline: the settings that change providers or exporters.
+
+    Backend sections count only where they differ from their defaults: reading
+    a section stores its defaults, which must not make a second pipeline.
+    """
+    sections = config.model_extra or {}
+    settings = config.model_dump(mode="json", exclude=_PIPELINE_EXCLUDES | set(sections))
+    configured = {
+        name: section.model_dump(mode="json")
+        for name, section in config.configured_sections().items()
+    }
+    return json.dumps([settings, configured], sort_keys=True, default=str)
 
 
 def get_tracing_setup(config: TraceConfig, key: str | None = None) -> TracingSetup:

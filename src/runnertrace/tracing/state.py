@@ -23,14 +23,15 @@ from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import trace as trace_api
-from opentelemetry.context import Context
+from opentelemetry.context import Context, attach, detach
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from runnertrace._internal.errors import internal_log, report_internal_error
+from runnertrace.core.events import EventError
+from runnertrace.core.observer import NULL_OBSERVER, ToolBoundary
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.content import ContentPolicy, request_parts
 from runnertrace.tracing.cost import usage_cost
-from runnertrace.tracing.spans import LeanSpan, LeanTracer
 
 __all__ = ["RunTracer"]
 
@@ -82,7 +83,10 @@ class RunTracer:
     input_tokens = 0
     output_tokens = 0
     finished = False
+    claimed = False  # the runner reports its stream's events itself (stream_observer)
     model: str | None = None
+    agent: str | None = None  # the agent now running, after a handoff (None: the run's)
+    last_text: str | None = None  # the newest message's text (content capture only)
     provider: str | None = None
     cost: float | None = None  # summed model-call cost; on the run span only if all were priced
     priced = True
@@ -99,6 +103,7 @@ class RunTracer:
         mode: str,
         deltas_as_events: bool,
         parent: Context | None,
+        legacy_keys: bool = False,
         requests: Any = None,
         instructions: str | None = None,
     ) -> None:
@@ -107,18 +112,16 @@ class RunTracer:
         self.capture = policy.capture
         self.redactor = policy.redactor
         self.deltas_as_events = deltas_as_events
+        self.legacy = legacy_keys  # trace.semconv_version 1: vendor spellings on the span too
         self.mode = mode
         if self.redactor is None:
-            self.common, self.templates, largest = _templates(
+            self.common, self.templates = _templates(
                 agent_name, framework, session_id, user_id, mode
             )
         else:  # a redactor may see (and change) every value: nothing shared
-            self.common, self.templates, largest = _templates.__wrapped__(
+            self.common, self.templates = _templates.__wrapped__(
                 agent_name, framework, session_id, user_id, mode, self.redactor
             )
-        # The lean tracer takes our (already valid) attributes as they are and
-        # parents as spans; any other tracer gets the plain OTel API calls.
-        self.lean = type(tracer) is LeanTracer and tracer.trusting  # (no ABC isinstance)
         self.steps: list[tuple[tuple[str, Any], _Open]] = []
         self.messages: dict[str, _Open] = {}
         self.reasoning: dict[str, _Open] = {}
@@ -128,38 +131,26 @@ class RunTracer:
         if self.capture and requests is not None:
             parts = request_parts(requests)
             messages = [{"role": "user", "parts": parts}]
-            attrs[A.INPUT_MESSAGES] = policy.text(messages)
-            attrs[A.INPUT_VALUE] = policy.text(
-                "\n".join(p["content"] for p in parts if p["type"] == "text")
-            )
+            attrs[A.INPUT_MESSAGES] = policy.messages(messages)
             if instructions:
-                attrs[A.SYSTEM_INSTRUCTIONS] = policy.text(
+                attrs[A.SYSTEM_INSTRUCTIONS] = policy.parts(
                     [{"type": "text", "content": instructions}]
                 )
         if self.capture:  # the content keys; the template's values are redacted already
             attrs = self._clean(attrs)
-        name = f"invoke_agent {agent_name}"
-        if self.lean:
-            run_span = tracer.start_trusted(  # type: ignore[attr-defined]
-                name, parent, _INTERNAL, attrs, now
-            )
-        else:
-            run_span = tracer.start_span(
-                name, context=parent, kind=_INTERNAL, attributes=attrs, start_time=now
-            )
+        if self.legacy:
+            attrs.update(A.vendor_mirrors(attrs, "run"))
+        run_span = tracer.start_span(
+            f"invoke_agent {agent_name}",
+            context=parent,
+            kind=_INTERNAL,
+            attributes=attrs,
+            start_time=now,
+        )
         self.run = _Open(run_span, "run", now)
         # An unsampled run records nothing below its run span (whose context still
         # propagates the decision to nested runs and foreign spans).
         self.recording = self.accepting = run_span.is_recording()  # accepting: until the end
-        # Children take the lean tracer's unchecked path when what it assumes holds
-        # for the whole run (see LeanTracer.start_child): a sampled lean run span,
-        # and room for every start attribute under the count limit.
-        self.fast = (
-            self.lean
-            and type(run_span) is LeanSpan
-            and run_span._context.trace_flags.sampled  # type: ignore[union-attr]
-            and largest <= tracer.max_attributes  # type: ignore[attr-defined]
-        )
 
     # -- helpers ------------------------------------------------------------------------
     def _clean(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -168,10 +159,11 @@ class RunTracer:
             return attrs
         return {k: redact(v) if isinstance(v, str) else v for k, v in attrs.items()}
 
-    def _set(self, span: Span, key: str, value: Any) -> None:
+    def _set(self, item: _Open, key: str, value: Any) -> None:
+        """Set one attribute we made from content (so it passes the redactor)."""
         if self.redactor is not None and isinstance(value, str):
             value = self.redactor(value)
-        span.set_attribute(key, value)
+        self._put(item, {key: value})
 
     def _anomaly(self, what: str) -> None:
         self.anomalies += 1
@@ -198,26 +190,23 @@ class RunTracer:
     ) -> _Open:
         """Open a child span; ``attrs`` is a copy of ``self.templates[kind]`` plus its keys."""
         now = time.time_ns()
+        if self.agent is not None:
+            attrs[A.AGENT_NAME] = self.agent
         if self.redactor is not None:
             attrs = self._clean(attrs)
-        if self.fast:
-            span: Span = self.tracer.start_child(  # type: ignore[attr-defined]
-                name, parent.span, span_kind, attrs, now
-            )
-        else:
-            span = self.tracer.start_span(
-                name, context=parent.context(), kind=span_kind, attributes=attrs, start_time=now
-            )
+        if self.legacy:
+            attrs.update(A.vendor_mirrors(attrs, kind))
+        span = self.tracer.start_span(
+            name, context=parent.context(), kind=span_kind, attributes=attrs, start_time=now
+        )
         return _Open(span, kind, now)
 
-    def _put(self, span: Span, attrs: dict[str, Any]) -> None:
+    def _put(self, item: _Open, attrs: dict[str, Any]) -> None:
         """Set several of our own (valid, already redacted) attributes at once."""
-        if not attrs:
-            return
-        if self.lean and type(span) is LeanSpan:
-            span.set_trusted(attrs)
-        else:
-            span.set_attributes(attrs)
+        if attrs:
+            if self.legacy:
+                attrs.update(A.vendor_mirrors(attrs, item.kind))
+            item.span.set_attributes(attrs)
 
     def nesting_context(self) -> Context:
         """Parent for a run nested in this one: the newest open tool, else step, else run."""
@@ -241,20 +230,44 @@ class RunTracer:
         except Exception as exc:  # noqa: BLE001 - telemetry boundary
             report_internal_error("span state machine", exc)
 
+    __call__ = handle  # the core Observer protocol: a runner reports events by calling us
+
+    def claim(self) -> None:
+        self.claimed = True
+
+    def scope(self, kind: str, key: str) -> Any:
+        """While a tool or model call runs, its span is the OTel current span.
+
+        A tool scope also hides this run from the tool's body (see
+        :class:`~runnertrace.core.observer.ToolBoundary`). A key we do not know
+        (an unsampled run, a call never announced) gives a scope that only hides.
+        """
+        item = (self.tools if kind == "tool" else self.messages).get(key)
+        if item is None:
+            return ToolBoundary() if kind == "tool" else NULL_OBSERVER.scope("model", key)
+        return _Scope(item.context(), kind == "tool")
+
     # -- steps --------------------------------------------------------------------------
     def _on_step_start(self, event: Any) -> None:
-        name = event.step_name
+        name = _field(event, "step_name", "name")
         index = getattr(event, "step_index", None)
+        agent = getattr(event, "agent_name", None)
+        if agent:
+            self.agent = agent if type(agent) is str else str(agent)
         attrs = self.templates["step"].copy()
         attrs[A.STEP_NAME] = name if type(name) is str else str(name)
         if index is not None:
             attrs[A.STEP_INDEX] = _number(index)
+        source = getattr(event, "handoff_from", None)
+        if source:
+            attrs[A.HANDOFF_SOURCE] = str(source)
+            attrs[A.HANDOFF_TARGET] = self.agent or self.common[A.AGENT_NAME]
         steps = self.steps
         parent = steps[-1][1] if steps else self.run
         steps.append(((name, index), self._start(f"agent_step {name}", "step", parent, attrs)))
 
     def _on_step_end(self, event: Any) -> None:
-        key = (event.step_name, getattr(event, "step_index", None))
+        key = (_field(event, "step_name", "name"), getattr(event, "step_index", None))
         for pos in range(len(self.steps) - 1, -1, -1):
             if self.steps[pos][0] == key:
                 break
@@ -303,7 +316,23 @@ class RunTracer:
         if provider:
             if type(provider) is not str:
                 provider = str(provider)
-            attrs[A.PROVIDER] = attrs[A.SYSTEM] = self.provider = provider
+            attrs[A.PROVIDER] = self.provider = provider
+        parameters = getattr(event, "request_parameters", None)
+        if parameters:
+            for key, value in parameters.items():
+                attrs[f"gen_ai.request.{key}"] = _attribute(value)
+        definitions = getattr(event, "tool_definitions", None)
+        if definitions:
+            attrs[A.TOOL_DEFINITIONS] = self._tool_definitions(definitions)
+        if self.capture:
+            messages = getattr(event, "input_messages", None)
+            if messages:
+                attrs[A.INPUT_MESSAGES] = self.policy.messages(messages)
+            instructions = getattr(event, "system_instructions", None)
+            if instructions:
+                attrs[A.SYSTEM_INSTRUCTIONS] = self.policy.parts(
+                    [{"type": "text", "content": instructions}]
+                )
         owner = self.steps[-1][1] if self.steps else None
         item = self._start(
             f"chat {model}" if model else "chat", "message", owner or self.run, attrs, _CLIENT
@@ -313,12 +342,24 @@ class RunTracer:
             item.parts = []
         self.messages[mid] = item
 
+    def _tool_definitions(self, definitions: Any) -> str:
+        """Tool names and types always (not content); descriptions and schemas only
+        under content capture."""
+        if self.capture:
+            return json.dumps(definitions, default=str, ensure_ascii=False)
+        names = [
+            {"type": d.get("type", "function"), "name": d.get("name")}
+            for d in definitions
+            if isinstance(d, dict)
+        ]
+        return json.dumps(names, ensure_ascii=False)
+
     def _on_text_delta(self, event: Any) -> None:
         item = self.messages.get(event.message_id)
         if item is None:
             self._anomaly(f"text_delta for unknown message {event.message_id!r}")
             return
-        self._delta(item, event.delta)
+        self._delta(item, _field(event, "delta", "content"))
 
     def _delta(self, item: _Open, delta: str) -> None:
         item.deltas += 1
@@ -342,7 +383,6 @@ class RunTracer:
         if item.first_ns:
             ttfc = (item.first_ns - item.start_ns) / 1e9
             attrs[A.TTFC] = ttfc
-            attrs[A.TTFC_LOGFIRE] = ttfc
         return attrs
 
     def _on_message_end(self, event: Any) -> None:
@@ -385,15 +425,21 @@ class RunTracer:
             else:
                 attrs[A.COST] = cost
                 self.cost = (self.cost or 0.0) + cost
-        self._put(span, attrs)
+        error = getattr(event, "error", None)
+        if error is not None:
+            attrs[A.ERROR_TYPE] = _error_name(error)
+        self._put(item, attrs)
+        if error is not None:
+            self._fail(span, error)
         if item.parts is not None:
             parts: list[dict[str, Any]] = []
             text = "".join(item.parts)
             if text:
                 parts.append({"type": "text", "content": text})
+                self.last_text = text
             parts.extend(item.calls or ())
             message = {"role": "assistant", "parts": parts, "finish_reason": _finish(finish)}
-            self._set(span, A.OUTPUT_MESSAGES, self.policy.text([message]))
+            self._set(item, A.OUTPUT_MESSAGES, self.policy.messages([message]))
         span.end()
 
     # -- reasoning --------------------------------------------------------------------
@@ -415,20 +461,20 @@ class RunTracer:
         if item is None:
             self._anomaly(f"reasoning_delta for unknown block {event.message_id!r}")
             return
-        self._delta(item, event.delta)
+        self._delta(item, _field(event, "delta", "content"))
 
     def _on_reasoning_end(self, event: Any) -> None:
         item = self.reasoning.pop(event.message_id, None)
         if item is None:
             self._anomaly(f"reasoning_end for unknown block {event.message_id!r}")
             return
-        self._put(item.span, self._delta_attributes(item))
+        self._put(item, self._delta_attributes(item))
         if item.parts is not None:
             message = {
                 "role": "assistant",
                 "parts": [{"type": "reasoning", "content": "".join(item.parts)}],
             }
-            self._set(item.span, A.OUTPUT_MESSAGES, self.policy.text([message]))
+            self._set(item, A.OUTPUT_MESSAGES, self.policy.messages([message]))
         item.span.end()
 
     # -- tool calls -------------------------------------------------------------------
@@ -437,11 +483,11 @@ class RunTracer:
         if cid in self.tools:
             self._anomaly(f"duplicate tool_call_start {cid!r}")
             self._close(self.tools.pop(cid), incomplete=True)
-        name = event.tool_name
+        name = _field(event, "tool_name", "name")
         if type(name) is not str:
             name = str(name)
         attrs = self.templates["tool"].copy()
-        attrs[A.TOOL_NAME] = attrs[A.LEGACY_TOOL_NAME] = name
+        attrs[A.TOOL_NAME] = name
         attrs[A.TOOL_CALL_ID] = cid if type(cid) is str else str(cid)
         owner = self.steps[-1][1] if self.steps else None
         item = self._start(f"execute_tool {name}", "tool", owner or self.run, attrs)
@@ -459,20 +505,19 @@ class RunTracer:
             return
         item.deltas += 1
         if item.parts is not None:
-            item.parts.append(event.delta)
+            item.parts.append(_field(event, "delta", "content"))
 
     def _on_tool_call_end(self, event: Any) -> None:
         item = self.tools.get(event.tool_call_id)
         if item is None:
             self._anomaly(f"tool_call_end for unknown call {event.tool_call_id!r}")
             return
-        self._put(item.span, {A.DELTA_COUNT: item.deltas})
+        self._put(item, {A.DELTA_COUNT: item.deltas})
         if item.parts is None:
             return
         arguments = "".join(item.parts)
         text = self.policy.truncate(arguments)
-        self._set(item.span, A.TOOL_ARGUMENTS, text)
-        self._set(item.span, A.INPUT_VALUE, text)
+        self._set(item, A.TOOL_ARGUMENTS, text)
         asking = self.messages.get(item.parent_id or "")
         if asking is not None and asking.parts is not None:
             try:
@@ -498,11 +543,11 @@ class RunTracer:
         span = item.span
         if self.capture:
             text = self.policy.text(event.content)
-            self._set(span, A.TOOL_RESULT, text)
-            self._set(span, A.OUTPUT_VALUE, text)
-        if getattr(event, "is_error", False):
-            span.set_attribute(A.ERROR_TYPE, "tool_error")
-            span.set_status(Status(StatusCode.ERROR, "tool returned an error"))
+            self._set(item, A.TOOL_RESULT, text)
+        error = getattr(event, "error", None)
+        if error is not None or getattr(event, "is_error", False):
+            span.set_attribute(A.ERROR_TYPE, _error_name(error) if error is not None else "_OTHER")
+            self._fail(span, error or EventError(type="_OTHER", message=str(event.content)))
         span.end()
 
     # -- closing -------------------------------------------------------------------------
@@ -518,7 +563,7 @@ class RunTracer:
         if not span.is_recording():
             return
         if item.kind in ("message", "reasoning"):
-            self._put(span, self._delta_attributes(item))
+            self._put(item, self._delta_attributes(item))
         if incomplete:
             span.set_attribute(A.INCOMPLETE, True)
         if cancelled:
@@ -528,9 +573,20 @@ class RunTracer:
             span.set_status(Status(StatusCode.ERROR, self._message(error)))
         span.end()
 
-    def _message(self, error: BaseException) -> str:
-        text = f"{type(error).__name__}: {error}"
+    def _message(self, error: BaseException | EventError) -> str:
+        if isinstance(error, EventError):
+            text = f"{error.type}: {error.message}" if error.message else error.type
+        else:
+            text = f"{type(error).__name__}: {error}"
         return self.redactor(text) if self.redactor else text
+
+    def _fail(self, span: Span, error: EventError) -> None:
+        """ERROR status plus an exception event, as ``record_exception`` would write."""
+        span.set_status(Status(StatusCode.ERROR, self._message(error)))
+        attrs = {"exception.type": error.type, "exception.message": error.message}
+        if error.stacktrace:
+            attrs["exception.stacktrace"] = error.stacktrace
+        span.add_event("exception", self._clean(attrs))
 
     def finish(
         self, reply: Any = None, error: BaseException | None = None, cancelled: bool = False
@@ -562,9 +618,10 @@ class RunTracer:
                 kind = getattr(reply, "type", None)
                 if kind:
                     attrs[A.REPLY_TYPE] = str(kind)
-            self._put(span, attrs)
-            if reply is not None and self.capture:
-                self._record_reply(span, reply)
+            self._put(self.run, attrs)
+            if self.capture and (reply is not None or self.last_text is not None):
+                # stream mode has no reply object: the newest message's text is the output
+                self._record_reply(reply if reply is not None else self.last_text)
             if error is not None:
                 self._record_exception(span, error)
                 span.set_status(Status(StatusCode.ERROR, self._message(error)))
@@ -600,15 +657,13 @@ class RunTracer:
         }
         span.add_event("exception", self._clean(attrs))
 
-    def _record_reply(self, span: Span, reply: Any) -> None:
-        text = self.policy.text(str(reply))
+    def _record_reply(self, reply: Any) -> None:
         message = {
             "role": "assistant",
-            "parts": [{"type": "text", "content": text}],
+            "parts": [{"type": "text", "content": str(reply)}],
             "finish_reason": "stop",
         }
-        self._set(span, A.OUTPUT_MESSAGES, self.policy.text([message]))
-        self._set(span, A.OUTPUT_VALUE, text)
+        self._set(self.run, A.OUTPUT_MESSAGES, self.policy.messages([message]))
 
 
 @functools.lru_cache(maxsize=256)
@@ -619,17 +674,17 @@ def _templates(
     user_id: str | None,
     mode: str,
     redactor: Callable[[str], str] | None = None,
-) -> tuple[dict[str, Any], dict[str, dict[str, Any]], int]:
-    """The attributes every span of a run shares, per-kind start templates, and
-    the most attributes any span starts with (a template plus its own keys).
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The attributes every span of a run shares, and per-kind start templates.
 
     Cached: runs of one agent in one session share them (they are only ever
     copied, never changed). A span's start attributes are then one dict copy
-    plus its own few keys.
+    plus its own few keys. Each fact appears once, in its GenAI semconv key;
+    vendor spellings (``session.id``, ``openinference.span.kind``, ...) are
+    added by each backend's mapping on its exported copy.
     """
     common: dict[str, Any] = {A.AGENT_NAME: agent_name}
     if session_id:
-        common[A.SESSION_ID] = session_id
         common[A.CONVERSATION_ID] = session_id
     if user_id:
         common[A.USER_ID] = user_id
@@ -641,16 +696,14 @@ def _templates(
             A.SPAN_TYPE: "run",
             A.OPERATION: "invoke_agent",
             A.AGENT_ID: common[A.AGENT_NAME],
-            A.OPENINFERENCE_KIND: "AGENT",
             A.FRAMEWORK: framework,
             A.MODE: mode,
         },
-        "step": {**common, A.SPAN_TYPE: "step", A.OPENINFERENCE_KIND: "CHAIN"},
+        "step": {**common, A.SPAN_TYPE: "step"},
         "message": {
             **common,
             A.SPAN_TYPE: "message",
             A.OPERATION: "chat",
-            A.OPENINFERENCE_KIND: "LLM",
             A.REQUEST_STREAM: mode == "stream",
         },
         "reasoning": {**common, A.SPAN_TYPE: "reasoning"},
@@ -659,14 +712,58 @@ def _templates(
             A.SPAN_TYPE: "tool",
             A.OPERATION: "execute_tool",
             A.TOOL_TYPE: "function",
-            A.OPENINFERENCE_KIND: "TOOL",
         },
     }
-    return common, templates, max(map(len, templates.values())) + _OWN_START_KEYS
+    return common, templates
 
 
-# Keys a handler adds to its template at a span's start (at most: a tool call's three).
-_OWN_START_KEYS = 3
+def _field(event: Any, name: str, alias: str) -> Any:
+    """``event.<name>``, else ``event.<alias>``: the spelling some foreign runners use.
+
+    Agent Kernel's events, for one, carry ``TextDelta.content``, ``ToolCallStart.name``
+    and ``StepStart.name``; the AG-UI-style names are ours. Both are accepted on the
+    duck-typed path; a missing field raises, which ``handle`` reports.
+    """
+    value = getattr(event, name, _MISSING)
+    return getattr(event, alias) if value is _MISSING else value
+
+
+_MISSING = object()
+
+
+def _error_name(error: Any) -> str:
+    """``error.type`` of an event's error (foreign events may carry anything)."""
+    name = getattr(error, "type", None)
+    return name if isinstance(name, str) and name else "_OTHER"
+
+
+def _attribute(value: Any) -> Any:
+    """A request parameter as an attribute value (a list becomes a tuple of its texts)."""
+    if isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return tuple(v if isinstance(v, str) else str(v) for v in value)
+    return str(value)
+
+
+class _Scope:
+    """Makes one call's span current while the framework executes it."""
+
+    __slots__ = ("_boundary", "_context", "_token")
+
+    def __init__(self, context: Context, tool: bool) -> None:
+        self._context = context
+        self._boundary = ToolBoundary() if tool else None
+
+    def __enter__(self) -> None:
+        self._token = attach(self._context)
+        if self._boundary is not None:
+            self._boundary.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._boundary is not None:
+            self._boundary.__exit__()
+        detach(self._token)
 
 
 def _text(value: Any) -> str:
@@ -698,17 +795,21 @@ _DETAIL_USAGE_FIELDS = (  # beside input and output tokens, which are also summe
 )
 _RESPONSE_FIELDS = ((A.RESPONSE_MODEL, "response_model"), (A.RESPONSE_ID, "response_id"))
 
+# Each event type is handled by the method named after it (``step_start`` -> ``_on_step_start``).
 _HANDLERS: dict[Any, Callable[[RunTracer, Any], None]] = {
-    "step_start": RunTracer._on_step_start,
-    "step_end": RunTracer._on_step_end,
-    "message_start": RunTracer._on_message_start,
-    "text_delta": RunTracer._on_text_delta,
-    "message_end": RunTracer._on_message_end,
-    "reasoning_start": RunTracer._on_reasoning_start,
-    "reasoning_delta": RunTracer._on_reasoning_delta,
-    "reasoning_end": RunTracer._on_reasoning_end,
-    "tool_call_start": RunTracer._on_tool_call_start,
-    "tool_call_args": RunTracer._on_tool_call_args,
-    "tool_call_end": RunTracer._on_tool_call_end,
-    "tool_call_result": RunTracer._on_tool_call_result,
+    kind: getattr(RunTracer, f"_on_{kind}")
+    for kind in (
+        "step_start",
+        "step_end",
+        "message_start",
+        "text_delta",
+        "message_end",
+        "reasoning_start",
+        "reasoning_delta",
+        "reasoning_end",
+        "tool_call_start",
+        "tool_call_args",
+        "tool_call_end",
+        "tool_call_result",
+    )
 }

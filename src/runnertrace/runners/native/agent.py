@@ -14,6 +14,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from runnertrace.core import events as ev
+from runnertrace.core.builder import EventBuilder
+from runnertrace.core.observer import NULL_OBSERVER, Observer
 from runnertrace.runners.native.llm import LlmClient, parts_of
 from runnertrace.runners.native.tools import BaseTool, FunctionTool
 from runnertrace.runners.native.types import (
@@ -104,26 +106,40 @@ class Agent:
         *,
         streaming: bool,
         max_steps: int | None = None,
+        builder: EventBuilder | None = None,
     ) -> AsyncIterator[ev.StreamEvent]:
-        """The loop itself: steps until a final answer or ``max_steps`` steps this run."""
+        """The loop itself: steps until a final answer or ``max_steps`` steps this run.
+
+        Events are made by ``builder`` (which reports each one to its observer as
+        it is made) and yielded; a runner passes a builder bound to the run's
+        observer (see :mod:`runnertrace.core.observer`).
+        """
+        builder = builder if builder is not None else EventBuilder(queue=True)
         limit = context.current_step + (max_steps or self.max_steps)
         context.final_result = None
         context.add_event(
             Event(context.execution_id, "user", [Message(role="user", content=user_input)])
         )
         while context.final_result is None and context.current_step < limit:
-            async for event in self.step(context, streaming=streaming):
+            async for event in self.step(context, streaming=streaming, builder=builder):
                 yield event
 
     async def step(
-        self, context: ExecutionContext, *, streaming: bool = False
+        self,
+        context: ExecutionContext,
+        *,
+        streaming: bool = False,
+        builder: EventBuilder | None = None,
     ) -> AsyncIterator[ev.StreamEvent]:
         """One think/act cycle, reported as paired step/message/tool events."""
+        builder = builder if builder is not None else EventBuilder(queue=True)
         index = context.current_step
-        yield ev.StepStart(step_name=self.name, step_index=index)
+        builder.step_start(self.name, index)
+        for event in builder.drain():
+            yield event
         request = self._prepare_llm_request(context)
         response: LlmResponse | None = None
-        async for item in self._think_events(request, streaming):
+        async for item in self._think_events(request, streaming, builder):
             if isinstance(item, LlmResponse):
                 response = item
             else:
@@ -133,18 +149,23 @@ class Agent:
 
         tool_calls = response.tool_calls
         if tool_calls:
-            results = await self.act(context, tool_calls)
+            errors: dict[str, BaseException] = {}
+            results = await self.act(context, tool_calls, observer=builder.observer, errors=errors)
             context.add_event(Event(context.execution_id, self.name, list(results)))
             for result in results:
-                yield ev.ToolCallResult(
-                    tool_call_id=result.tool_call_id,
-                    content=result.text,
+                builder.tool_result(
+                    result.tool_call_id,
+                    result.text,
+                    name=result.name,
+                    error=errors.get(result.tool_call_id),
                     is_error=result.status == "error",
                 )
         else:
             self._finish(context, response.text)
         context.increment_step()
-        yield ev.StepEnd(step_name=self.name, step_index=index)
+        builder.step_end(self.name, index)
+        for event in builder.drain():
+            yield event
 
     def _finish(self, context: ExecutionContext, text: str) -> None:
         """Accept the final answer, or feed a parse error back for another step."""
@@ -176,65 +197,81 @@ class Agent:
         return await self.model.generate(request)
 
     async def _think_events(
-        self, request: LlmRequest, streaming: bool
+        self, request: LlmRequest, streaming: bool, builder: EventBuilder
     ) -> AsyncIterator[ev.StreamEvent | LlmResponse]:
-        """Call the model and translate its parts into message/reasoning/tool events."""
-        message_id = new_id("msg")
-        reasoning_id = f"{message_id}_reasoning"
-        yield ev.MessageStart(
-            message_id=message_id, model=self.model.model, provider=self.model.provider
+        """Call the model and translate its parts into message/reasoning/tool events.
+
+        The message starts when the request is sent. A failed call ends its
+        message with the error (then the exception propagates); the model call
+        runs in the model scope, one chunk at a time in stream mode, so the
+        scope never spans a ``yield``.
+        """
+        message_id = builder.message_start(
+            model=self.model.model,
+            provider=self.model.provider,
+            input_messages=[_semconv_message(item) for item in request.contents],
+            system_instructions="\n\n".join(request.instructions) or None,
+            tool_definitions=[_semconv_tool(tool) for tool in request.tools] or None,
         )
-        parts = (
-            self.model.stream(request) if streaming else _aiter(parts_of(await self.think(request)))
-        )
-        reasoning_open = False
-        open_calls: dict[int, str] = {}
+        for event in builder.drain():
+            yield event
         response: LlmResponse | None = None
-        async for part in parts:
-            if isinstance(part, ReasoningPart):
-                if not reasoning_open:
-                    reasoning_open = True
-                    yield ev.ReasoningStart(message_id=reasoning_id)
-                yield ev.ReasoningDelta(message_id=reasoning_id, delta=part.delta)
-                continue
-            if reasoning_open:
-                reasoning_open = False
-                yield ev.ReasoningEnd(message_id=reasoning_id)
-            if isinstance(part, TextPart):
-                yield ev.TextDelta(message_id=message_id, delta=part.delta)
-            elif isinstance(part, ToolCallPart):
-                if part.index not in open_calls:
-                    call_id = part.id or new_id("call")
-                    open_calls[part.index] = call_id
-                    yield ev.ToolCallStart(
-                        tool_call_id=call_id,
-                        tool_name=part.name or "unknown",
-                        parent_message_id=message_id,
-                    )
-                if part.args_delta:
-                    yield ev.ToolCallArgs(
-                        tool_call_id=open_calls[part.index], delta=part.args_delta
-                    )
+        try:
+            if streaming:
+                parts: AsyncIterator[Any] = _scoped(self.model.stream(request), builder, message_id)
             else:
-                response = part
-        if reasoning_open:
-            yield ev.ReasoningEnd(message_id=reasoning_id)
-        if response is None:
-            raise RuntimeError(f"{type(self.model).__name__}.stream() ended without a response")
-        for call_id in open_calls.values():
-            yield ev.ToolCallEnd(tool_call_id=call_id)
-        yield ev.MessageEnd(
-            message_id=message_id,
+                with builder.model_scope(message_id):
+                    parts = _aiter(parts_of(await self.think(request)))
+            async for part in parts:
+                if isinstance(part, ReasoningPart):
+                    builder.reasoning(part.delta, message_id)
+                elif isinstance(part, TextPart):
+                    builder.text(part.delta, message_id)
+                elif isinstance(part, ToolCallPart):
+                    builder.tool_call(
+                        part.args_delta,
+                        tool_call_id=part.id or new_id("call"),
+                        name=part.name or "unknown",
+                        index=part.index,
+                        message_id=message_id,
+                    )
+                else:
+                    response = part
+                for event in builder.drain():
+                    yield event
+            if response is None:
+                raise RuntimeError(f"{type(self.model).__name__}.stream() ended without a response")
+        except Exception as exc:
+            builder.message_end(message_id, error=exc)
+            for event in builder.drain():
+                yield event
+            raise
+        builder.message_end(
+            message_id,
             finish_reason=response.finish_reason,
             input_tokens=response.usage.input_tokens,
             output_tokens=response.usage.output_tokens,
             response_model=response.model or self.model.model,
             response_id=response.response_id,
         )
+        for event in builder.drain():
+            yield event
         yield response
 
-    async def act(self, context: ExecutionContext, tool_calls: list[ToolCall]) -> list[ToolResult]:
-        """Run each requested tool. Failures become error results the model will see."""
+    async def act(
+        self,
+        context: ExecutionContext,
+        tool_calls: list[ToolCall],
+        *,
+        observer: Observer = NULL_OBSERVER,
+        errors: dict[str, BaseException] | None = None,
+    ) -> list[ToolResult]:
+        """Run each requested tool. Failures become error results the model will see.
+
+        Each tool runs in the observer's tool scope; a tool that raises has its
+        exception put in ``errors`` under its call id (for the trace), besides
+        the error result the model reads.
+        """
         tools = {t.name: t for t in self.tools}
         results: list[ToolResult] = []
         for call in tool_calls:
@@ -251,8 +288,11 @@ class Agent:
                 )
                 continue
             try:
-                output = await found(context, **call.arguments)
+                with observer.scope("tool", call.tool_call_id):
+                    output = await found(context, **call.arguments)
             except Exception as exc:  # noqa: BLE001 - a tool error is data for the model
+                if errors is not None:
+                    errors[call.tool_call_id] = exc
                 results.append(
                     ToolResult(
                         call.tool_call_id, call.name, "error", [f"{type(exc).__name__}: {exc}"]
@@ -263,6 +303,59 @@ class Agent:
                     ToolResult(call.tool_call_id, call.name, "success", [_render(output)])
                 )
         return results
+
+
+async def _scoped(
+    parts: AsyncIterator[Any], builder: EventBuilder, message_id: str
+) -> AsyncIterator[Any]:
+    """``parts``, each pulled inside the model scope (entered and left between yields)."""
+    iterator = parts.__aiter__()
+    while True:
+        with builder.model_scope(message_id):
+            try:
+                part = await iterator.__anext__()
+            except StopAsyncIteration:
+                return
+        yield part
+
+
+def _semconv_message(item: Any) -> dict[str, Any]:
+    """One history item as a GenAI semconv input message."""
+    if isinstance(item, ToolResult):
+        return {
+            "role": "tool",
+            "parts": [
+                {
+                    "type": "tool_call_response",
+                    "id": item.tool_call_id,
+                    "name": item.name,
+                    "response": item.text,
+                    "result": item.text,
+                }
+            ],
+        }
+    if isinstance(item, ToolCall):
+        return {
+            "role": "assistant",
+            "parts": [
+                {
+                    "type": "tool_call",
+                    "id": item.tool_call_id,
+                    "name": item.name,
+                    "arguments": item.arguments,
+                }
+            ],
+        }
+    return {"role": item.role, "parts": [{"type": "text", "content": item.content}]}
+
+
+def _semconv_tool(tool: Any) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": tool.parameters,
+    }
 
 
 def _render(output: Any) -> Any:

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from runnertrace.core.agent import Agent as CoreAgent
+from runnertrace.core.builder import EventBuilder
 from runnertrace.core.events import StreamEvent
 from runnertrace.core.models import (
     AgentReply,
@@ -18,7 +19,7 @@ from runnertrace.core.models import (
     prompt_of,
 )
 from runnertrace.core.module import Module
-from runnertrace.core.observer import claim_observer
+from runnertrace.core.observer import claim_observer, stream_observer
 from runnertrace.core.runner import Runner
 from runnertrace.core.session import Session
 from runnertrace.runners.native.agent import Agent as NativeAgent
@@ -117,10 +118,11 @@ class NativeRunner(Runner):
         max_steps = options.get("max_steps", native.max_steps)
         context, loaded = self._prepare(session)
         with claim_observer() as report:
-            async for event in native.execute(
-                user_input, context, streaming=False, max_steps=max_steps
+            builder = EventBuilder(report, queue=True)
+            async for _ in native.execute(
+                user_input, context, streaming=False, max_steps=max_steps, builder=builder
             ):
-                report(event)
+                pass  # each event was reported as the builder made it
         self._save(session, context, loaded)
         return self._reply(native.result_of(context), prompt_of(requests), max_steps)
 
@@ -132,13 +134,13 @@ class NativeRunner(Runner):
         options = await self._options(agent, session, requests)
         max_steps = options.get("max_steps", native.max_steps)
         context, loaded = self._prepare(session)
-        # Hide any run-mode observer from nested runs: in stream mode the events
-        # are yielded, not reported.
-        with claim_observer():
-            async for event in native.execute(
-                user_input, context, streaming=True, max_steps=max_steps
-            ):
-                yield event
+        # Each event is reported as it is made, then yielded: the observer sees a
+        # model call start when it is sent, whenever the consumer reads the event.
+        builder = EventBuilder(stream_observer(), queue=True)
+        async for event in native.execute(
+            user_input, context, streaming=True, max_steps=max_steps, builder=builder
+        ):
+            yield event
         self._save(session, context, loaded)
 
 

@@ -1,0 +1,199 @@
+"""Trace fidelity: what a user debugging an agent needs, asserted on spans only.
+
+The shared scenario, per runner and mode: the model calls two tools, one of which
+fails and is fed back; a user span opens inside a tool and another inside a model
+call; the second model call answers. A second scenario fails a model call. We
+check what each chat span says it was sent, where each error lands, and that
+what ran inside a call nests under its span.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
+
+from runnertrace import TracingRunner
+from runnertrace.core import Session
+from runnertrace.core.agent import Agent as CoreAgent
+from runnertrace.core.models import AgentRequestText
+from runnertrace.runners.native import Agent, NativeRunner, ScriptedLlm
+from runnertrace.runners.native.tools import tool
+from runnertrace.runners.native.types import LlmRequest, LlmResponse, Message, ToolCall
+from runnertrace.testing import CapturedSpans
+
+MODES = ["run", "stream"]
+# The user's own tracer, on the same provider as ours (as with an app's global SDK
+# provider); set per test by the fixture below.
+user: dict[str, trace_api.Tracer] = {}
+
+
+@pytest.fixture(autouse=True)
+def user_tracer(captured_spans: CapturedSpans) -> None:
+    user["tracer"] = captured_spans.provider.get_tracer("user-code")
+
+
+class LookupFailed(RuntimeError):
+    pass
+
+
+@tool
+async def weather(city: str) -> str:
+    """Look up the weather."""
+    with user["tracer"].start_as_current_span("db.query weather"):
+        return f"sunny in {city}"
+
+
+@tool
+async def flights(city: str) -> str:
+    """Look up flights."""
+    raise LookupFailed(f"no flights to {city}")
+
+
+def first_turn(request: LlmRequest) -> LlmResponse:
+    with user["tracer"].start_as_current_span("http.request model"):
+        return LlmResponse(
+            content=[
+                ToolCall("c1", "weather", {"city": "Oslo"}),
+                ToolCall("c2", "flights", {"city": "Oslo"}),
+            ]
+        )
+
+
+def second_turn(request: LlmRequest) -> LlmResponse:
+    return LlmResponse(content=[Message(role="assistant", content="Sunny; no flights.")])
+
+
+def broken_turn(request: LlmRequest) -> LlmResponse:
+    raise ConnectionError("model endpoint reset the connection")
+
+
+def agent_with(turns: list[Any]) -> CoreAgent:
+    runner = TracingRunner(NativeRunner(), capture_content=True)
+    native = Agent(
+        ScriptedLlm(turns=turns),
+        tools=[weather, flights],
+        instructions="You plan trips.",
+        name="planner",
+    )
+    return CoreAgent("planner", runner, native)
+
+
+async def run(agent: CoreAgent, mode: str) -> None:
+    requests = [AgentRequestText(prompt="Trip to Oslo?")]
+    if mode == "run":
+        await agent.runner.run(agent, Session("s1"), requests)
+    else:
+        async for _ in agent.runner.stream(agent, Session("s1"), requests):
+            pass
+
+
+def one(spans: CapturedSpans, name: str) -> ReadableSpan:
+    (span,) = spans.by_name(name)
+    return span
+
+
+def parent_name(spans: CapturedSpans, span: ReadableSpan) -> str:
+    assert span.parent is not None
+    (parent,) = [s for s in spans.spans if s.context.span_id == span.parent.span_id]
+    return parent.name
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_chat_spans_show_what_the_model_was_sent(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    await run(agent_with([first_turn, second_turn]), mode)
+    first, second = sorted(captured_spans.by_name("chat scripted-1"), key=lambda s: s.start_time)
+    sent = json.loads(second.attributes["gen_ai.input.messages"])
+    assert sent[0] == {"role": "user", "parts": [{"type": "text", "content": "Trip to Oslo?"}]}
+    responses = [p for m in sent for p in m["parts"] if p["type"] == "tool_call_response"]
+    assert [(p["id"], p["name"]) for p in responses] == [("c1", "weather"), ("c2", "flights")]
+    assert "LookupFailed: no flights to Oslo" in responses[1]["response"]  # fed back
+    assert json.loads(first.attributes["gen_ai.system_instructions"]) == [
+        {"type": "text", "content": "You plan trips."}
+    ]
+    tools = json.loads(first.attributes["gen_ai.tool.definitions"])
+    assert [t["name"] for t in tools] == ["weather", "flights"]
+    assert tools[0]["parameters"]["properties"]["city"]["type"] == "string"
+
+
+async def test_tool_definitions_without_content_capture_are_names_only(
+    captured_spans: CapturedSpans,
+) -> None:
+    agent = agent_with([first_turn, second_turn])
+    agent.runner = TracingRunner(NativeRunner(), capture_content=False)
+    await run(agent, "run")
+    chat = captured_spans.by_name("chat scripted-1")[0]
+    assert json.loads(chat.attributes["gen_ai.tool.definitions"]) == [
+        {"type": "function", "name": "weather"},
+        {"type": "function", "name": "flights"},
+    ]
+    assert "gen_ai.input.messages" not in chat.attributes
+    assert "gen_ai.system_instructions" not in chat.attributes
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_failed_tool_is_an_error_on_its_own_span(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    await run(agent_with([first_turn, second_turn]), mode)
+    failed = one(captured_spans, "execute_tool flights")
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.attributes["error.type"] == "LookupFailed"
+    (event,) = [e for e in failed.events if e.name == "exception"]
+    assert event.attributes["exception.type"] == "LookupFailed"
+    assert "raise LookupFailed" in event.attributes["exception.stacktrace"]
+    ok = one(captured_spans, "execute_tool weather")
+    assert ok.status.status_code is StatusCode.UNSET
+    run_span = one(captured_spans, "invoke_agent planner")
+    assert run_span.status.status_code is StatusCode.UNSET  # the run itself recovered
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_what_runs_inside_a_call_nests_under_its_span(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    await run(agent_with([first_turn, second_turn]), mode)
+    assert parent_name(captured_spans, one(captured_spans, "db.query weather")) == (
+        "execute_tool weather"
+    )
+    assert parent_name(captured_spans, one(captured_spans, "http.request model")) == (
+        "chat scripted-1"
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_failed_model_call_is_an_error_on_its_chat_span(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    with pytest.raises(ConnectionError):
+        await run(agent_with([first_turn, broken_turn]), mode)
+    chats = sorted(captured_spans.by_name("chat scripted-1"), key=lambda s: s.start_time)
+    assert [c.status.status_code for c in chats] == [StatusCode.UNSET, StatusCode.ERROR]
+    failed = chats[1]
+    assert failed.attributes["error.type"] == "ConnectionError"
+    assert "runnertrace.incomplete" not in failed.attributes
+    (event,) = [e for e in failed.events if e.name == "exception"]
+    assert "reset the connection" in event.attributes["exception.message"]
+    steps = sorted(captured_spans.by_name("agent_step planner"), key=lambda s: s.start_time)
+    # the step that held the failure is the second one, and it failed
+    assert parent_name(captured_spans, failed) == "agent_step planner"
+    assert failed.parent.span_id == steps[1].context.span_id
+    assert steps[1].status.status_code is StatusCode.ERROR
+    assert steps[0].status.status_code is StatusCode.UNSET
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_run_span_records_the_final_output(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    await run(agent_with([first_turn, second_turn]), mode)
+    output = json.loads(
+        one(captured_spans, "invoke_agent planner").attributes["gen_ai.output.messages"]
+    )
+    assert output[0]["parts"][0]["content"] == "Sunny; no flights."
