@@ -1,9 +1,11 @@
-"""A real OTLP/HTTP trace receiver on 127.0.0.1, for testing exporters on the wire.
+"""A real OTLP/HTTP trace and metrics receiver on 127.0.0.1, for testing exporters on the wire.
 
 It decodes ``ExportTraceServiceRequest`` protobuf bodies (plain, gzip or
 deflate) with ``opentelemetry-proto`` and records, per request, the path, the
 headers and every span (name, ids, parent, kind, status, attributes and resource
-attributes decoded to Python values).
+attributes decoded to Python values). Requests to ``.../v1/metrics`` are decoded
+as ``ExportMetricsServiceRequest`` into data points (sums and histograms) and
+kept apart, in ``metric_requests``, so ``requests`` stays the trace requests.
 
 Modes (switchable while running, via ``receiver.mode``):
 
@@ -28,6 +30,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -71,11 +77,74 @@ class ReceivedSpan:
 
 
 @dataclass
+class ReceivedPoint:
+    """One metric data point: a sum's value, or a histogram's count, sum and buckets."""
+
+    name: str
+    unit: str
+    kind: str  # "sum" or "histogram"
+    temporality: int  # 1 delta, 2 cumulative (AggregationTemporality in the proto)
+    attributes: dict[str, Any]
+    resource: dict[str, Any]
+    scope: str
+    value: float = 0.0
+    count: int = 0
+    bounds: list[float] = field(default_factory=list)
+    bucket_counts: list[int] = field(default_factory=list)
+
+
+@dataclass
 class ReceivedRequest:
     path: str
     headers: dict[str, str]
     encoding: str
     spans: list[ReceivedSpan] = field(default_factory=list)
+    points: list[ReceivedPoint] = field(default_factory=list)
+
+
+def decode_metrics(body: bytes) -> list[ReceivedPoint]:
+    """Every data point of an ``ExportMetricsServiceRequest`` (sums and histograms)."""
+    request = ExportMetricsServiceRequest()
+    request.ParseFromString(body)
+    points: list[ReceivedPoint] = []
+    for resource_metrics in request.resource_metrics:
+        resource = attributes(resource_metrics.resource.attributes)
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                common = {
+                    "name": metric.name,
+                    "unit": metric.unit,
+                    "resource": resource,
+                    "scope": scope_metrics.scope.name,
+                }
+                which = metric.WhichOneof("data")
+                if which == "sum":
+                    for p in metric.sum.data_points:
+                        value = p.as_double if p.WhichOneof("value") == "as_double" else p.as_int
+                        points.append(
+                            ReceivedPoint(
+                                **common,
+                                kind="sum",
+                                temporality=metric.sum.aggregation_temporality,
+                                attributes=attributes(p.attributes),
+                                value=float(value),
+                            )
+                        )
+                elif which == "histogram":
+                    for h in metric.histogram.data_points:
+                        points.append(
+                            ReceivedPoint(
+                                **common,
+                                kind="histogram",
+                                temporality=metric.histogram.aggregation_temporality,
+                                attributes=attributes(h.attributes),
+                                value=h.sum,
+                                count=h.count,
+                                bounds=list(h.explicit_bounds),
+                                bucket_counts=list(h.bucket_counts),
+                            )
+                        )
+    return points
 
 
 def decode(body: bytes) -> list[ReceivedSpan]:
@@ -119,7 +188,8 @@ class OtlpReceiver:
         self.mode: Mode = mode
         self.hang_s = hang_s
         self.expect_headers = {k.lower(): v for k, v in (expect_headers or {}).items()}
-        self.requests: list[ReceivedRequest] = []
+        self.requests: list[ReceivedRequest] = []  # traces
+        self.metric_requests: list[ReceivedRequest] = []
         self.attempts = 0
         self._lock = threading.Lock()
         self._release = threading.Event()
@@ -173,11 +243,20 @@ class OtlpReceiver:
     def by_name(self, name: str) -> list[ReceivedSpan]:
         return [s for s in self.spans if s.name == name]
 
+    @property
+    def points(self) -> list[ReceivedPoint]:
+        with self._lock:
+            return [p for r in self.metric_requests for p in r.points]
+
     def by_type(self, span_type: str) -> list[ReceivedSpan]:
         return [s for s in self.spans if s.attributes.get("runnertrace.span.type") == span_type]
 
     def names(self) -> set[str]:
         return {s.name for s in self.spans}
+
+    def record_metrics(self, request: ReceivedRequest) -> None:
+        with self._lock:
+            self.metric_requests.append(request)
 
     def record(self, request: ReceivedRequest) -> None:
         with self._lock:
@@ -215,6 +294,11 @@ def _handler(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
                 body = gzip.decompress(body)
             elif encoding == "deflate":
                 body = zlib.decompress(body)
+            if self.path.endswith("/v1/metrics"):
+                request = ReceivedRequest(self.path, headers, encoding, [], decode_metrics(body))
+                receiver.record_metrics(request)
+                self._answer(200, ExportMetricsServiceResponse().SerializeToString())
+                return
             receiver.record(ReceivedRequest(self.path, headers, encoding, decode(body)))
             self._answer(200, ExportTraceServiceResponse().SerializeToString())
 

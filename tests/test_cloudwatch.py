@@ -32,6 +32,7 @@ from runnertrace.core.config import ConfigError, TraceConfig, load_settings
 from runnertrace.core.models import AgentRequestText
 from runnertrace.exporters.cloudwatch import (
     CloudWatchBackend,
+    CloudWatchMetricExporter,
     SigV4Session,
     cloudwatch_checks,
     cloudwatch_client,
@@ -400,9 +401,16 @@ def moto_client(server: MotoServer) -> Any:
     return boto3.client("cloudwatch", region_name=REGION, endpoint_url=server.url)
 
 
-async def test_run_metrics_are_readable_from_cloudwatch(moto: MotoServer) -> None:
+def metrics_of(settings: TraceConfig) -> CloudWatchMetricExporter:
+    exporter = backend_of(settings).metrics
+    assert exporter is not None
+    return exporter
+
+
+async def test_metrics_are_readable_from_cloudwatch(moto: MotoServer) -> None:
     with OtlpReceiver(SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
         settings = config(receiver.url, metrics=True, metrics_endpoint=moto.url, namespace="RTTest")
+        settings.flush_timeout_s = 10.0  # a bound for a loaded machine, not a measurement
         await run_agent(traced_agent(settings), "run")
         await run_agent(traced_agent(settings), "stream", session="sess-2")
         broken = traced_agent(settings, name="broken", llm=ScriptedLlm(turns=[failing_turn]))
@@ -411,42 +419,52 @@ async def test_run_metrics_are_readable_from_cloudwatch(moto: MotoServer) -> Non
         setup = setup_of(settings)
         assert setup.flush()
         receiver.wait_for(1)
-    metrics = backend_of(settings).run_metrics
-    assert (metrics.sent_runs, metrics.failed_runs, metrics.dropped_runs) == (3, 0, 0)
+    exporter = metrics_of(settings)
+    assert exporter.failed_exports == 0 and exporter.sent_datums > 0
     spans = receiver.spans()
-    math_traces = {s.trace_id for s in spans if s.name == "invoke_agent math"}
-    expected_in = sum(
-        s.attributes.get("gen_ai.usage.input_tokens", 0) for s in spans if s.trace_id in math_traces
-    )
-    expected_out = sum(
-        s.attributes.get("gen_ai.usage.output_tokens", 0)
+    math_chats = [
+        s
         for s in spans
-        if s.trace_id in math_traces
-    )
+        if s.attributes.get("runnertrace.span.type") == "message"
+        and s.attributes.get("gen_ai.agent.name") == "math"
+    ]
+    expected_in = sum(s.attributes.get("gen_ai.usage.input_tokens", 0) for s in math_chats)
+    expected_out = sum(s.attributes.get("gen_ai.usage.output_tokens", 0) for s in math_chats)
     assert expected_in > 0 and expected_out > 0
 
     client = moto_client(moto)
     math = {"Agent": "math", "Framework": "native"}
-    assert metric_sum(client, "Runs", math) == 2
-    assert metric_sum(client, "Errors", math) == 0
-    assert metric_sum(client, "InputTokens", math) == expected_in
-    assert metric_sum(client, "OutputTokens", math) == expected_out
-    assert metric_sum(client, "ToolCalls", math) == 4
-    assert metric_sum(client, "ToolCalls", {"Agent": "math", "Tool": "calculator"}) == 4
-    assert metric_sum(client, "RunDuration", math, "SampleCount") == 2
-    assert metric_sum(client, "RunDuration", math, "Maximum") > 0
-    broken_dims = {"Agent": "broken", "Framework": "native"}
-    assert metric_sum(client, "Runs", broken_dims) == 1
-    assert metric_sum(client, "Errors", broken_dims) == 1
-    assert metric_sum(client, "ToolCalls", broken_dims) == 0
+    assert metric_sum(client, "runnertrace.runs", math) == 2
+    assert metric_sum(client, "runnertrace.runs", {"Agent": "broken", "Framework": "native"}) == 1
+    broken_errors = {"Agent": "broken", "ErrorType": "RuntimeError", "Framework": "native"}
+    assert metric_sum(client, "runnertrace.run.errors", broken_errors) == 1
+    tools = {**math, "Tool": "calculator"}
+    assert metric_sum(client, "runnertrace.tool.calls", tools) == 4
+    chat = {
+        **math,
+        "Model": "scripted-1",
+        "Operation": "chat",
+        "Provider": "runnertrace",
+        "ResponseModel": "scripted-1",
+    }
+    usage = "gen_ai.client.token.usage"
+    assert metric_sum(client, usage, {**chat, "TokenType": "input"}) == expected_in
+    assert metric_sum(client, usage, {**chat, "TokenType": "output"}) == expected_out
+    assert metric_sum(client, usage, {**chat, "TokenType": "input"}, "SampleCount") == len(
+        math_chats
+    )
+    runs = {**math, "Operation": "invoke_agent"}
+    duration = "gen_ai.client.operation.duration"
+    assert metric_sum(client, duration, runs, "SampleCount") == 2
+    assert metric_sum(client, duration, runs, "Maximum") > 0
     listed = client.list_metrics(Namespace="RTTest")["Metrics"]
     assert {m["MetricName"] for m in listed} == {
-        "Runs",
-        "Errors",
-        "RunDuration",
-        "InputTokens",
-        "OutputTokens",
-        "ToolCalls",
+        "runnertrace.runs",
+        "runnertrace.run.errors",
+        "runnertrace.tool.calls",
+        duration,
+        usage,
+        "gen_ai.client.operation.time_to_first_chunk",
     }
 
 
@@ -455,11 +473,23 @@ async def test_metrics_endpoint_from_aws_env_var_is_honoured(
 ) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL_CLOUDWATCH", moto.url)
     with OtlpReceiver(SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
-        settings = config(receiver.url, metrics=True, namespace="RTTest")
+        settings = config(receiver.url, metrics=True, namespace="RTEnv")
+        settings.flush_timeout_s = 10.0
         await run_agent(traced_agent(settings))
         assert setup_of(settings).flush()
-    assert backend_of(settings).run_metrics.sent_runs == 1
-    assert metric_sum(moto_client(moto), "Runs", {"Agent": "math", "Framework": "native"}) == 1
+    assert metrics_of(settings).failed_exports == 0
+    runs = {"Agent": "math", "Framework": "native"}
+    assert metric_sum(moto_client(moto), "runnertrace.runs", runs, namespace="RTEnv") == 1
+
+
+async def test_trace_metrics_off_sends_no_cloudwatch_metrics(moto: MotoServer) -> None:
+    with OtlpReceiver(SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
+        settings = config(receiver.url, metrics=True, metrics_endpoint=moto.url, namespace="RTOff")
+        settings.metrics = False
+        await run_agent(traced_agent(settings))
+        assert setup_of(settings).flush()
+    assert backend_of(settings).metrics is None
+    assert moto_client(moto).list_metrics(Namespace="RTOff")["Metrics"] == []
 
 
 async def test_metrics_failures_are_counted_and_logged_once(
@@ -468,35 +498,31 @@ async def test_metrics_failures_are_counted_and_logged_once(
     caplog.set_level(logging.WARNING, logger="runnertrace")
     with OtlpReceiver(SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
         settings = config(receiver.url, metrics=True, metrics_endpoint=closed_port_url())
+        replies = []
         with tolerate_internal_errors():
-            replies = [await run_agent(traced_agent(settings)) for _ in range(2)]
-            assert setup_of(settings).flush()
+            for _ in range(2):  # two export intervals, each with a run in it
+                replies.append(await run_agent(traced_agent(settings)))
+                setup_of(settings).flush()
     assert all(reply.text == "The answer is 7006669." for reply in replies)
-    metrics = backend_of(settings).run_metrics
-    assert metrics.failed_runs == 2 and metrics.sent_runs == 0
-    messages = [r.getMessage() for r in caplog.records if "run metrics" in r.getMessage()]
+    exporter = metrics_of(settings)
+    assert exporter.failed_exports == 2 and exporter.sent_datums == 0
+    messages = [r.getMessage() for r in caplog.records if "metrics to CloudWatch" in r.getMessage()]
     assert len(messages) == 1
     assert SECRET_KEY not in messages[0] and ACCESS_KEY not in messages[0]
 
 
-async def test_a_hung_metrics_api_drops_metrics_without_blocking_runs() -> None:
+async def test_a_hung_metrics_api_never_blocks_runs_and_shutdown_is_bounded() -> None:
     with (
         OtlpReceiver(SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver,
         OtlpReceiver(mode="hang") as hung_api,
     ):
         settings = config(
-            receiver.url,
-            metrics=True,
-            metrics_endpoint=f"http://127.0.0.1:{hung_api.port}",
-            metrics_queue_size=1,
+            receiver.url, metrics=True, metrics_endpoint=f"http://127.0.0.1:{hung_api.port}"
         )
         settings.flush_timeout_s = 1.0
         with tolerate_internal_errors():
             for _ in range(4):
                 await run_agent(traced_agent(settings))
-            hung_api.wait_for(1)
-            metrics = backend_of(settings).run_metrics
-            assert metrics.dropped_runs >= 2
             started = time.monotonic()
             setup_of(settings).shutdown()
             assert time.monotonic() - started <= settings.flush_timeout_s + 1
@@ -511,10 +537,11 @@ async def test_dashboard_is_created_then_updated(moto: MotoServer) -> None:
     titles = [w["properties"]["title"] for w in body["widgets"]]
     assert titles == [
         "Runs",
-        "Run latency p50 / p95 (ms)",
+        "Run latency p50 / p95 (s)",
         "Errors",
         "Tokens",
         "Top tools (calls)",
+        "Cost (USD, list price)",
     ]
     text = json.dumps(body)
     assert "TeamA" in text and "${" not in text
@@ -522,7 +549,7 @@ async def test_dashboard_is_created_then_updated(moto: MotoServer) -> None:
     latency = body["widgets"][1]["properties"]["metrics"]
     assert ["p50" in json.dumps(latency), "p95" in json.dumps(latency)] == [True, True]
     top_tools = body["widgets"][4]["properties"]["metrics"][0][0]["expression"]
-    assert 'SCHEMA("TeamA", Agent, Tool) GROUP BY Tool' in top_tools
+    assert 'SCHEMA("TeamA", Agent, Framework, Tool) GROUP BY Tool' in top_tools
 
     deploy_dashboard("runnertrace-agents", config(metrics_endpoint=moto.url, namespace="TeamB"))
     updated = client.get_dashboard(DashboardName="runnertrace-agents")["DashboardBody"]
@@ -541,7 +568,7 @@ def test_dashboard_name_and_region_are_validated(monkeypatch: pytest.MonkeyPatch
 
 def test_dashboard_template_is_valid_json_for_any_valid_namespace() -> None:
     body = json.loads(dashboard_body("My/App:prod#1", "eu-central-1"))
-    assert len(body["widgets"]) == 5
+    assert len(body["widgets"]) == 6
     assert "My/App:prod#1" in body["widgets"][4]["properties"]["metrics"][0][0]["expression"]
 
 

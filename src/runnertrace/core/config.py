@@ -104,6 +104,8 @@ class TraceConfig(BaseModel):
     """Dotted path to a ``(str) -> str`` callable applied to every exported string."""
     sample_rate: float = Field(1.0, ge=0.0, le=1.0)
     flush_timeout_s: float = Field(5.0, gt=0)
+    metrics: bool = True
+    """OTel GenAI metrics (durations, tokens, runs, tool calls, errors, cost) for every backend."""
     service_name: str | None = None
     user_id: str | None = None
     semconv_version: Literal[1, 2] = 2

@@ -15,9 +15,10 @@ What goes where:
   GenAI view requires (our spans carry it; spans of other instrumentations
   nested in a run inherit the run's); content
   attributes are cut harder than elsewhere, since AWS wants large content off spans.
-* **Metrics**: a span processor aggregates each top-level run (duration,
-  tokens, tool calls, errors) and a background thread sends them with
-  ``put_metric_data``. The run never waits for it.
+* **Metrics**: the GenAI metrics (see :mod:`runnertrace.tracing.metrics`) go
+  to CloudWatch with ``put_metric_data``, as delta points from the metric
+  reader's thread; the run never waits for them. Durations keep their buckets
+  (``Values``/``Counts``) for percentiles; token counts are exact statistics.
 * **Dashboard**: :func:`deploy_dashboard` fills the packaged template and calls
   ``put_dashboard`` (create or update).
 
@@ -29,22 +30,25 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import queue
 import re
 import string
 import threading
-import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import requests
+from opentelemetry.sdk.metrics.export import (
+    HistogramDataPoint,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+)
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
-from opentelemetry.trace import StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from runnertrace._internal.errors import handle_internal_errors, internal_log
@@ -61,6 +65,7 @@ from runnertrace.exporters.otlp import (
 )
 from runnertrace.tracing import attributes as attr
 from runnertrace.tracing.backend import Backend, Check
+from runnertrace.tracing.metrics import delta_temporality, our_points
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -69,18 +74,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CloudWatchBackend",
-    "RunMetricsProcessor",
+    "CloudWatchMetricExporter",
+    "SessionTracker",
     "SigV4Session",
     "dashboard_body",
     "deploy_dashboard",
+    "metric_datums",
     "resolve_region",
 ]
 
 EXTRA = "cloudwatch"
 XRAY_SERVICE = "xray"
 TRACES_ENV = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-INSTRUMENTATION_SCOPE = "runnertrace"
-"""Only spans from our own tracer are aggregated into run metrics."""
 
 CONTENT_KEYS = (
     attr.INPUT_MESSAGES,
@@ -93,7 +98,6 @@ CONTENT_KEYS = (
 )
 DASHBOARD_TEMPLATE = "cloudwatch_dashboard.json"
 _DASHBOARD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
-_MAX_DATUMS_PER_CALL = 1000
 
 
 # -- configuration ------------------------------------------------------------------------------
@@ -270,80 +274,25 @@ def _default_credentials() -> Any:
     return require("botocore.session", EXTRA).get_session().get_credentials()
 
 
-# -- run metrics --------------------------------------------------------------------------------
+# -- sessions -----------------------------------------------------------------------------------
 
 
-@dataclass
-class _RunStats:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    tools: Counter[str] = field(default_factory=Counter)
+class SessionTracker(SpanProcessor):
+    """Remembers each trace's session id, for child spans that lack one.
 
-
-def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _str(value: object, default: str) -> str:
-    return value if isinstance(value, str) and value else default
-
-
-class RunMetricsProcessor(SpanProcessor):
-    """Aggregates each top-level run from its spans; sends the metrics off-thread.
-
-    * A *root* is one of our spans whose parent is not one of ours (the run
-      span; a nested agent run under our tool span counts toward its caller).
-      Parent links are known at start, attributes at end, so structure is
-      tracked in ``on_start`` and numbers are added in ``on_end``.
-    * Memory is bounded: at most ``max_spans`` open spans and ``max_runs`` open
-      runs are tracked; the oldest are forgotten beyond that (counted).
-    * The send queue holds ``queue_size`` runs; a full queue drops the run's
-      metrics (counted, logged once). ``put_metric_data`` failures are counted
-      and logged once per minute. Nothing here blocks the run.
-    * It also remembers each trace's session id, which the attribute mapping
-      uses for child spans that lack one.
+    CloudWatch's GenAI view needs ``session.id`` on every span, including the
+    spans of other instrumentations nested in a run. Parent links are known at
+    start, so a span inherits its parent's session there; memory is bounded
+    (``max_spans`` spans and ``max_sessions`` traces, the oldest forgotten first).
     """
 
-    def __init__(
-        self,
-        *,
-        namespace: str,
-        region: str | None,
-        endpoint_url: str | None,
-        send: bool = True,
-        queue_size: int = 256,
-        timeout_s: float = 5.0,
-        flush_timeout_s: float = 5.0,
-        max_runs: int = 1024,
-        max_spans: int = 16384,
-        max_sessions: int = 4096,
-    ) -> None:
-        self.namespace = namespace
-        self.region = region
-        self.endpoint_url = endpoint_url
-        self.send_metrics = send
-        self.timeout_s = timeout_s
-        self.flush_timeout_s = flush_timeout_s
-        self.max_runs = max_runs
+    def __init__(self, *, max_spans: int = 16384, max_sessions: int = 4096) -> None:
         self.max_spans = max_spans
         self.max_sessions = max_sessions
-        self.sent_runs = 0
-        self.dropped_runs = 0
-        self.failed_runs = 0
-        self.forgotten = 0
-        self._owner: OrderedDict[tuple[int, int], tuple[int, int]] = OrderedDict()
-        self._runs: OrderedDict[tuple[int, int], _RunStats] = OrderedDict()
         self._sessions: OrderedDict[int, str] = OrderedDict()
         self._span_sessions: OrderedDict[tuple[int, int], str] = OrderedDict()
         self._lock = threading.Lock()
-        self._queue: queue.Queue[list[dict[str, Any]] | None] = queue.Queue(queue_size)
-        self._pending = 0
-        self._idle = threading.Condition()
-        self._worker: threading.Thread | None = None
-        self._client: Any = None
-        self._shutdown = False
 
-    # -- session ids ---------------------------------------------------------------------------
     def session_for(self, span: ReadableSpan) -> str | None:
         """The session of ``span``'s run: inherited from its ancestors, else its trace's."""
         context = span.context
@@ -352,7 +301,7 @@ class RunMetricsProcessor(SpanProcessor):
                 (context.trace_id, context.span_id)
             ) or self._sessions.get(context.trace_id)
 
-    def _track_session(
+    def _track(
         self,
         key: tuple[int, int],
         parent: tuple[int, int] | None,
@@ -373,188 +322,152 @@ class RunMetricsProcessor(SpanProcessor):
             if len(self._sessions) > self.max_sessions:
                 self._sessions.popitem(last=False)
 
-    # -- SpanProcessor -------------------------------------------------------------------------
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        with handle_internal_errors("cloudwatch run metrics"):
+        with handle_internal_errors("cloudwatch sessions"):
             context = span.get_span_context()
-            key = (context.trace_id, context.span_id)
             parent = span.parent
             parent_key = (parent.trace_id, parent.span_id) if parent else None
-            scope = span.instrumentation_scope
-            ours = scope is not None and scope.name == INSTRUMENTATION_SCOPE
             with self._lock:
-                self._track_session(key, parent_key, span.attributes)
-                if not ours:
-                    return
-                root = self._owner.get(parent_key) if parent_key else None
-                if root is None:
-                    root = key
-                    self._runs[root] = _RunStats()
-                    if len(self._runs) > self.max_runs:
-                        self._runs.popitem(last=False)
-                        self.forgotten += 1
-                self._owner[key] = root
-                if len(self._owner) > self.max_spans:
-                    self._owner.popitem(last=False)
-                    self.forgotten += 1
+                self._track((context.trace_id, context.span_id), parent_key, span.attributes)
 
     def on_end(self, span: ReadableSpan) -> None:
-        with handle_internal_errors("cloudwatch run metrics"):
-            self._on_end(span)
-
-    def _on_end(self, span: ReadableSpan) -> None:
-        context = span.context
         attributes = span.attributes or {}
-        key = (context.trace_id, context.span_id)
-        with self._lock:
-            if attr.session_of(attributes):
-                self._track_session(key, None, attributes)
-            root = self._owner.pop(key, None)
-            stats = self._runs.get(root) if root is not None else None
-            if stats is None:
-                return
-            kind = attributes.get(attr.SPAN_TYPE)
-            if kind != "run":
-                stats.input_tokens += _int(attributes.get(attr.INPUT_TOKENS))
-                stats.output_tokens += _int(attributes.get(attr.OUTPUT_TOKENS))
-            if kind == "tool":
-                stats.tools[_str(attributes.get(attr.TOOL_NAME), "unknown")] += 1
-            if root != key:
-                return
-            del self._runs[root]
-        if kind == "run" and self.send_metrics:
-            self._enqueue(self.datums(span, stats))
+        if attr.session_of(attributes):
+            context = span.context
+            with self._lock:
+                self._track((context.trace_id, context.span_id), None, attributes)
 
-    def datums(self, span: ReadableSpan, stats: _RunStats) -> list[dict[str, Any]]:
-        """The ``MetricData`` entries for one finished run."""
-        attributes = span.attributes or {}
-        agent = _str(attributes.get(attr.AGENT_NAME), "unknown")
-        framework = _str(attributes.get(attr.FRAMEWORK), "unknown")
-        dims = [{"Name": "Agent", "Value": agent}, {"Name": "Framework", "Value": framework}]
-        end_ns = span.end_time or time.time_ns()
-        when = dt.datetime.fromtimestamp(end_ns / 1e9, tz=dt.UTC)
-        duration_ms = max(0.0, (end_ns - (span.start_time or end_ns)) / 1e6)
-        failed = span.status.status_code is StatusCode.ERROR
 
-        def datum(
-            name: str, value: float, unit: str, dimensions: list[dict[str, str]]
-        ) -> dict[str, Any]:
-            return {
-                "MetricName": name,
-                "Dimensions": dimensions,
-                "Timestamp": when,
-                "Value": float(value),
-                "Unit": unit,
+# -- metrics ------------------------------------------------------------------------------------
+
+_MAX_DATUMS_PER_CALL = 500  # under both of put_metric_data's limits (1000 datums, 1 MB)
+_UNITS = {"s": "Seconds", "{token}": "Count", "{run}": "Count", "{call}": "Count"}
+DIMENSIONS = {
+    attr.AGENT_NAME: "Agent",
+    attr.FRAMEWORK: "Framework",
+    attr.TOOL_NAME: "Tool",
+    attr.PROVIDER: "Provider",
+    attr.REQUEST_MODEL: "Model",
+    attr.RESPONSE_MODEL: "ResponseModel",
+    attr.ERROR_TYPE: "ErrorType",
+    attr.OPERATION: "Operation",
+    "gen_ai.token.type": "TokenType",
+}
+"""CloudWatch dimension names for our metric attributes (short, as dashboards show them)."""
+
+
+def metric_datums(data: MetricsData) -> list[dict[str, Any]]:
+    """Our delta metric points as ``put_metric_data`` entries.
+
+    Counters send their increase. Durations (unit ``s``) send their buckets as
+    ``Values``/``Counts`` (each bucket's midpoint, clamped to the interval's
+    min and max), so CloudWatch can answer percentiles; other histograms send
+    exact ``StatisticValues`` (count, sum, min, max), so token sums stay exact.
+    """
+    datums: list[dict[str, Any]] = []
+    for metric, point in our_points(data):
+        named = ((DIMENSIONS.get(k, k), str(v)[:1024]) for k, v in (point.attributes or {}).items())
+        dimensions = [{"Name": name, "Value": value} for name, value in sorted(named) if value]
+        datum: dict[str, Any] = {
+            "MetricName": metric.name,
+            "Dimensions": dimensions,
+            "Timestamp": dt.datetime.fromtimestamp(point.time_unix_nano / 1e9, tz=dt.UTC),
+            "Unit": _UNITS.get(metric.unit or "", "None"),
+        }
+        if not isinstance(point, HistogramDataPoint):
+            datum["Value"] = float(point.value)
+        elif not point.count:
+            continue
+        elif metric.unit == "s":
+            values, counts = _bucket_values(point)
+            datum["Values"], datum["Counts"] = values, counts
+        else:
+            datum["StatisticValues"] = {
+                "SampleCount": float(point.count),
+                "Sum": float(point.sum),
+                "Minimum": float(point.min),
+                "Maximum": float(point.max),
             }
+        datums.append(datum)
+    return datums
 
-        data = [
-            datum("Runs", 1, "Count", dims),
-            datum("Errors", 1 if failed else 0, "Count", dims),
-            datum("RunDuration", duration_ms, "Milliseconds", dims),
-            datum("InputTokens", stats.input_tokens, "Count", dims),
-            datum("OutputTokens", stats.output_tokens, "Count", dims),
-            datum("ToolCalls", sum(stats.tools.values()), "Count", dims),
-        ]
-        for tool, count in sorted(stats.tools.items()):
-            tool_dims = [{"Name": "Agent", "Value": agent}, {"Name": "Tool", "Value": tool}]
-            data.append(datum("ToolCalls", count, "Count", tool_dims))
-        return data
 
-    def _enqueue(self, data: list[dict[str, Any]]) -> None:
-        if self._shutdown:
-            return
-        self._ensure_worker()
-        with self._idle:
-            self._pending += 1
-        try:
-            self._queue.put_nowait(data)
-        except queue.Full:
-            with self._idle:
-                self._pending -= 1
-                self.dropped_runs += 1
-            internal_log.warning(
-                "cloudwatch-metrics-queue-full",
-                "runnertrace: cloudwatch metrics queue is full; dropping run metrics "
-                "(%d runs dropped so far)",
-                self.dropped_runs,
-            )
+def _bucket_values(point: HistogramDataPoint) -> tuple[list[float], list[float]]:
+    bounds = list(point.explicit_bounds)
+    low_end, high_end = float(point.min), float(point.max)
+    values: list[float] = []
+    counts: list[float] = []
+    for index, count in enumerate(point.bucket_counts):
+        if not count:
+            continue
+        low = max(bounds[index - 1] if index else low_end, low_end)
+        high = min(bounds[index] if index < len(bounds) else high_end, high_end)
+        values.append((low + high) / 2)
+        counts.append(float(count))
+    return values, counts
 
-    # -- worker --------------------------------------------------------------------------------
-    def _ensure_worker(self) -> None:
-        if self._worker is not None:
-            return
-        with self._lock:
-            if self._worker is None:
-                self._worker = threading.Thread(
-                    target=self._work, name="runnertrace-cloudwatch-metrics", daemon=True
-                )
-                self._worker.start()
 
-    def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            batch = [item]
-            while len(batch) < 50:
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self._send(batch)
-                    return
-                batch.append(more)
-            self._send(batch)
+class CloudWatchMetricExporter(MetricExporter):
+    """Sends the GenAI metrics with ``put_metric_data`` (delta points, so CloudWatch adds them up).
+
+    It runs on the metric reader's thread, never on a run's; a failed call is
+    counted (``failed_exports``) and logged once per minute.
+    """
+
+    def __init__(
+        self, *, namespace: str, region: str | None, endpoint_url: str | None, timeout_s: float
+    ) -> None:
+        super().__init__(preferred_temporality=delta_temporality())
+        self.namespace = namespace
+        self.region = region
+        self.endpoint_url = endpoint_url
+        self.timeout_s = timeout_s
+        self.sent_datums = 0
+        self.failed_exports = 0
+        self._client: Any = None
+        self._client_lock = threading.Lock()
+        # Making a boto3 client takes up to seconds; made now, off the run's path, it is
+        # ready before the first export, which may be a short app's one bounded flush.
+        threading.Thread(
+            target=self._warm_up, name="runnertrace-cloudwatch-client", daemon=True
+        ).start()
+
+    def _warm_up(self) -> None:
+        with handle_internal_errors("cloudwatch client"):
+            self.client()
 
     def client(self) -> Any:
-        """The boto3 CloudWatch client (made on the worker thread, on first use)."""
-        if self._client is None:
-            self._client = cloudwatch_client(self.region, self.endpoint_url, self.timeout_s)
-        return self._client
+        """The boto3 CloudWatch client (made once, off the run's path)."""
+        with self._client_lock:
+            if self._client is None:
+                self._client = cloudwatch_client(self.region, self.endpoint_url, self.timeout_s)
+            return self._client
 
-    def _send(self, runs: list[list[dict[str, Any]]]) -> None:
-        data = [datum for run in runs for datum in run]
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        data = metric_datums(metrics_data)
         try:
-            client = self.client()
             for start in range(0, len(data), _MAX_DATUMS_PER_CALL):
-                client.put_metric_data(
-                    Namespace=self.namespace, MetricData=data[start : start + _MAX_DATUMS_PER_CALL]
-                )
-            self.sent_runs += len(runs)
+                chunk = data[start : start + _MAX_DATUMS_PER_CALL]
+                self.client().put_metric_data(Namespace=self.namespace, MetricData=chunk)
+                self.sent_datums += len(chunk)
         except Exception as exc:  # noqa: BLE001 - AWS faults never reach the host
-            self.failed_runs += len(runs)
+            self.failed_exports += 1
             internal_log.warning(
                 "cloudwatch-metrics-failed",
-                "runnertrace: sending run metrics to CloudWatch failed (%d runs lost so far): %s",
-                self.failed_runs,
+                "runnertrace: sending metrics to CloudWatch failed (%d exports lost so far): %s",
+                self.failed_exports,
                 type(exc).__name__,
             )
-        finally:
-            with self._idle:
-                self._pending -= len(runs)
-                self._idle.notify_all()
+            return MetricExportResult.FAILURE
+        return MetricExportResult.SUCCESS
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        deadline = time.monotonic() + timeout_millis / 1000
-        with self._idle:
-            while self._pending > 0:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._idle.wait(remaining)
-        return True
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True  # nothing is held between exports
 
-    def shutdown(self) -> None:
-        if self._shutdown:
-            return
-        self.force_flush(int(self.flush_timeout_s * 1000))
-        self._shutdown = True
-        try:
-            self._queue.put_nowait(None)
-        except queue.Full:
-            # The worker is stuck on a hung call; it is a daemon thread, so leave it.
-            return
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        return None
 
 
 def cloudwatch_client(region: str | None, endpoint_url: str | None, timeout_s: float) -> Any:
@@ -589,20 +502,13 @@ class CloudWatchBackend(Backend):
         self.timeout_s = self.settings.timeout_s or config.flush_timeout_s
         self.region = resolve_region(self.settings)
         self.target = traces_target(self.settings, self.region)
-        needs_aws = self.target.signed or self.settings.metrics
-        if needs_aws:
+        self.sends_metrics = self.settings.metrics and config.metrics
+        if self.target.signed or self.sends_metrics:
             require("boto3", EXTRA)
-        if self.settings.metrics:
-            _require_region(self.region, "sending run metrics (trace.cloudwatch.metrics)")
-        self.run_metrics = RunMetricsProcessor(
-            namespace=self.settings.namespace,
-            region=self.region.region,
-            endpoint_url=self.settings.metrics_endpoint,
-            send=self.settings.metrics,
-            queue_size=self.settings.metrics_queue_size,
-            timeout_s=self.timeout_s,
-            flush_timeout_s=config.flush_timeout_s,
-        )
+        if self.sends_metrics:
+            _require_region(self.region, "sending metrics (trace.cloudwatch.metrics)")
+        self.sessions = SessionTracker()
+        self.metrics: CloudWatchMetricExporter | None = None  # made with the pipeline
 
     def exporter(self) -> SpanExporter:
         # Signed: a scoped, signing session (only our headers go to AWS). Unsigned: the
@@ -621,11 +527,20 @@ class CloudWatchBackend(Backend):
         return SigV4Session(_require_region(self.region, "SigV4 signing"), XRAY_SERVICE)
 
     def processors(self) -> list[SpanProcessor]:
-        # Spans first: flush and shutdown go through processors in order within one
-        # time budget, so a hung metrics API must not use up the spans' share. The
-        # order does not matter for session tracking: mapping happens at export
+        # The order does not matter for session tracking: mapping happens at export
         # time, after the run span's on_start has recorded the session.
-        return [*super().processors(), self.run_metrics]
+        return [*super().processors(), self.sessions]
+
+    def metric_exporter(self) -> MetricExporter | None:
+        if not self.sends_metrics:
+            return None
+        self.metrics = CloudWatchMetricExporter(
+            namespace=self.settings.namespace,
+            region=self.region.region,
+            endpoint_url=self.settings.metrics_endpoint,
+            timeout_s=self.timeout_s,
+        )
+        return self.metrics
 
     def resource_attributes(self) -> Mapping[str, AttributeValue]:
         extra: dict[str, AttributeValue] = {"aws.service.type": "gen_ai_agent"}
@@ -637,7 +552,7 @@ class CloudWatchBackend(Backend):
         attributes = span.attributes or {}
         extra: dict[str, AttributeValue] = {}
         if not attributes.get(attr.SESSION_ID):
-            session = attr.session_of(attributes) or self.run_metrics.session_for(span)
+            session = attr.session_of(attributes) or self.sessions.session_for(span)
             if isinstance(session, str) and session:
                 extra[attr.SESSION_ID] = session
         limit = self.settings.max_content_length

@@ -61,7 +61,8 @@ class CloudWatchConfig(BaseModel):
     endpoint: str | None = None
     """Replaces ``https://xray.<region>.amazonaws.com``; requests are still SigV4-signed."""
     metrics: bool = True
-    """Send per-run metrics (duration, tokens, tool calls, errors) with ``put_metric_data``."""
+    """Send the GenAI metrics (durations, tokens, runs, tool calls, errors, cost) with
+    ``put_metric_data`` (``trace.metrics: false`` turns them off for every backend)."""
     namespace: str = "RunnerTrace"
     metrics_endpoint: str | None = None
     """CloudWatch API endpoint for metrics and dashboards (botocore also honours
@@ -72,7 +73,8 @@ class CloudWatchConfig(BaseModel):
     """Content attributes are cut to this many characters for CloudWatch, which
     wants large content kept off spans (applied on top of ``trace.max_content_length``)."""
     metrics_queue_size: int = Field(256, ge=1)
-    """Runs whose metrics may wait to be sent; beyond this they are dropped and counted."""
+    """No longer used: metrics are aggregated by the OTel metrics SDK, so nothing queues
+    per run. Kept so that existing configuration files still load."""
     timeout_s: float | None = Field(None, gt=0)
     """Bounds one export or API request; unset: ``trace.flush_timeout_s``."""
 

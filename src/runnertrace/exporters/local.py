@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace.export import SpanExporter
 from pydantic import Field
 
@@ -51,6 +52,11 @@ class LocalBackend(Backend):
 
     def max_queue_size(self) -> int:
         return self.settings.max_queue_size
+
+    def metric_exporter(self) -> MetricExporter:
+        from runnertrace.exporters.local_metrics import SqliteMetricExporter
+
+        return SqliteMetricExporter(self.path)
 
     def check(self) -> list[Check]:
         path = self.path

@@ -45,6 +45,7 @@ __all__ = [
     "SqliteSpanExporter",
     "StoreError",
     "StoreNotFoundError",
+    "StoredMetricPoint",
     "StoredSpan",
     "TraceNotFoundError",
     "span_tree",
@@ -230,6 +231,86 @@ class RunSummary:
     @property
     def tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+
+_METRICS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS metric_points (
+    time_ns       INTEGER NOT NULL,
+    start_ns      INTEGER NOT NULL,
+    name          TEXT    NOT NULL,
+    unit          TEXT    NOT NULL,
+    kind          TEXT    NOT NULL,
+    attributes    TEXT    NOT NULL,
+    value         REAL    NOT NULL,
+    count         INTEGER,
+    min           REAL,
+    max           REAL,
+    bounds        TEXT,
+    bucket_counts TEXT
+);
+CREATE INDEX IF NOT EXISTS metric_points_by_name ON metric_points (name, time_ns);
+"""
+_METRICS_COLUMNS = (
+    "time_ns, start_ns, name, unit, kind, attributes, value, count, min, max, bounds, bucket_counts"
+)
+_METRICS_INSERT = f"INSERT INTO metric_points ({_METRICS_COLUMNS}) VALUES ({', '.join('?' * 12)})"
+_METRICS_SELECT = f"SELECT {_METRICS_COLUMNS} FROM metric_points"
+
+
+@dataclass(frozen=True)
+class StoredMetricPoint:
+    """One metric data point over one export interval (delta): a sum, or a histogram.
+
+    ``value`` is a counter's increase, or a histogram's sum; histograms also
+    have ``count``, ``min``, ``max`` and their buckets (``bounds`` are the upper
+    bounds; ``bucket_counts`` has one more entry, for values above the last).
+    """
+
+    time_ns: int
+    start_ns: int
+    name: str
+    unit: str
+    kind: str
+    attributes: dict[str, Any]
+    value: float
+    count: int | None = None
+    min: float | None = None
+    max: float | None = None
+    bounds: list[float] | None = None
+    bucket_counts: list[int] | None = None
+
+    def row(self) -> tuple[object, ...]:
+        return (
+            self.time_ns,
+            self.start_ns,
+            self.name,
+            self.unit,
+            self.kind,
+            _dumps(self.attributes),
+            self.value,
+            self.count,
+            self.min,
+            self.max,
+            None if self.bounds is None else _dumps(self.bounds),
+            None if self.bucket_counts is None else _dumps(self.bucket_counts),
+        )
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> StoredMetricPoint:
+        return cls(
+            time_ns=row[0],
+            start_ns=row[1],
+            name=row[2],
+            unit=row[3],
+            kind=row[4],
+            attributes=json.loads(row[5]),
+            value=row[6],
+            count=row[7],
+            min=row[8],
+            max=row[9],
+            bounds=None if row[10] is None else json.loads(row[10]),
+            bucket_counts=None if row[11] is None else json.loads(row[11]),
+        )
 
 
 def _json_default(value: object) -> object:
@@ -601,6 +682,39 @@ class SpanStore:
                 raise
             conn.execute("COMMIT")
         return len(rows)
+
+    # -- metrics: a table of its own, made on first use (stores of any version take it) ----
+    _metrics_ready = False
+
+    def write_metric_points(self, points: Sequence[StoredMetricPoint]) -> int:
+        """Append metric data points (one export interval of delta values) in one transaction."""
+        if not points:
+            return 0
+        rows = [point.row() for point in points]
+        with self._lock:
+            conn = self._connection(create=True)
+            if not self._metrics_ready:
+                conn.executescript(_METRICS_SCHEMA)
+                self._metrics_ready = True
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(_METRICS_INSERT, rows)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        return len(rows)
+
+    def metric_points(self, name: str | None = None) -> list[StoredMetricPoint]:
+        """Stored metric points, oldest first (all, or those of metric ``name``)."""
+        where, params = ("WHERE name = ?", (name,)) if name else ("", ())
+        try:
+            rows = self._query(f"{_METRICS_SELECT} {where} ORDER BY time_ns, rowid", params)
+        except StoreError as exc:
+            if "no such table" in str(exc):
+                return []  # nothing was ever recorded in this store
+            raise
+        return [StoredMetricPoint.from_row(row) for row in rows]
 
     # -- reading ----------------------------------------------------------------------
     def exists(self) -> bool:

@@ -17,6 +17,11 @@ Mapping:
 * LLM view: model spans carry a provider (``gen_ai.system`` and
   ``gen_ai.provider.name``), ``gen_ai.request.model`` and Logfire's time-to-first-
   chunk key ``gen_ai.client.operation.time_to_first_chunk``.
+* Cost: a model call's ``gen_ai.usage.cost`` is also sent as ``operation.cost``,
+  the key Logfire's LLM views read (the run's sum stays under its own key, so
+  Logfire's per-trace total does not count it twice).
+* Metrics: the GenAI metrics go to ``{base_url}/v1/metrics`` with the same
+  token, with delta temporality, as the Logfire SDK sends them.
 * Session id: sent as ``gen_ai.conversation.id`` only. That key is on
   Logfire's list of keys its scrubber never touches, and it is the key the
   Agents view groups conversations by. ``session.id`` is dropped from Logfire's
@@ -31,6 +36,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
+from opentelemetry.sdk.metrics.export import AggregationTemporality
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.util.types import AttributeValue
 
@@ -38,6 +44,7 @@ from runnertrace.core.config import ConfigError
 from runnertrace.exporters.otlp import OtlpHttpBackend, Setting, lookup, validate_url
 from runnertrace.exporters.vendor_config import LogfireConfig
 from runnertrace.tracing import attributes as A
+from runnertrace.tracing.metrics import delta_temporality
 
 __all__ = ["LogfireBackend", "base_url_for_token"]
 
@@ -45,6 +52,8 @@ REGION_URLS: dict[str, str] = {
     "us": "https://logfire-us.pydantic.dev",
     "eu": "https://logfire-eu.pydantic.dev",
 }
+LOGFIRE_COST = "operation.cost"
+"""Where Logfire reads a model call's cost (its LLM views sum it per trace)."""
 _TOKEN_REGION = re.compile(r"^pylf_v\d+_(?P<region>[a-z]+)_")
 
 
@@ -67,6 +76,10 @@ def base_url_for_token(token: str) -> str:
 class LogfireBackend(OtlpHttpBackend):
     name = "logfire"
     dropped_attributes: ClassVar[frozenset[str]] = frozenset({A.SESSION_ID})
+    sends_metrics = True
+
+    def metric_temporality(self) -> dict[type, AggregationTemporality]:
+        return delta_temporality()  # what the Logfire SDK sends
 
     config_model = LogfireConfig
 
@@ -116,4 +129,7 @@ class LogfireBackend(OtlpHttpBackend):
             ttfc = attrs.get(A.TTFC)
             if ttfc is not None and A.TTFC_LOGFIRE not in attrs:
                 out[A.TTFC_LOGFIRE] = ttfc
+            cost = attrs.get(A.COST)
+            if cost is not None:
+                out[LOGFIRE_COST] = cost
         return out

@@ -30,7 +30,14 @@ from urllib.parse import urlsplit
 
 import requests
 from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+)
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.util.re import parse_env_headers
@@ -52,6 +59,7 @@ __all__ = [
     "Setting",
     "lookup",
     "otlp_http_exporter",
+    "otlp_metric_exporter",
     "probe_endpoint",
     "safe_url",
     "validate_url",
@@ -142,6 +150,7 @@ def validate_url(setting: Setting, example: str) -> str:
 # Loggers the OTLP exporter reports failed exports on (once per batch, at ERROR).
 _EXPORTER_LOGGERS = (
     "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.http.metric_exporter",
     "opentelemetry.exporter.otlp.common.http",
 )
 _log_filter_lock = threading.Lock()
@@ -228,6 +237,53 @@ def otlp_http_exporter(
     )
 
 
+_SDK_READER_THREAD = "OtelPeriodicExportingMetricReader"
+
+
+class _OurMetricsExporter(OTLPMetricExporter):
+    """Sends our instruments only: on an application's meter provider, a reader sees all of its."""
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float | None = None, **kwargs: Any
+    ) -> MetricExportResult:
+        from runnertrace.tracing.metrics import only_ours
+
+        ours = only_ours(metrics_data)
+        if not ours.resource_metrics:
+            return MetricExportResult.SUCCESS
+        thread = threading.current_thread()
+        if thread.name == _SDK_READER_THREAD:
+            # The SDK's reader made this thread for our reader alone; naming it ours puts
+            # what the exporter logs on it under the same rate limit as our other threads.
+            thread.name = "runnertrace-metrics-reader"
+        return super().export(ours, timeout_millis=timeout_millis, **kwargs)
+
+
+def otlp_metric_exporter(
+    endpoint: str,
+    headers: Mapping[str, str],
+    *,
+    timeout_s: float | None,
+    compression: Literal["gzip", "none"] | None = "gzip",
+    scoped: bool = True,
+    temporality: dict[type, AggregationTemporality] | None = None,
+) -> MetricExporter:
+    """The OTLP/HTTP protobuf metric exporter: :func:`otlp_http_exporter`'s rules, for metrics.
+
+    ``temporality=None`` keeps the SDK's default (cumulative, or
+    ``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE``).
+    """
+    _install_log_filter()
+    return _OurMetricsExporter(
+        endpoint=endpoint,
+        headers=dict(headers),
+        timeout=timeout_s,
+        compression=_COMPRESSION[compression] if compression else None,
+        session=ScopedSession(headers) if scoped else None,
+        preferred_temporality=temporality,
+    )
+
+
 # -- doctor -----------------------------------------------------------------------------------
 def probe_endpoint(
     backend: str,
@@ -307,6 +363,8 @@ class OtlpHttpBackend(Backend):
     """
 
     scoped: ClassVar[bool] = True
+    sends_metrics: ClassVar[bool] = False
+    """Whether the receiver takes OTLP metrics at ``/v1/metrics`` beside ``/v1/traces``."""
 
     @abstractmethod
     def credentials(self) -> list[Setting]:
@@ -351,6 +409,39 @@ class OtlpHttpBackend(Backend):
             timeout_s=self.timeout_s(),
             compression=self.compression(),
             scoped=self.scoped,
+        )
+
+    def metrics_endpoint(self) -> str | None:
+        """The metrics URL: the traces URL with ``/v1/metrics`` for ``/v1/traces``.
+
+        ``None`` (no metrics) when the traces URL does not end in ``/v1/traces``:
+        a receiver at some other path may take no metrics at all.
+        """
+        traces = self.traces_endpoint()
+        if not traces.endswith("/v1/traces"):
+            return None
+        return traces.removesuffix("/v1/traces") + "/v1/metrics"
+
+    def metric_temporality(self) -> dict[type, AggregationTemporality] | None:
+        return None
+
+    def metric_exporter(self) -> MetricExporter | None:
+        if not self.sends_metrics:
+            return None
+        url = self.metrics_endpoint()
+        if url is None:
+            return None
+        # Metrics are exported at each flush, beside the spans: at most half of the flush's
+        # time, so that retries against a down metrics endpoint never make a flush miss it.
+        half_flush = self.trace_config.flush_timeout_s / 2
+        timeout = self.timeout_s()
+        return otlp_metric_exporter(
+            url,
+            self.headers(),
+            timeout_s=half_flush if timeout is None else min(timeout, half_flush),
+            compression=self.compression(),
+            scoped=self.scoped,
+            temporality=self.metric_temporality(),
         )
 
     def probe_headers(self) -> dict[str, str]:
@@ -412,6 +503,16 @@ class OtlpBackend(OtlpHttpBackend):
         return self.trace_config.section(self.name, OtlpConfig)
 
     scoped = False
+    sends_metrics = True
+
+    def metrics_endpoint(self) -> str | None:
+        """``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``, else derived from the traces URL."""
+        setting = lookup(
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", None, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
+        )
+        if setting.value is not None:
+            return validate_url(setting, "http://collector:4318/v1/metrics")
+        return super().metrics_endpoint()
 
     def compression(self) -> Literal["gzip", "none"] | None:
         return self.settings.compression

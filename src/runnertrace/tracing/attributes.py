@@ -66,6 +66,13 @@ HANDOFF_TARGET = "runnertrace.handoff.target"
 SPAN_TYPE = "runnertrace.span.type"
 """One of ``run``, ``step``, ``message``, ``reasoning``, ``tool``: what the span stands for."""
 
+# cost in USD (the GenAI conventions have no cost key yet; Langfuse reads this one)
+COST = "gen_ai.usage.cost"
+"""A model call's list price, on its chat span (see :mod:`runnertrace.tracing.cost`)."""
+AGG_COST = "gen_ai.aggregated_usage.cost"
+"""A run's summed cost, on its run span: a key of its own, like the token sums, so that
+no vendor that sums a trace's costs counts it twice."""
+
 
 # -- the vendor spellings of facts the core span carries once ---------------------------------
 

@@ -24,6 +24,8 @@ from opentelemetry.util.types import AttributeValue
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
+
     from runnertrace.core.config import TraceConfig
 
 __all__ = ["Backend", "BackendSettings", "Check"]
@@ -116,6 +118,19 @@ class Backend(ABC):
                 export_timeout_s=self.trace_config.flush_timeout_s,
             )
         ]
+
+    def metric_exporter(self) -> MetricExporter | None:
+        """Where this backend sends the GenAI metrics (``None``: it takes none)."""
+        return None
+
+    def metric_readers(self) -> list[MetricReader]:
+        """The metric readers to add: by default the SDK's periodic reader over the exporter."""
+        from runnertrace.tracing.metrics import periodic_reader
+
+        exporter = self.metric_exporter()
+        if exporter is None:
+            return []
+        return [periodic_reader(exporter, timeout_s=self.trace_config.flush_timeout_s)]
 
     def check(self) -> list[Check]:
         """Diagnose configuration for ``runnertrace doctor``; must not print secrets."""

@@ -28,6 +28,7 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from runnertrace import __version__
 from runnertrace.core.config import TraceConfig
 from runnertrace.tracing.backend import Backend
+from runnertrace.tracing.cost import preload_prices
 from runnertrace.tracing.export import flush_processors, shutdown_processors
 
 __all__ = ["TracingSetup", "build_backends", "get_tracing_setup", "reset_tracing_setups"]
@@ -202,6 +203,9 @@ def _build(config: TraceConfig) -> TracingSetup:
     if target is not None:
         for backend in backends:
             backend.bind(target)
+    if config.metrics and target is not None:
+        processors += _metrics_processors(config, backends, target)
+    preload_prices()
     return TracingSetup(
         provider,
         owns_provider=owns,
@@ -261,6 +265,23 @@ _APP_VENDOR_DETECTORS: dict[str, Callable[[], bool]] = {
     "logfire": _logfire_configured,
     "langfuse": _langfuse_client_active,
 }
+
+
+def _metrics_processors(
+    config: TraceConfig, backends: list[Backend], provider: trace_api.TracerProvider
+) -> list[SpanProcessor]:
+    """The metrics processor, added to the provider (none when nothing would read metrics)."""
+    from runnertrace.tracing.metrics import MetricsPipeline, MetricsSpanProcessor
+
+    if not isinstance(provider, TracerProvider):
+        return []
+    readers = [reader for backend in backends for reader in backend.metric_readers()]
+    pipeline = MetricsPipeline.build(readers, provider.resource)
+    if pipeline is None:
+        return []
+    processor = MetricsSpanProcessor(pipeline, flush_timeout_s=config.flush_timeout_s)
+    provider.add_span_processor(processor)
+    return [processor]
 
 
 def reset_tracing_setups(timeout_s: float = 1.0) -> None:

@@ -31,6 +31,7 @@ from runnertrace.core.events import EventError
 from runnertrace.core.observer import NULL_OBSERVER, ToolBoundary
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.content import ContentPolicy, request_parts
+from runnertrace.tracing.cost import usage_cost
 
 __all__ = ["RunTracer"]
 
@@ -86,6 +87,9 @@ class RunTracer:
     model: str | None = None
     agent: str | None = None  # the agent now running, after a handoff (None: the run's)
     last_text: str | None = None  # the newest message's text (content capture only)
+    provider: str | None = None
+    cost: float | None = None  # summed model-call cost; on the run span only if all were priced
+    priced = True
 
     def __init__(
         self,
@@ -312,7 +316,7 @@ class RunTracer:
         if provider:
             if type(provider) is not str:
                 provider = str(provider)
-            attrs[A.PROVIDER] = provider
+            attrs[A.PROVIDER] = self.provider = provider
         parameters = getattr(event, "request_parameters", None)
         if parameters:
             for key, value in parameters.items():
@@ -408,6 +412,19 @@ class RunTracer:
             if value:
                 value = _text(value)
                 attrs[key] = self.redactor(value) if self.redactor else value
+        if A.INPUT_TOKENS in attrs or A.OUTPUT_TOKENS in attrs:
+            cost = usage_cost(
+                attrs.get(A.RESPONSE_MODEL) or self.model,
+                self.provider,
+                attrs.get(A.INPUT_TOKENS),
+                attrs.get(A.OUTPUT_TOKENS),
+                attrs.get(A.CACHE_READ_TOKENS),
+            )
+            if cost is None:
+                self.priced = False
+            else:
+                attrs[A.COST] = cost
+                self.cost = (self.cost or 0.0) + cost
         error = getattr(event, "error", None)
         if error is not None:
             attrs[A.ERROR_TYPE] = _error_name(error)
@@ -587,6 +604,8 @@ class RunTracer:
             if self.input_tokens or self.output_tokens:
                 attrs[A.AGG_INPUT_TOKENS] = self.input_tokens
                 attrs[A.AGG_OUTPUT_TOKENS] = self.output_tokens
+            if self.cost is not None and self.priced:
+                attrs[A.AGG_COST] = self.cost
             if self.model:
                 attrs[A.REQUEST_MODEL] = self.model
             if self.anomalies:

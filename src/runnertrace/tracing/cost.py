@@ -1,0 +1,208 @@
+"""Tokens to US dollars, from the price table bundled with ``genai-prices``.
+
+Why ``genai-prices``: it is a maintained, versioned table of list prices per
+provider and model (cache reads, tiers and price changes included), published
+as a pure-Python package. We only read the table that ships inside it: its
+``UpdatePrices`` fetcher, the one part that goes to the network, is never
+started here, so pricing never leaves the machine.
+
+Rules:
+
+* A cost needs a model, a provider and both token counts. A provider or model
+  the table does not know gives no cost at all (``None``), never an estimate:
+  an absent cost is honest, a wrong one is not.
+* Prices are looked up once per (model, provider). For a model with flat prices
+  the cost is linear in each kind of token, so the per-token rates are taken
+  from ``genai-prices`` itself once and reused; pricing a message is then a few
+  multiplications (``genai-prices``' own calculation takes about a millisecond,
+  too slow for the end of every model call). Models with tiered or
+  time-dependent prices go through ``genai-prices`` on every call.
+* Loading the table takes from a few hundred milliseconds to seconds (it is a
+  large module). :func:`preload_prices` loads it on a daemon thread when a
+  tracing pipeline is built, while the first model call is in flight; a
+  message that ends before it is ready waits for it, at most
+  ``LOAD_WAIT_S``, and otherwise records no cost.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from runnertrace._internal.errors import internal_log, report_internal_error
+
+__all__ = ["LOAD_WAIT_S", "preload_prices", "usage_cost"]
+
+LOAD_WAIT_S = 3.0
+"""How long a priced message may wait for the price table to finish loading."""
+
+_PER = 1_000_000  # probe size: prices are quoted per million tokens
+
+# Semantic-convention provider names that genai-prices does not match by itself.
+_PROVIDER_ALIASES = {
+    "x_ai": "x-ai",
+    "gcp.gen_ai": "google",
+    "azure.ai.inference": "azure",
+}
+
+
+@dataclass(frozen=True)
+class _Rates:
+    """USD per token, for a model whose price is linear in each kind of token."""
+
+    input: float
+    output: float
+    cache_read: float
+
+
+class _Exact:
+    """Marker: this model's price is tiered or time-dependent; ask genai-prices each time."""
+
+
+_EXACT = _Exact()
+_UNKNOWN = None
+
+_rates: dict[tuple[str, str], _Rates | _Exact | None] = {}
+_rates_lock = threading.Lock()
+_loaded = threading.Event()
+_load_state = {"started": False, "available": True}
+_load_lock = threading.Lock()
+
+
+def preload_prices() -> None:
+    """Start loading the price table on a daemon thread (once per process)."""
+    with _load_lock:
+        if _load_state["started"]:
+            return
+        _load_state["started"] = True
+    threading.Thread(target=_load, name="runnertrace-prices", daemon=True).start()
+
+
+def _load() -> None:
+    try:
+        from genai_prices import Usage, calc_price
+
+        # Any lookup reads the bundled table into memory.
+        calc_price(Usage(input_tokens=0, output_tokens=0), "gpt-4o", provider_id="openai")
+    except ImportError:
+        _load_state["available"] = False
+    except LookupError:
+        pass  # a table without that model is still a loaded table
+    except Exception as exc:  # noqa: BLE001 - a broken price package must not break tracing
+        _load_state["available"] = False
+        internal_log.warning("prices-load", "runnertrace: cannot load genai-prices: %r", exc)
+    finally:
+        _loaded.set()
+
+
+def _after_fork_in_child() -> None:
+    # A load cut short by fork() would never finish in the child: start it again there.
+    if not _loaded.is_set():
+        _load_state["started"] = False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _count(value: object) -> int | None:
+    return value if type(value) is int and value >= 0 else None
+
+
+def usage_cost(
+    model: str | None,
+    provider: str | None,
+    input_tokens: object,
+    output_tokens: object,
+    cache_read_tokens: object = None,
+) -> float | None:
+    """The list price in USD of one model call, or ``None`` when it cannot be known.
+
+    ``input_tokens`` counts every input token, cache reads included (as the
+    GenAI conventions and genai-prices both count them); ``cache_read_tokens``
+    of them are billed at the cache-read price where the model has one.
+    """
+    inputs, outputs = _count(input_tokens), _count(output_tokens)
+    if not model or not provider or inputs is None or outputs is None:
+        return None
+    cached = _count(cache_read_tokens) or 0
+    try:
+        rates = _rates_for(model, provider)
+        if rates is None:
+            return None
+        if isinstance(rates, _Rates):
+            cached = min(cached, inputs)
+            return (
+                (inputs - cached) * rates.input + cached * rates.cache_read + outputs * rates.output
+            )
+        return _exact(model, provider, inputs, outputs, cached)
+    except Exception as exc:  # noqa: BLE001 - pricing never breaks a traced run
+        report_internal_error("cost", exc)
+        return None
+
+
+def _rates_for(model: str, provider: str) -> _Rates | _Exact | None:
+    key = (model, provider)
+    if key in _rates:
+        return _rates[key]
+    if not _table_ready():
+        return None  # not cached: a later call may still price this model
+    rates = _lookup(model, _PROVIDER_ALIASES.get(provider, provider))
+    with _rates_lock:
+        if len(_rates) >= 4096:  # bounded: model names come from the traced app
+            _rates.clear()
+        _rates[key] = rates
+    return rates
+
+
+def _table_ready() -> bool:
+    if _loaded.is_set():
+        return bool(_load_state["available"])
+    preload_prices()
+    if not _loaded.wait(LOAD_WAIT_S):
+        internal_log.warning(
+            "prices-slow",
+            "runnertrace: the genai-prices table is still loading after %.0fs; "
+            "cost is left off this model call",
+            LOAD_WAIT_S,
+        )
+        return False
+    return bool(_load_state["available"])
+
+
+def _price(model: str, provider: str, usage: dict[str, int]) -> Any:
+    from genai_prices import Usage, calc_price
+
+    return calc_price(Usage(**usage), model, provider_id=provider)
+
+
+def _lookup(model: str, provider: str) -> _Rates | _Exact | None:
+    from genai_prices.types import ModelPrice, TieredPrices
+
+    try:
+        probe = _price(model, provider, {"input_tokens": _PER, "output_tokens": 0})
+    except LookupError:
+        return _UNKNOWN
+    flat = isinstance(probe.model.prices, ModelPrice) and not any(
+        isinstance(value, TieredPrices) for value in vars(probe.model_price).values()
+    )
+    if not flat:
+        return _EXACT
+    output = _price(model, provider, {"input_tokens": 0, "output_tokens": _PER})
+    cache = _price(
+        model, provider, {"input_tokens": _PER, "cache_read_tokens": _PER, "output_tokens": 0}
+    )
+    return _Rates(
+        input=float(probe.total_price) / _PER,
+        output=float(output.total_price) / _PER,
+        cache_read=float(cache.total_price) / _PER,
+    )
+
+
+def _exact(model: str, provider: str, inputs: int, outputs: int, cached: int) -> float:
+    usage = {"input_tokens": inputs, "output_tokens": outputs}
+    if cached:
+        usage["cache_read_tokens"] = cached
+    provider = _PROVIDER_ALIASES.get(provider, provider)
+    return float(_price(model, provider, usage).total_price)
