@@ -56,7 +56,7 @@ class LocalBackend(Backend):
     def metric_exporter(self) -> MetricExporter:
         from runnertrace.exporters.local_metrics import SqliteMetricExporter
 
-        return SqliteMetricExporter(self.path)
+        return SqliteMetricExporter(self.path, busy_timeout_s=self.trace_config.flush_timeout_s / 4)
 
     def check(self) -> list[Check]:
         path = self.path

@@ -19,7 +19,12 @@ from opentelemetry.sdk.metrics.export import (
 )
 
 from runnertrace._internal.errors import internal_log
-from runnertrace.exporters.local_store import SpanStore, StoredMetricPoint, StoreError
+from runnertrace.exporters.local_store import (
+    SpanStore,
+    SqliteSpanExporter,
+    StoredMetricPoint,
+    StoreError,
+)
 from runnertrace.tracing.metrics import delta_temporality, our_points
 
 __all__ = ["SqliteMetricExporter", "stored_points"]
@@ -57,9 +62,9 @@ def stored_points(data: MetricsData) -> list[StoredMetricPoint]:
 class SqliteMetricExporter(MetricExporter):
     """Appends our metric points to the store's ``metric_points`` table; never raises."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 10.0) -> None:
         super().__init__(preferred_temporality=delta_temporality())
-        self.store = SpanStore(path)
+        self.store = SpanStore(path, busy_timeout_s=busy_timeout_s)
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
@@ -67,6 +72,9 @@ class SqliteMetricExporter(MetricExporter):
         try:
             self.store.write_metric_points(stored_points(metrics_data))
         except (sqlite3.Error, StoreError, OSError) as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                # as for spans: once the store is found locked, later writes only try briefly
+                self.store.busy_timeout_s = SqliteSpanExporter.LOCKED_RETRY_S
             internal_log.warning(
                 f"local-metrics-write:{self.store.path}",
                 "runnertrace: cannot write metrics to %s: %s",

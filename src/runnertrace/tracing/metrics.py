@@ -33,6 +33,7 @@ private provider that is never set globally.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -349,8 +350,6 @@ class MetricsSpanProcessor(SpanProcessor):
         self.batch.on_end(span)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        import time
-
         deadline = time.monotonic() + timeout_millis / 1000
         drained = self.batch.force_flush(timeout_millis)
         remaining = max(0.0, deadline - time.monotonic())
@@ -360,8 +359,11 @@ class MetricsSpanProcessor(SpanProcessor):
         if self._shut_down:  # the setup and the provider's own shutdown may both call it
             return
         self._shut_down = True
-        self.batch.shutdown(self.flush_timeout_s)
-        self.pipeline.shutdown(int(self.flush_timeout_s * 1000))
+        # One budget for both halves: recording what is queued, then the last export.
+        deadline = time.monotonic() + self.flush_timeout_s
+        self.batch.shutdown(self.flush_timeout_s / 2)
+        remaining = max(0.05, deadline - time.monotonic())
+        self.pipeline.shutdown(int(remaining * 1000))
 
 
 def only_ours(data: MetricsData) -> MetricsData:

@@ -12,11 +12,13 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -191,6 +193,9 @@ def _build(config: TraceConfig) -> TracingSetup:
         provider = TracerProvider(
             resource=_resource(config),
             sampler=ParentBased(TraceIdRatioBased(config.sample_rate)),
+            # At exit our setup shuts every processor down at once, under one
+            # deadline (below); the provider's own hook would do it one by one.
+            shutdown_on_exit=False,
         )
         owns = True
     target = provider if isinstance(provider, TracerProvider) else app_provider
@@ -206,13 +211,16 @@ def _build(config: TraceConfig) -> TracingSetup:
     if config.metrics and target is not None:
         processors += _metrics_processors(config, backends, target)
     preload_prices()
-    return TracingSetup(
+    setup = TracingSetup(
         provider,
         owns_provider=owns,
         backends=backends,
         processors=processors,
         flush_timeout_s=config.flush_timeout_s,
     )
+    if owns:
+        atexit.register(_shutdown_at_exit, weakref.ref(setup))
+    return setup
 
 
 def _app_provider() -> TracerProvider | None:
@@ -265,6 +273,13 @@ _APP_VENDOR_DETECTORS: dict[str, Callable[[], bool]] = {
     "logfire": _logfire_configured,
     "langfuse": _langfuse_client_active,
 }
+
+
+def _shutdown_at_exit(ref: weakref.ref[TracingSetup]) -> None:
+    """Shut a setup's processors down at exit: all at once, within ``flush_timeout_s``."""
+    setup = ref()
+    if setup is not None:
+        setup.shutdown()
 
 
 def _metrics_processors(
