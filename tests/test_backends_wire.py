@@ -287,6 +287,7 @@ async def test_langfuse_marks_failed_observations(
 
 
 # -- logfire -----------------------------------------------------------------------------------
+@pytest.mark.needs_logfire
 @pytest.mark.parametrize("mode", MODES)
 async def test_logfire_mapping_and_scrubbing(mode: str, receiver: OtlpReceiver) -> None:
     from logfire._internal.scrubbing import Scrubber

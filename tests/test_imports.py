@@ -15,6 +15,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = (
     "openai",
     "agents",
@@ -54,7 +56,10 @@ def test_import_loads_no_framework_or_vendor_sdk() -> None:
     assert loaded_after() == []
 
 
+@pytest.mark.needs_logfire
 def test_only_the_logfire_pydantic_plugin_brings_anything_heavy() -> None:
+    import logfire  # noqa: F401 - without it the check below would pass vacuously
+
     loaded = loaded_after(pydantic_plugins=True)
     assert {m.split(".")[0] for m in loaded} <= {"logfire"}
     if loaded:

@@ -71,6 +71,8 @@ PROBE_TIMEOUT_S = 3.0
 _COMPRESSION = {"gzip": Compression.Gzip, "none": Compression.NoCompression}
 # Headers the OTLP client itself sets; everything else must be ours.
 _PROTOCOL_HEADERS = frozenset({"content-type", "content-encoding", "user-agent"})
+# What a fresh requests.Session sends on its own (Accept, Accept-Encoding, Connection, ...).
+_REQUESTS_DEFAULT_HEADERS = frozenset(k.lower() for k in requests.utils.default_headers())
 
 
 # -- settings: config value, else the vendor's env var, else a default ----------------------
@@ -203,7 +205,15 @@ class ScopedSession(requests.Session):
         self, method: str, url: str, *args: Any, **kwargs: Any
     ) -> requests.Response:
         headers = kwargs.get("headers") or {}
-        kwargs["headers"] = {k: v for k, v in headers.items() if k.lower() in self.allowed_headers}
+        sent: dict[str, str | None] = {
+            k: v for k, v in headers.items() if k.lower() in self.allowed_headers
+        }
+        # Exporters before 1.44 put OTEL_EXPORTER_OTLP_HEADERS on the session itself rather
+        # than on each request; a None value is how requests drops a session-level header.
+        for name in self.headers:
+            if name.lower() not in self.allowed_headers | _REQUESTS_DEFAULT_HEADERS:
+                sent[name] = None
+        kwargs["headers"] = sent
         kwargs["verify"] = True
         self.cert = None
         return super().request(method, url, *args, **kwargs)
@@ -405,7 +415,7 @@ class OtlpHttpBackend(Backend):
     def exporter(self) -> SpanExporter:
         return otlp_http_exporter(
             self.traces_endpoint(),
-            self.headers(),
+            self.probe_headers(),
             timeout_s=self.timeout_s(),
             compression=self.compression(),
             scoped=self.scoped,
