@@ -88,7 +88,8 @@ class SinkProcess:
 
 
 def _serve() -> None:
-    receiver = CountingReceiver().start()
+    receiver = CountingReceiver()
+    receiver.start()
     print(receiver.port, flush=True)
     try:
         for line in sys.stdin:
