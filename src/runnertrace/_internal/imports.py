@@ -38,7 +38,7 @@ def import_dotted(path: str) -> object:
 #: The OpenTelemetry range that pyproject.toml declares (tests/test_dependency_range.py keeps
 #: the two equal). The floor is the oldest release the test suite passes on (.ci/floor runs it
 #: there); the cap is the next minor after the newest release we have tested.
-OTEL_FLOOR = (1, 35)
+OTEL_FLOOR = (1, 43)
 OTEL_CAP = (1, 46)
 OTEL_RANGE = f">={OTEL_FLOOR[0]}.{OTEL_FLOOR[1]},<{OTEL_CAP[0]}.{OTEL_CAP[1]}"
 #: The distributions runnertrace.tracing imports from (they are released in lockstep).
