@@ -70,7 +70,7 @@ from runnertrace._internal.errors import handle_internal_errors, should_raise
 from runnertrace._internal.imports import require
 from runnertrace.core.agent import Agent
 from runnertrace.core.builder import EventBuilder
-from runnertrace.core.context import ensure_tool_context, reset_var
+from runnertrace.core.context import ensure_tool_context
 from runnertrace.core.events import StreamEvent
 from runnertrace.core.models import (
     AgentReply,
@@ -283,9 +283,17 @@ _REQUEST_PARAMETERS: dict[str, str] = {
     "stop_sequences": "stop_sequences",
     "n": "choice.count",
 }
+# LangChain's standard tracing metadata, for models that keep parameters elsewhere.
+_LS_PARAMETERS: dict[str, str] = {
+    "ls_temperature": "temperature",
+    "ls_max_tokens": "max_tokens",
+    "ls_stop": "stop_sequences",
+}
 
 
-def _request(messages: Sequence[BaseMessage], params: Mapping[str, Any]) -> dict[str, Any]:
+def _request(
+    messages: Sequence[BaseMessage], params: Mapping[str, Any], metadata: Mapping[str, Any]
+) -> dict[str, Any]:
     """The request fields of a MessageStart, from what LangChain says it sends."""
     sent: list[dict[str, JsonValue]] = []
     system: list[str] = []
@@ -300,6 +308,10 @@ def _request(messages: Sequence[BaseMessage], params: Mapping[str, Any]) -> dict
         for theirs, ours in _REQUEST_PARAMETERS.items()
         if isinstance(value := params.get(theirs), int | float | str | list) and value != []
     }
+    for theirs, ours in _LS_PARAMETERS.items():
+        value = metadata.get(theirs)
+        if ours not in parameters and isinstance(value, int | float | str | list) and value:
+            parameters[ours] = value
     tools = [_tool_definition(t) for t in params.get("tools") or () if isinstance(t, Mapping)]
     return {
         "input_messages": sent or None,
@@ -349,9 +361,9 @@ def _step_name(name: str, metadata: Mapping[str, Any]) -> str:
     return str(metadata.get("langgraph_node") or name)
 
 
-# Which call a context is running, so a scope is only ever left in the context
-# that entered it (see _Handler._leave).
-_running: contextvars.ContextVar[UUID | None] = contextvars.ContextVar(
+# Set where a call's scope is entered: resetting it succeeds only in that same
+# context, which is where the scope may be left (see _TracedHandler).
+_entered: contextvars.ContextVar[UUID | None] = contextvars.ContextVar(
     "runnertrace_langgraph_call", default=None
 )
 
@@ -481,7 +493,7 @@ class _Handler(BaseCallbackHandler):
                 str(run_id),
                 model=str(model) if model else None,
                 provider=str(provider) if provider else None,
-                **_request(messages[0] if messages else [], invocation_params or {}),
+                **_request(messages[0] if messages else [], invocation_params or {}, metadata),
             )
             self._models[run_id] = _Model(message_id)
             self._enter(run_id, self.builder.model_scope(message_id))
@@ -592,13 +604,17 @@ class _TracedHandler(_Handler):
     """The handler of a traced run: each model or tool call's span is current while
     it runs, so spans opened inside it (HTTP, database, the user's) nest under it.
 
-    LangChain has no callback *around* a call, so the scope is entered in
-    ``on_*_start`` and left in ``on_*_end``/``on_*_error``. Both run inline in the
-    coroutine that runs the call (``BaseTool.arun``, ``BaseChatModel.agenerate``),
-    which starts the tool's body or the provider request in a copy of its context
-    taken after the start callback, so the span is current there. A scope is left
-    only where it was entered: ``_running`` says which call this context runs, and
-    a scope whose context is gone is dropped, never detached elsewhere.
+    LangChain has no callback *around* a call, so a scope is entered in
+    ``on_*_start``, inline in the coroutine that runs the call (``BaseTool.arun``,
+    ``BaseChatModel.agenerate``). That coroutine starts the tool's body or the
+    provider request in a copy of its context taken after the callback, so the
+    span is current there, on a tool's worker thread too. The scope is left in
+    ``on_*_end``/``on_*_error`` only when they run in the context that entered it
+    (``_entered.reset`` succeeds only there), so no token is ever detached in
+    another context. Tool callbacks do; LangChain's async model callbacks end in
+    a task of their own (they are shielded from cancellation), so the entering
+    context keeps the chat span current until it ends: spans a graph node opens
+    *after* a model call, in the same node, nest under that chat span.
     """
 
     scopes = True
@@ -609,14 +625,18 @@ class _TracedHandler(_Handler):
 
     def _enter(self, run_id: UUID, scope: AbstractContextManager[None]) -> None:
         scope.__enter__()
-        self._scopes[run_id] = (scope, _running.set(run_id))
+        self._scopes[run_id] = (scope, _entered.set(run_id))
 
     def _leave(self, run_id: UUID) -> None:
         with self._lock:
             entry = self._scopes.pop(run_id, None)
-        if entry is not None and _running.get() == run_id:
-            reset_var(_running, entry[1])
-            entry[0].__exit__(None, None, None)
+        if entry is None:
+            return
+        try:
+            _entered.reset(entry[1])
+        except ValueError:  # another context: the entering one keeps it until it ends
+            return
+        entry[0].__exit__(None, None, None)
 
     def close(self) -> None:
         """After the run: leave what is still entered in this context, drop the rest."""
