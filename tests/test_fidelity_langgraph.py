@@ -10,7 +10,10 @@ run with OpenInference's LangChain instrumentor active complete the matrix.
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -22,6 +25,7 @@ from langgraph.types import RetryPolicy
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
+from tests.tracing_helpers import OpenSpanTracker
 
 from runnertrace import TracingRunner
 from runnertrace.core import Session
@@ -296,3 +300,110 @@ async def test_each_call_is_one_span_with_openinference_active(
         assert any(s.name == "ScriptedChatModel" for s in captured_spans.spans)
     finally:
         instrumentor.uninstrument()
+
+
+# -- cancellation: no span left open, no context token detached in another context ------
+def event_count() -> int:
+    """How many events the scenario streams (counted untraced, at collection)."""
+    user.setdefault("tracer", trace_api.NoOpTracer())
+
+    async def count() -> int:
+        agent = Agent("planner", LangGraphRunner(), planner(SCENARIO))
+        stream = agent.runner.stream(agent, Session("s1"), [AgentRequestText(prompt="Trip?")])
+        return len([e async for e in stream])
+
+    return asyncio.run(count())
+
+
+N_EVENTS = event_count()
+
+
+def assert_clean(tracker: OpenSpanTracker, caplog: pytest.LogCaptureFixture) -> None:
+    assert tracker.started > 0
+    assert tracker.open == {}
+    bad = [r for r in caplog.records if "Failed to detach context" in r.getMessage()]
+    assert not bad, bad
+
+
+@pytest.fixture
+def tracker(captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture) -> OpenSpanTracker:
+    caplog.set_level(logging.DEBUG)
+    tracking = OpenSpanTracker()
+    captured_spans.provider.add_span_processor(tracking)
+    return tracking
+
+
+def traced_stream(graph: Any) -> Any:
+    agent = Agent("planner", TracingRunner(LangGraphRunner()), graph)
+    return agent.runner.stream(agent, Session("s1"), [AgentRequestText(prompt="Trip?")])
+
+
+@pytest.mark.parametrize("index", range(N_EVENTS))
+async def test_closing_the_stream_at_every_index_leaves_nothing_open(
+    index: int, tracker: OpenSpanTracker, caplog: pytest.LogCaptureFixture
+) -> None:
+    stream = traced_stream(planner(SCENARIO))
+    for _ in range(index + 1):
+        await anext(stream)
+    await stream.aclose()
+    assert_clean(tracker, caplog)
+
+
+@pytest.mark.parametrize("index", range(0, N_EVENTS, 3))
+async def test_a_cancelled_consumer_at_every_index_leaves_nothing_open(
+    index: int, tracker: OpenSpanTracker, caplog: pytest.LogCaptureFixture
+) -> None:
+    reached = asyncio.Event()
+
+    async def consume() -> None:
+        count = 0
+        async for _ in traced_stream(planner(SCENARIO)):
+            count += 1
+            if count == index + 1:
+                reached.set()
+                await asyncio.sleep(10)  # cancelled here, mid-stream
+
+    task = asyncio.create_task(consume())
+    await reached.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    gc.collect()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert_clean(tracker, caplog)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_run_cancelled_inside_a_tool_leaves_nothing_open(
+    mode: str, tracker: OpenSpanTracker, caplog: pytest.LogCaptureFixture
+) -> None:
+    inside = asyncio.Event()
+
+    @tool
+    async def slow(city: str) -> str:
+        """Wait forever."""
+        inside.set()
+        await asyncio.sleep(10)
+        return city
+
+    turn = AIMessage("", tool_calls=[{"name": "slow", "args": {"city": "Oslo"}, "id": "c9"}])
+    graph = StateGraph(MessagesState)
+    model = ScriptedChatModel(responses=[turn]).bind_tools([slow])
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode([slow]))
+    graph.add_edge(START, "agent")
+    graph.add_edge("agent", "tools")
+    task = asyncio.create_task(run(graph.compile(name="planner"), mode))
+    await inside.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    gc.collect()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert_clean(tracker, caplog)

@@ -323,7 +323,8 @@ def _request(
 
 def _tool_definition(tool: Mapping[str, Any]) -> dict[str, JsonValue]:
     """One bound tool (OpenAI ``{"function": ...}`` or Anthropic ``input_schema`` shape)."""
-    spec = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+    function = tool.get("function")
+    spec: Mapping[str, Any] = function if isinstance(function, Mapping) else tool
     return {
         "type": "function",
         "name": spec.get("name"),
@@ -445,7 +446,10 @@ class _Handler(BaseCallbackHandler):
             self._open_steps[key] = count + 1
             if count:
                 return
-            agent = None if parent_run_id == self.root else self._chains.get(parent_run_id)
+            # the graph running this node: None for the run's own (root) graph
+            agent = None
+            if parent_run_id is not None and parent_run_id != self.root:
+                agent = self._chains.get(parent_run_id)
             handoff = agent != self._agent
             self.builder.step_start(
                 key[0],
