@@ -35,6 +35,8 @@ How the contract maps onto LangGraph:
   subgraphs=True)``: the "messages" mode makes chat models stream, and each item
   it yields is a moment to hand over the events the handler has made since.
   The final state is the root graph's output, as the handler saw it end.
+  Untraced, the stream's events leave the request fields out (nobody records
+  them), and no call's span is made current.
 - **Other LangChain tracers.** OpenInference's and OpenLLMetry's LangChain
   instrumentors add their tracer to every callback manager; next to ours, each
   model and tool call would be a span twice and its tokens counted twice. The
@@ -268,8 +270,13 @@ _ROLES: dict[str, tuple[str, Callable[[BaseMessage], list[dict[str, JsonValue]]]
     "chat": ("user", _parts),
 }
 
-# Invocation parameter -> semconv request attribute suffix (``gen_ai.request.*``).
+# Invocation parameter -> semconv request attribute suffix (``gen_ai.request.*``). The
+# ``ls_*`` keys are LangChain's standard tracing metadata, for models that keep their
+# parameters elsewhere; an invocation parameter of the same meaning wins (it comes later).
 _REQUEST_PARAMETERS: dict[str, str] = {
+    "ls_temperature": "temperature",
+    "ls_max_tokens": "max_tokens",
+    "ls_stop": "stop_sequences",
     "temperature": "temperature",
     "max_tokens": "max_tokens",
     "max_completion_tokens": "max_tokens",
@@ -282,12 +289,6 @@ _REQUEST_PARAMETERS: dict[str, str] = {
     "stop": "stop_sequences",
     "stop_sequences": "stop_sequences",
     "n": "choice.count",
-}
-# LangChain's standard tracing metadata, for models that keep parameters elsewhere.
-_LS_PARAMETERS: dict[str, str] = {
-    "ls_temperature": "temperature",
-    "ls_max_tokens": "max_tokens",
-    "ls_stop": "stop_sequences",
 }
 
 
@@ -303,15 +304,12 @@ def _request(
             continue
         role, reader = _ROLES.get(message.type, ("user", _parts))
         sent.append({"role": role, "parts": cast(JsonValue, reader(message))})
+    given = {**metadata, **params}
     parameters: dict[str, JsonValue] = {
         ours: value
         for theirs, ours in _REQUEST_PARAMETERS.items()
-        if isinstance(value := params.get(theirs), int | float | str | list) and value != []
+        if isinstance(value := given.get(theirs), int | float | str | list) and value != []
     }
-    for theirs, ours in _LS_PARAMETERS.items():
-        value = metadata.get(theirs)
-        if ours not in parameters and isinstance(value, int | float | str | list) and value:
-            parameters[ours] = value
     tools = [_tool_definition(t) for t in params.get("tools") or () if isinstance(t, Mapping)]
     return {
         "input_messages": sent or None,
@@ -396,7 +394,9 @@ class _Handler(BaseCallbackHandler):
     """
 
     run_inline = True
-    scopes = False  # the traced subclass makes each call's span current while it runs
+    # Traced (the subclass): the request fields are made for the observer, and each
+    # call's span is current while it runs. Untraced, a stream gets the events alone.
+    traced = False
 
     def __init__(self, builder: EventBuilder, agent_name: str) -> None:
         super().__init__()
@@ -492,12 +492,17 @@ class _Handler(BaseCallbackHandler):
     ) -> None:
         metadata = metadata or {}
         model, provider = metadata.get("ls_model_name"), metadata.get("ls_provider")
+        request = (
+            _request(messages[0] if messages else [], invocation_params or {}, metadata)
+            if self.traced
+            else {}
+        )
         with self._lock, handle_internal_errors("langgraph callbacks"):
             message_id = self.builder.message_start(
                 str(run_id),
                 model=str(model) if model else None,
                 provider=str(provider) if provider else None,
-                **_request(messages[0] if messages else [], invocation_params or {}, metadata),
+                **request,
             )
             self._models[run_id] = _Model(message_id)
             self._enter(run_id, self.builder.model_scope(message_id))
@@ -621,7 +626,7 @@ class _TracedHandler(_Handler):
     *after* a model call, in the same node, nest under that chat span.
     """
 
-    scopes = True
+    traced = True
 
     def __init__(self, builder: EventBuilder, agent_name: str) -> None:
         super().__init__(builder, agent_name)
