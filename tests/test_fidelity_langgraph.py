@@ -294,6 +294,12 @@ async def test_each_call_is_one_span_with_openinference_active(
         assert theirs == []
         assert ours.count(CHAT) == 3
         assert ours.count("execute_tool weather") == ours.count("execute_tool flights") == 1
+        assert parent_of(captured_spans, one(captured_spans, "db.query weather")).name == (
+            "execute_tool weather"
+        )
+        run_span = one(captured_spans, "invoke_agent planner")
+        output = json.loads(run_span.attributes["gen_ai.output.messages"])
+        assert output[0]["parts"][0]["content"] == "Sunny; no flights."
         # the instrumentor is live: an untraced run of the same graph is its to trace
         captured_spans.clear()
         await planner([ANSWER]).ainvoke({"messages": [("user", "hi")]})

@@ -37,12 +37,13 @@ How the contract maps onto LangGraph:
   The final state is the root graph's output, as the handler saw it end.
   Untraced, the stream's events leave the request fields out (nobody records
   them), and no call's span is made current.
-- **Other LangChain tracers.** OpenInference's and OpenLLMetry's LangChain
-  instrumentors add their tracer to every callback manager; next to ours, each
-  model and tool call would be a span twice and its tokens counted twice. The
-  default is to keep them out of *traced* runs only: ours is the one tree,
-  while HTTP instrumentation inside a call still nests under its span (OTel's
-  suppression key would silence that too). Untraced runs are theirs as before.
+- **Other LangChain tracers.** OpenInference's LangChain instrumentor (and any
+  that works the same way) adds its tracer to every callback manager; next to
+  ours, each model and tool call would be a span twice and its tokens counted
+  twice. The default keeps it out of *traced* runs only (see :class:`_StandIn`):
+  ours is the one tree, while HTTP instrumentation inside a call still nests
+  under its span (OTel's suppression key would have silenced that too).
+  Untraced runs are its to trace, as before.
 """
 
 from __future__ import annotations
@@ -656,30 +657,40 @@ class _TracedHandler(_Handler):
 def _injected_handler_types() -> set[type]:
     """Handlers an instrumentation adds to every new LangChain callback manager.
 
-    OpenInference's and OpenLLMetry's LangChain instrumentors wrap
-    ``BaseCallbackManager.__init__`` and add their tracer to each manager that
-    does not hold a handler of the tracer's class yet; a probe manager shows them.
+    OpenInference's LangChain instrumentor wraps ``BaseCallbackManager.__init__``
+    and adds its tracer to each manager that does not hold a handler of the
+    tracer's class yet; a probe manager shows what is added that way.
     """
     probe = BaseCallbackManager(handlers=[])
     return {type(h) for h in probe.handlers if isinstance(h, BaseTracer)}
 
 
-_silenced: set[type] = set()
-
-
-def _silence_instrumentors() -> None:
-    """Keep third-party LangChain tracers out of our traced runs (see the module doc).
+class _StandIn(BaseCallbackHandler):
+    """Stands for an instrumentor's tracer in a traced run's callback managers.
 
     Those instrumentors add their tracer to a callback manager unless it already
-    holds an instance of the tracer's class; registering our traced handler as a
-    virtual subclass of that class (the tracers are ABCs) makes ours count as
-    one, so managers of a traced run never get theirs. Untraced runs, which carry
-    no traced handler, are traced by them as usual.
+    holds an instance of the tracer's class. The tracers are ABCs: registered as
+    a virtual subclass of each, this handler, which ignores every callback, counts
+    as one, so the managers of a traced run never get theirs. Untraced runs carry
+    no stand-in and are traced by them as usual. (Our own handler is not the one
+    registered: LangGraph hands tracers a node's recorded payload, not the real one.)
     """
-    for kind in _injected_handler_types() - _silenced:
-        if isinstance(kind, ABCMeta):
-            kind.register(_TracedHandler)
-            _silenced.add(kind)
+
+    run_inline = True
+    ignore_llm = ignore_chain = ignore_agent = ignore_retriever = True
+    ignore_chat_model = ignore_custom_event = ignore_retry = True
+
+
+_STAND_IN = _StandIn()
+
+
+def _stand_ins() -> list[BaseCallbackHandler]:
+    """The stand-in, registered for each injected tracer class, when there is one."""
+    injected = _injected_handler_types()
+    for kind in injected:
+        if isinstance(kind, ABCMeta) and not issubclass(_StandIn, kind):
+            kind.register(_StandIn)
+    return [_STAND_IN] if any(isinstance(_STAND_IN, kind) for kind in injected) else []
 
 
 # --------------------------------------------------------------------------------------
@@ -840,15 +851,15 @@ class LangGraphRunner(Runner):
         agent: Agent,
         session: Session,
         requests: list[AgentRequest],
-        handler: _Handler | None,
+        callbacks: list[BaseCallbackHandler],
     ) -> _Prepared:
         graph = self._graph(agent)
         message, request_state = graph_input(requests)
         options = await agent.resolve_run_options(session, requests)
         caller_config = options.pop("config", None)
         ours: dict[str, Any] = {"configurable": {"thread_id": session.id}}
-        if handler is not None:
-            ours["callbacks"] = [handler]
+        if callbacks:
+            ours["callbacks"] = callbacks
         config = merge_config(ours, caller_config)
 
         saved = (session.get(STATE_KEY) or {}).get(agent.name) or {}
@@ -879,9 +890,9 @@ class LangGraphRunner(Runner):
             # Untraced, nothing to observe: a plain ainvoke with no handler of ours.
             handler = None
             if report is not NULL_OBSERVER:
-                _silence_instrumentors()
                 handler = _TracedHandler(EventBuilder(report), agent.name)
-            prepared = await self._prepare(agent, session, requests, handler)
+            callbacks = [handler, *_stand_ins()] if handler is not None else []
+            prepared = await self._prepare(agent, session, requests, callbacks)
             try:
                 # Through a plain callable: the overloads cannot type **options.
                 invoke: Callable[..., Awaitable[Any]] = prepared.graph.ainvoke
@@ -901,13 +912,11 @@ class LangGraphRunner(Runner):
     ) -> AsyncIterator[StreamEvent]:
         observer = stream_observer()  # before the first yield
         builder = EventBuilder(observer, queue=True)
-        if observer is NULL_OBSERVER:
-            handler = _Handler(builder, agent.name)
-        else:
-            _silence_instrumentors()
-            handler = _TracedHandler(builder, agent.name)
+        traced = observer is not NULL_OBSERVER
+        handler = (_TracedHandler if traced else _Handler)(builder, agent.name)
         with ensure_tool_context(agent, session, requests):
-            prepared = await self._prepare(agent, session, requests, handler)
+            callbacks: list[BaseCallbackHandler] = [handler, *(_stand_ins() if traced else ())]
+            prepared = await self._prepare(agent, session, requests, callbacks)
             # Through a plain callable: the overloads cannot type **options.
             astream = cast(Callable[..., AsyncGenerator[Any, None]], prepared.graph.astream)
             native = astream(
