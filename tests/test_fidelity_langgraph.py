@@ -102,8 +102,8 @@ def planner(turns: list[Any], *, name: str = "planner", retries: int = 2) -> Any
 SCENARIO = [first_turn, ConnectionError("model endpoint reset the connection"), ANSWER]
 
 
-async def run(graph: Any, mode: str, name: str = "planner") -> None:
-    runner = TracingRunner(LangGraphRunner(), capture_content=True)
+async def run(graph: Any, mode: str, name: str = "planner", capture: bool = True) -> None:
+    runner = TracingRunner(LangGraphRunner(), capture_content=capture)
     agent = Agent(name, runner, graph)
     requests = [AgentRequestText(prompt="Trip to Oslo?")]
     if mode == "run":
@@ -157,6 +157,20 @@ async def test_chat_spans_show_what_the_model_was_sent(
     assert [t["name"] for t in tools] == ["weather", "flights"]
     assert tools[0]["description"] == "Look up the weather."
     assert tools[0]["parameters"]["properties"]["city"]["type"] == "string"
+
+
+async def test_without_content_capture_a_chat_span_keeps_parameters_and_tool_names(
+    captured_spans: CapturedSpans,
+) -> None:
+    await run(planner(SCENARIO), "stream", capture=False)
+    first = chats(captured_spans)[0]
+    assert json.loads(first.attributes["gen_ai.tool.definitions"]) == [
+        {"type": "function", "name": "weather"},
+        {"type": "function", "name": "flights"},
+    ]
+    assert first.attributes["gen_ai.request.temperature"] == 0.2
+    assert "gen_ai.input.messages" not in first.attributes
+    assert "gen_ai.system_instructions" not in first.attributes
 
 
 @pytest.mark.parametrize("mode", MODES)
