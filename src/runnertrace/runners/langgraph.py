@@ -421,6 +421,10 @@ class _Handler(BaseCallbackHandler):
     def _leave(self, run_id: UUID) -> None:
         return None
 
+    def close(self) -> None:
+        """After the run (the traced subclass leaves what is still entered)."""
+        return None
+
     # -- steps --------------------------------------------------------------------------
     def on_chain_start(
         self,
@@ -937,8 +941,7 @@ class LangGraphRunner(Runner):
                         yield event
                     raise
                 finally:
-                    if isinstance(handler, _TracedHandler):
-                        handler.close()
+                    handler.close()
             for event in builder.drain():
                 yield event
         self._save(agent, session, prepared, handler.output)
