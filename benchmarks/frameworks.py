@@ -61,7 +61,8 @@ from runnertrace.core.agent import Agent as CoreAgent  # noqa: E402
 from runnertrace.core.models import AgentRequestText  # noqa: E402
 from runnertrace.core.runner import Runner  # noqa: E402
 from runnertrace.core.session import Session  # noqa: E402
-from runnertrace.runners.langgraph import LangGraphRunner, ScriptedChatModel  # noqa: E402
+from runnertrace.runners.langgraph import LangGraphRunner  # noqa: E402
+from runnertrace.runners.langgraph_testing import ScriptedChatModel  # noqa: E402
 from runnertrace.runners.openai_agents import OpenAIRunner  # noqa: E402
 from runnertrace.runners.pydantic_ai import PydanticAIRunner  # noqa: E402
 

@@ -34,7 +34,8 @@ from langgraph.prebuilt import create_react_agent
 from runnertrace.core import Runtime
 from runnertrace.core.config import load_settings
 from runnertrace.core.models import AgentRequestText
-from runnertrace.runners.langgraph import LangGraphModule, ScriptedChatModel
+from runnertrace.runners.langgraph import LangGraphModule
+from runnertrace.runners.langgraph_testing import ScriptedChatModel
 
 QUESTION = "What is 6 times 7?"
 

@@ -32,12 +32,8 @@ from runnertrace.core.models import (
     AgentRequestImage,
     AgentRequestText,
 )
-from runnertrace.runners.langgraph import (
-    LangGraphModule,
-    LangGraphRunner,
-    ScriptedChatModel,
-    merge_config,
-)
+from runnertrace.runners.langgraph import LangGraphModule, LangGraphRunner, merge_config
+from runnertrace.runners.langgraph_testing import ScriptedChatModel
 from runnertrace.testing import CapturedSpans, capture_spans
 from runnertrace.tracing import attributes as A
 
@@ -102,21 +98,24 @@ async def stream_events(runtime: Runtime, agent: Agent, session: Session) -> lis
     return [c.event async for c in runtime.stream(agent, session, PROMPT) if c.event is not None]
 
 
+# What a model call was sent: asserted in tests/test_fidelity_langgraph.py, left out here.
+REQUEST_FIELDS = {"input_messages", "system_instructions", "request_parameters", "tool_definitions"}
+
+
 def shape(events: Sequence[Any]) -> list[tuple[Any, ...]]:
     """Events with message ids replaced by their order of appearance (run ids differ per run)."""
     ids: dict[str, str] = {}
 
     def mid(value: str) -> str:
-        return ids.setdefault(value, f"m{len(ids) + 1}")
+        message, reasoning, _ = value.partition("_reasoning")
+        return ids.setdefault(message, f"m{len(ids) + 1}") + (":reasoning" if reasoning else "")
 
     out: list[tuple[Any, ...]] = []
     for e in events:
-        data = e.model_dump(exclude={"type"})
+        data = e.model_dump(exclude={"type", *REQUEST_FIELDS})
         for key in ("message_id", "parent_message_id"):
             if data.get(key):
-                data[key] = mid(data[key].removesuffix(":reasoning")) + (
-                    ":reasoning" if data[key].endswith(":reasoning") else ""
-                )
+                data[key] = mid(data[key])
         if str(data.get("response_id")).startswith("scripted-"):
             data["response_id"] = "<scripted id>"
         out.append((e.type, *(v for v in data.values() if v is not None)))

@@ -13,61 +13,68 @@ How the contract maps onto LangGraph:
   checkpointer has never seen the thread, or a graph compiled without a
   checkpointer, still continues the conversation: the saved messages are
   replayed into the input (``add_messages`` deduplicates them by id).
-- **Run options** go to ``ainvoke`` / ``astream_events`` as keywords. Their
+- **Run options** go to ``ainvoke`` / ``astream`` as keywords. Their
   ``config`` is deep-merged with the config the runner builds; see
   :func:`merge_config`.
 - **Framework context** is spread into the graph input (``messages`` is written
   last, so a context key cannot replace it). Only keys the graph declares as
   state channels come back, and only after the run succeeded.
-- **Events.** One mapper (:class:`EventMapper`) turns LangChain callback
-  traffic into our events. Stream mode feeds it ``astream_events(version="v2")``;
-  run mode feeds it from a callback handler appended to ``config["callbacks"]``
-  and reports through the observer channel. Both modes therefore produce the
-  same event sequence, with ids taken from LangChain: a model call's run id is
-  its ``message_id``, tool-call ids come from the model's tool calls.
+- **Events.** One LangChain callback handler, first in ``config["callbacks"]``,
+  turns the run's callbacks into events through the core
+  :class:`~runnertrace.core.builder.EventBuilder`, in both modes, with ids taken
+  from LangChain (a model call's run id is its ``message_id``; tool-call ids come
+  from the model's tool calls). A chat span starts at ``on_chat_model_start``
+  with what was sent: the messages (system messages become the system
+  instructions), the invocation parameters and the bound tools. Failed model
+  calls and tools end their own spans with the exception (``on_llm_error``,
+  ``on_tool_error``), so each ``RetryPolicy`` attempt is a span of its own.
+- **Run mode** untraced is a plain ``ainvoke``: no handler is installed. Traced,
+  the handler reports to the observer and makes each tool's and model call's
+  span current while it runs (see :class:`_TracedHandler`).
+- **Stream mode** drives ``astream(stream_mode=["messages", "updates"],
+  subgraphs=True)``: the "messages" mode makes chat models stream, and each item
+  it yields is a moment to hand over the events the handler has made since.
+  The final state is the root graph's output, as the handler saw it end.
+  Untraced, the stream's events leave the request fields out (nobody records
+  them), and no call's span is made current.
+- **Other LangChain tracers.** OpenInference's LangChain instrumentor (and any
+  that works the same way) adds its tracer to every callback manager; next to
+  ours, each model and tool call would be a span twice and its tokens counted
+  twice. The default keeps it out of *traced* runs only (see :class:`_StandIn`):
+  ours is the one tree, while HTTP instrumentation inside a call still nests
+  under its span (OTel's suppression key would have silenced that too).
+  Untraced runs are its to trace, as before.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import re
 import threading
-import uuid
+from abc import ABCMeta
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
     Awaitable,
     Callable,
     Iterable,
-    Iterator,
     Mapping,
     Sequence,
 )
-from contextlib import aclosing
+from contextlib import AbstractContextManager, aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, cast
+from uuid import UUID
 
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, JsonValue
 
 from runnertrace._internal.errors import handle_internal_errors, should_raise
 from runnertrace._internal.imports import require
 from runnertrace.core.agent import Agent
+from runnertrace.core.builder import EventBuilder
 from runnertrace.core.context import ensure_tool_context
-from runnertrace.core.events import (
-    MessageEnd,
-    MessageStart,
-    ReasoningDelta,
-    ReasoningEnd,
-    ReasoningStart,
-    StepEnd,
-    StepStart,
-    StreamEvent,
-    TextDelta,
-    ToolCallArgs,
-    ToolCallEnd,
-    ToolCallResult,
-    ToolCallStart,
-)
+from runnertrace.core.events import StreamEvent
 from runnertrace.core.models import (
     AgentReply,
     AgentReplyAny,
@@ -77,7 +84,7 @@ from runnertrace.core.models import (
     prompt_of,
 )
 from runnertrace.core.module import Module
-from runnertrace.core.observer import EventSink, claim_observer
+from runnertrace.core.observer import NULL_OBSERVER, claim_observer, stream_observer
 from runnertrace.core.runner import Runner
 from runnertrace.core.session import Session
 
@@ -86,24 +93,17 @@ if TYPE_CHECKING:
 
 try:
     from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
-    from langchain_core.language_models.chat_models import BaseChatModel
-    from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage
-    from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, LLMResult
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+    from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, LLMResult
     from langchain_core.runnables.config import RunnableConfig
-    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from langchain_core.tracers.base import BaseTracer
     from langgraph.checkpoint.base import BaseCheckpointSaver
     from langgraph.pregel import Pregel
 except ImportError as exc:
     require(exc.name or "langgraph", "langgraph")  # raises, naming the extra to install
     raise
 
-__all__ = [
-    "EventMapper",
-    "LangGraphModule",
-    "LangGraphRunner",
-    "ScriptedChatModel",
-    "merge_config",
-]
+__all__ = ["LangGraphModule", "LangGraphRunner", "merge_config"]
 
 # Any compiled graph, whatever its state, context, input and output types.
 Graph: TypeAlias = "Pregel[Any, Any, Any, Any]"
@@ -227,426 +227,474 @@ def _tool_message(output: Any) -> Any:
     return None
 
 
-@dataclass
-class _Call:
-    key: int | str
-    id: str | None
-    name: str | None
-    started: bool = False
-    buffered: list[str] = field(default_factory=list)
+# -- what a model call was sent (GenAI semconv shapes) ---------------------------------
+def _parts(message: BaseMessage) -> list[dict[str, JsonValue]]:
+    parts: list[dict[str, JsonValue]] = [
+        {"type": kind, "content": text} for kind, text in _content_parts(message)
+    ]
+    if not isinstance(message.content, str):
+        for block in message.content:
+            kind = block.get("type") if isinstance(block, Mapping) else None
+            if kind in ("image", "file", "audio", "video", "image_url"):
+                # the bytes are never copied into a span; the modality is what helps
+                parts.append({"type": "blob", "modality": str(kind)})
+    return parts
 
 
-@dataclass
-class _Message:
-    message_id: str
-    content_seen: bool = False
-    reasoning_open: bool = False
-    calls: dict[int | str, _Call] = field(default_factory=dict)
-
-    @property
-    def reasoning_id(self) -> str:
-        return f"{self.message_id}:reasoning"
+def _ai_parts(message: BaseMessage) -> list[dict[str, JsonValue]]:
+    calls: list[dict[str, JsonValue]] = [
+        {"type": "tool_call", "id": c.get("id"), "name": c["name"], "arguments": c["args"]}
+        for c in getattr(message, "tool_calls", None) or []
+    ]
+    return [*_parts(message), *calls]
 
 
-@dataclass
-class _ToolRun:
-    name: str
-    inputs: Any
-    tool_call_id: str | None
-    standalone_id: str | None = None
+def _tool_parts(message: BaseMessage) -> list[dict[str, JsonValue]]:
+    return [
+        {
+            "type": "tool_call_response",
+            "id": getattr(message, "tool_call_id", None),
+            "name": message.name,
+            "response": str(message.text),
+        }
+    ]
 
 
-class EventMapper:
-    """Translates LangChain/LangGraph callback traffic into our stream events.
+# LangChain message type -> (semconv role, parts reader). System messages are not
+# here: they are the request's system instructions.
+_ROLES: dict[str, tuple[str, Callable[[BaseMessage], list[dict[str, JsonValue]]]]] = {
+    "human": ("user", _parts),
+    "ai": ("assistant", _ai_parts),
+    "AIMessageChunk": ("assistant", _ai_parts),
+    "tool": ("tool", _tool_parts),
+    "function": ("tool", _tool_parts),
+    "chat": ("user", _parts),
+}
 
-    Each method takes one native callback and returns the events it implies, so
-    the same mapping serves both feeds: ``astream_events`` dicts in stream mode,
-    callback-handler calls in run mode. Pairing is kept by construction:
-
-    - a node run tagged ``graph:step:N`` opens a step (concurrent runs of one
-      node in one superstep, e.g. LangGraph's per-call ``tools`` tasks, share a
-      single step that closes with the last of them);
-    - a chat-model run is a message whose id is the run id; tool calls it asks
-      for open inside it (from streamed ``tool_call_chunks``, or from the final
-      message's ``tool_calls`` when it did not stream) and end with it;
-    - a tool run resolves to its tool call through the ToolMessage it returns; a
-      tool run nobody asked for gets a start/args/end of its own;
-    - :meth:`close` ends whatever is still open, for runs that fail midway.
-    """
-
-    def __init__(self) -> None:
-        self._step_runs: dict[str, tuple[str, int]] = {}
-        self._open_steps: dict[tuple[str, int], int] = {}
-        self._messages: dict[str, _Message] = {}
-        self._tools: dict[str, _ToolRun] = {}
-        self._awaiting: dict[str, str] = {}  # tool_call_id -> tool name, asked but not answered
-
-    # -- steps ------------------------------------------------------------------------
-    def chain_start(
-        self, run_id: str, name: str, tags: Sequence[str], metadata: Mapping[str, Any]
-    ) -> list[StreamEvent]:
-        index = next((int(m.group(1)) for t in tags if (m := _STEP_TAG.match(t))), None)
-        if index is None:
-            return []
-        key = (self._step_name(name, metadata), index)
-        self._step_runs[run_id] = key
-        count = self._open_steps.get(key, 0)
-        self._open_steps[key] = count + 1
-        return [] if count else [StepStart(step_name=key[0], step_index=index)]
-
-    @staticmethod
-    def _step_name(name: str, metadata: Mapping[str, Any]) -> str:
-        """The node name, prefixed by the enclosing nodes when inside a subgraph."""
-        namespace = str(metadata.get("langgraph_checkpoint_ns") or "")
-        path = [segment.split(":", 1)[0] for segment in namespace.split("|") if segment]
-        if len(path) > 1:
-            return "/".join(path)
-        return str(metadata.get("langgraph_node") or name)
-
-    def chain_end(self, run_id: str) -> list[StreamEvent]:
-        key = self._step_runs.pop(run_id, None)
-        if key is None:
-            return []
-        count = self._open_steps.pop(key) - 1
-        if count:
-            self._open_steps[key] = count
-            return []
-        return [StepEnd(step_name=key[0], step_index=key[1])]
-
-    # -- model calls --------------------------------------------------------------------
-    def model_start(self, run_id: str, metadata: Mapping[str, Any]) -> list[StreamEvent]:
-        self._messages[run_id] = _Message(message_id=run_id)
-        model = metadata.get("ls_model_name")
-        provider = metadata.get("ls_provider")
-        return [
-            MessageStart(
-                message_id=run_id,
-                model=str(model) if model else None,
-                provider=str(provider) if provider else None,
-            )
-        ]
-
-    def model_chunk(self, run_id: str, chunk: Any) -> list[StreamEvent]:
-        state = self._messages.get(run_id)
-        if state is None or not isinstance(chunk, BaseMessage):
-            return []
-        events = self._content_events(state, _content_parts(chunk))
-        for tool_chunk in getattr(chunk, "tool_call_chunks", None) or []:
-            events.extend(self._close_reasoning(state))
-            events.extend(self._tool_chunk(state, tool_chunk))
-        return events
-
-    def model_end(
-        self, run_id: str, message: Any, *, finish_reason: str | None = None
-    ) -> list[StreamEvent]:
-        state = self._messages.pop(run_id, None)
-        if state is None:
-            return []
-        final = message if isinstance(message, BaseMessage) else None
-        events: list[StreamEvent] = []
-        if final is not None and not state.content_seen:
-            events.extend(self._content_events(state, _content_parts(final)))
-        events.extend(self._close_reasoning(state))
-        final_calls: list[Mapping[str, Any]] = list(getattr(final, "tool_calls", None) or [])
-        for position, call in enumerate(state.calls.values()):
-            if not call.started:
-                fallback = final_calls[position] if position < len(final_calls) else {}
-                call.id = call.id or fallback.get("id") or f"{state.message_id}:{call.key}"
-                call.name = call.name or fallback.get("name") or "unknown"
-                events.extend(self._start_call(state, call))
-        streamed = {call.id for call in state.calls.values()}
-        for position, tool_call in enumerate(final_calls):
-            if tool_call.get("id") in streamed:
-                continue
-            call_id = tool_call.get("id") or f"{state.message_id}:{position}"
-            events.extend(
-                self._whole_call(call_id, str(tool_call.get("name")), tool_call.get("args"), state)
-            )
-        events.extend(ToolCallEnd(tool_call_id=str(call.id)) for call in state.calls.values())
-        events.append(self._message_end(state, final, finish_reason))
-        return events
-
-    def _content_events(self, state: _Message, parts: list[tuple[str, str]]) -> list[StreamEvent]:
-        events: list[StreamEvent] = []
-        for kind, text in parts:
-            state.content_seen = True
-            if kind == "reasoning":
-                if not state.reasoning_open:
-                    state.reasoning_open = True
-                    events.append(ReasoningStart(message_id=state.reasoning_id))
-                events.append(ReasoningDelta(message_id=state.reasoning_id, delta=text))
-            else:
-                events.extend(self._close_reasoning(state))
-                events.append(TextDelta(message_id=state.message_id, delta=text))
-        return events
-
-    @staticmethod
-    def _close_reasoning(state: _Message) -> list[StreamEvent]:
-        if not state.reasoning_open:
-            return []
-        state.reasoning_open = False
-        return [ReasoningEnd(message_id=state.reasoning_id)]
-
-    def _tool_chunk(self, state: _Message, chunk: Mapping[str, Any]) -> list[StreamEvent]:
-        key = chunk.get("index")
-        if key is None:
-            key = chunk.get("id") or len(state.calls)
-        call = state.calls.get(key)
-        if call is None:
-            call = state.calls[key] = _Call(key=key, id=None, name=None)
-        call.id = call.id or chunk.get("id")
-        call.name = call.name or chunk.get("name")
-        args = chunk.get("args") or ""
-        if call.started:
-            return [ToolCallArgs(tool_call_id=str(call.id), delta=args)] if args else []
-        if args:
-            call.buffered.append(args)
-        # Start only once both id and name are known; args seen so far are replayed.
-        return self._start_call(state, call) if call.id and call.name else []
-
-    def _start_call(self, state: _Message, call: _Call) -> list[StreamEvent]:
-        call.started = True
-        call_id, name = str(call.id), str(call.name)
-        self._awaiting[call_id] = name
-        events: list[StreamEvent] = [
-            ToolCallStart(tool_call_id=call_id, tool_name=name, parent_message_id=state.message_id)
-        ]
-        if call.buffered:
-            events.append(ToolCallArgs(tool_call_id=call_id, delta="".join(call.buffered)))
-            call.buffered.clear()
-        return events
-
-    def _whole_call(
-        self, call_id: str, name: str, args: Any, state: _Message | None = None
-    ) -> list[StreamEvent]:
-        """Start, arguments and end of a call that did not stream."""
-        self._awaiting[call_id] = name
-        events: list[StreamEvent] = [
-            ToolCallStart(
-                tool_call_id=call_id,
-                tool_name=name,
-                parent_message_id=state.message_id if state else None,
-            )
-        ]
-        if args not in (None, {}, ""):
-            events.append(ToolCallArgs(tool_call_id=call_id, delta=_stringify(args)))
-        events.append(ToolCallEnd(tool_call_id=call_id))
-        return events
-
-    @staticmethod
-    def _message_end(
-        state: _Message, final: BaseMessage | None, finish_reason: str | None
-    ) -> MessageEnd:
-        usage: Mapping[str, Any] = getattr(final, "usage_metadata", None) or {}
-        metadata: Mapping[str, Any] = getattr(final, "response_metadata", None) or {}
-        input_details = usage.get("input_token_details") or {}
-        output_details = usage.get("output_token_details") or {}
-        response_id = metadata.get("id") or getattr(final, "id", None)
-        if isinstance(response_id, str) and response_id.startswith("lc_"):
-            response_id = None  # LangChain's own placeholder, not a provider id
-        reason = finish_reason or metadata.get("finish_reason") or metadata.get("stop_reason")
-        model = metadata.get("model_name") or metadata.get("model")
-        return MessageEnd(
-            message_id=state.message_id,
-            finish_reason=str(reason) if reason else None,
-            input_tokens=usage.get("input_tokens"),
-            output_tokens=usage.get("output_tokens"),
-            cache_read_input_tokens=input_details.get("cache_read"),
-            reasoning_output_tokens=output_details.get("reasoning"),
-            response_model=str(model) if model else None,
-            response_id=str(response_id) if response_id else None,
-        )
-
-    # -- tools -------------------------------------------------------------------------
-    def tool_start(
-        self, run_id: str, name: str, inputs: Any, tool_call_id: str | None
-    ) -> list[StreamEvent]:
-        run = self._tools[run_id] = _ToolRun(name=name, inputs=inputs, tool_call_id=tool_call_id)
-        if tool_call_id in self._awaiting:
-            return []
-        if tool_call_id is None and name in self._awaiting.values():
-            # Stream mode does not carry the call id at start; the ToolMessage
-            # returned at the end names the call.
-            return []
-        run.standalone_id = tool_call_id or run_id
-        return self._whole_call(run.standalone_id, name, inputs)
-
-    def tool_end(self, run_id: str, output: Any) -> list[StreamEvent]:
-        message = _tool_message(output)
-        if message is None:
-            return self._tool_result(run_id, None, _stringify(output), is_error=False)
-        return self._tool_result(
-            run_id,
-            getattr(message, "tool_call_id", None),
-            _stringify(message.content),
-            is_error=getattr(message, "status", None) == "error",
-        )
-
-    def tool_error(
-        self, run_id: str, error: BaseException | None, tool_call_id: str | None
-    ) -> list[StreamEvent]:
-        text = f"{type(error).__name__}: {error}" if error is not None else "tool failed"
-        return self._tool_result(run_id, tool_call_id, text, is_error=True)
-
-    def _tool_result(
-        self, run_id: str, call_id: str | None, content: str, *, is_error: bool
-    ) -> list[StreamEvent]:
-        run = self._tools.pop(run_id, None)
-        if run is None:
-            return []
-        events: list[StreamEvent] = []
-        resolved = run.standalone_id or call_id or run.tool_call_id
-        if resolved is None or resolved not in self._awaiting:
-            resolved = resolved or run_id
-            events.extend(self._whole_call(resolved, run.name, run.inputs))
-        self._awaiting.pop(resolved, None)
-        events.append(ToolCallResult(tool_call_id=resolved, content=content, is_error=is_error))
-        return events
-
-    # -- failure -----------------------------------------------------------------------
-    def close(self) -> list[StreamEvent]:
-        """End every open message and step (innermost first) after a failed run."""
-        events: list[StreamEvent] = []
-        for run_id in list(self._messages):
-            events.extend(self.model_end(run_id, None, finish_reason="error"))
-        for run_id in reversed(list(self._step_runs)):
-            events.extend(self.chain_end(run_id))
-        self._tools.clear()
-        return events
-
-
-def _data(event: Mapping[str, Any]) -> Mapping[str, Any]:
-    data = event.get("data")
-    return data if isinstance(data, Mapping) else {}
-
-
-# astream_events(version="v2") event name -> the mapper call it implies.
-_STREAM_FEED: dict[str, Callable[[EventMapper, Mapping[str, Any]], list[StreamEvent]]] = {
-    "on_chain_start": lambda m, e: m.chain_start(
-        str(e["run_id"]), str(e.get("name") or ""), e.get("tags") or [], e.get("metadata") or {}
-    ),
-    "on_chain_end": lambda m, e: m.chain_end(str(e["run_id"])),
-    "on_chat_model_start": lambda m, e: m.model_start(str(e["run_id"]), e.get("metadata") or {}),
-    "on_chat_model_stream": lambda m, e: m.model_chunk(str(e["run_id"]), _data(e).get("chunk")),
-    "on_chat_model_end": lambda m, e: m.model_end(str(e["run_id"]), _data(e).get("output")),
-    "on_tool_start": lambda m, e: m.tool_start(
-        str(e["run_id"]), str(e.get("name") or ""), _data(e).get("input"), None
-    ),
-    "on_tool_end": lambda m, e: m.tool_end(str(e["run_id"]), _data(e).get("output")),
-    "on_tool_error": lambda m, e: m.tool_error(
-        str(e["run_id"]), _data(e).get("error"), _data(e).get("tool_call_id")
-    ),
+# Invocation parameter -> semconv request attribute suffix (``gen_ai.request.*``). The
+# ``ls_*`` keys are LangChain's standard tracing metadata, for models that keep their
+# parameters elsewhere; an invocation parameter of the same meaning wins (it comes later).
+_REQUEST_PARAMETERS: dict[str, str] = {
+    "ls_temperature": "temperature",
+    "ls_max_tokens": "max_tokens",
+    "ls_stop": "stop_sequences",
+    "temperature": "temperature",
+    "max_tokens": "max_tokens",
+    "max_completion_tokens": "max_tokens",
+    "max_output_tokens": "max_tokens",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "seed": "seed",
+    "frequency_penalty": "frequency_penalty",
+    "presence_penalty": "presence_penalty",
+    "stop": "stop_sequences",
+    "stop_sequences": "stop_sequences",
+    "n": "choice.count",
 }
 
 
-def _map_stream_event(mapper: EventMapper, event: Mapping[str, Any]) -> list[StreamEvent]:
-    feed = _STREAM_FEED.get(str(event.get("event")))
-    if feed is None:
-        return []
-    with handle_internal_errors("langgraph stream mapping"):
-        return feed(mapper, event)
-    return []
+def _request(
+    messages: Sequence[BaseMessage], params: Mapping[str, Any], metadata: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The request fields of a MessageStart, from what LangChain says it sends."""
+    sent: list[dict[str, JsonValue]] = []
+    system: list[str] = []
+    for message in messages:
+        if message.type == "system":
+            system.append(str(message.text))
+            continue
+        role, reader = _ROLES.get(message.type, ("user", _parts))
+        sent.append({"role": role, "parts": cast(JsonValue, reader(message))})
+    given = {**metadata, **params}
+    parameters: dict[str, JsonValue] = {
+        ours: value
+        for theirs, ours in _REQUEST_PARAMETERS.items()
+        if isinstance(value := given.get(theirs), int | float | str | list) and value != []
+    }
+    tools = [_tool_definition(t) for t in params.get("tools") or () if isinstance(t, Mapping)]
+    return {
+        "input_messages": sent or None,
+        "system_instructions": "\n\n".join(system) or None,
+        "request_parameters": parameters or None,
+        "tool_definitions": tools or None,
+    }
 
 
-class ObserverCallback(BaseCallbackHandler):
-    """Run-mode observation: reports our events as LangChain callbacks arrive.
+def _tool_definition(tool: Mapping[str, Any]) -> dict[str, JsonValue]:
+    """One bound tool (OpenAI ``{"function": ...}`` or Anthropic ``input_schema`` shape)."""
+    function = tool.get("function")
+    spec: Mapping[str, Any] = function if isinstance(function, Mapping) else tool
+    return {
+        "type": "function",
+        "name": spec.get("name"),
+        "description": spec.get("description"),
+        "parameters": spec.get("parameters") or spec.get("input_schema"),
+    }
 
-    Appended to ``config["callbacks"]`` (it never displaces a caller's handler).
-    Deliberately a *sync* handler that runs inline: LangChain calls it directly
-    on whichever thread raised the callback, in order. An async handler would be
-    driven from sync code (sync tools, sync branch functions) through a worker
-    thread running a fresh event loop per callback, which measured several
-    milliseconds per event. Calls may come from tool worker threads, so they are
-    serialised by a lock. A fault in the mapping is logged once and the run goes
-    on; under pytest it raises.
+
+def _usage(message: BaseMessage | None) -> dict[str, Any]:
+    """The usage and response fields of a MessageEnd, from the final message."""
+    usage: Mapping[str, Any] = getattr(message, "usage_metadata", None) or {}
+    metadata: Mapping[str, Any] = getattr(message, "response_metadata", None) or {}
+    response_id = metadata.get("id") or getattr(message, "id", None)
+    if isinstance(response_id, str) and response_id.startswith("lc_"):
+        response_id = None  # LangChain's own placeholder, not a provider id
+    reason = metadata.get("finish_reason") or metadata.get("stop_reason")
+    model = metadata.get("model_name") or metadata.get("model")
+    return {
+        "finish_reason": str(reason) if reason else None,
+        "input_tokens": usage.get("input_tokens"),
+        "output_tokens": usage.get("output_tokens"),
+        "cache_read_input_tokens": (usage.get("input_token_details") or {}).get("cache_read"),
+        "reasoning_output_tokens": (usage.get("output_token_details") or {}).get("reasoning"),
+        "response_model": str(model) if model else None,
+        "response_id": str(response_id) if response_id else None,
+    }
+
+
+def _step_name(name: str, metadata: Mapping[str, Any]) -> str:
+    """The node name, prefixed by the enclosing nodes when inside a subgraph."""
+    namespace = str(metadata.get("langgraph_checkpoint_ns") or "")
+    path = [segment.split(":", 1)[0] for segment in namespace.split("|") if segment]
+    if len(path) > 1:
+        return "/".join(path)
+    return str(metadata.get("langgraph_node") or name)
+
+
+# Set where a call's scope is entered: resetting it succeeds only in that same
+# context, which is where the scope may be left (see _TracedHandler).
+_entered: contextvars.ContextVar[UUID | None] = contextvars.ContextVar(
+    "runnertrace_langgraph_call", default=None
+)
+
+
+@dataclass
+class _Model:
+    message_id: str
+    streamed: bool = False
+    call_ids: set[str] = field(default_factory=set)
+
+
+class _Handler(BaseCallbackHandler):
+    """Turns one run's LangChain callbacks into events, through an :class:`EventBuilder`.
+
+    - A node run tagged ``graph:step:N`` is a step; concurrent runs of one node in
+      one superstep (LangGraph's per-call ``tools`` tasks) share a single step.
+      A step's agent is the graph that runs the node: a subgraph's name inside
+      it, the run's agent at the top; a change of agent between steps is a
+      handoff from the previous one.
+    - A chat-model run is a message whose id is the run id, started with what it
+      was sent (messages, system instructions, parameters, bound tools).
+    - A tool run answers the call whose id LangChain passes at its start.
+
+    Deliberately a *sync* handler that runs inline: LangChain calls it directly,
+    in order, on the task (or tool worker thread) that raised the callback. An
+    async handler would be driven from sync code through a worker thread running
+    a fresh event loop per callback. Calls from worker threads are serialised by
+    a lock. A fault here is logged once and the run goes on; under pytest it raises.
     """
 
     run_inline = True
+    # Traced (the subclass): the request fields are made for the observer, and each
+    # call's span is current while it runs. Untraced, a stream gets the events alone.
+    traced = False
 
-    def __init__(self, report: EventSink) -> None:
+    def __init__(self, builder: EventBuilder, agent_name: str) -> None:
         super().__init__()
         self.raise_error = should_raise()
-        self.mapper = EventMapper()
-        self._report = report
+        self.builder = builder
+        self.root: UUID | None = None
+        self.output: Any = None  # the root graph's output: the final state
+        self._agent_name = agent_name
+        self._agent: str | None = None  # the agent of the last step (None: the run's)
         self._lock = threading.Lock()
+        self._chains: dict[UUID, str] = {}  # every open chain run -> its name
+        self._steps: dict[UUID, tuple[str, int]] = {}
+        self._open_steps: dict[tuple[str, int], int] = {}
+        self._models: dict[UUID, _Model] = {}
+        self._tools: dict[UUID, tuple[str, str]] = {}  # tool run -> (call id, tool name)
 
-    def _feed(self, method: Callable[..., list[StreamEvent]], *args: Any) -> None:
-        with self._lock, handle_internal_errors("langgraph run-mode observer"):
-            for event in method(*args):
-                self._report(event)
+    # -- scopes (entered only by the traced subclass) -------------------------------------
+    def _enter(self, run_id: UUID, scope: AbstractContextManager[None]) -> None:
+        return None
+
+    def _leave(self, run_id: UUID) -> None:
+        return None
 
     def close(self) -> None:
-        self._feed(self.mapper.close)
+        """After the run (the traced subclass leaves what is still entered)."""
+        return None
 
+    # -- steps --------------------------------------------------------------------------
     def on_chain_start(
         self,
         serialized: dict[str, Any] | None,
         inputs: Any,
         *,
-        run_id: Any,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        name = kwargs.get("name") or (serialized or {}).get("name") or ""
-        self._feed(self.mapper.chain_start, str(run_id), str(name), tags or [], metadata or {})
+        name = str(kwargs.get("name") or (serialized or {}).get("name") or "")
+        index = next((int(m.group(1)) for t in tags or () if (m := _STEP_TAG.match(t))), None)
+        with self._lock, handle_internal_errors("langgraph callbacks"):
+            if self.root is None:
+                self.root = run_id
+            self._chains[run_id] = name
+            if index is None:
+                return
+            key = (_step_name(name, metadata or {}), index)
+            self._steps[run_id] = key
+            count = self._open_steps.get(key, 0)
+            self._open_steps[key] = count + 1
+            if count:
+                return
+            # the graph running this node: None for the run's own (root) graph
+            agent = None
+            if parent_run_id is not None and parent_run_id != self.root:
+                agent = self._chains.get(parent_run_id)
+            handoff = agent != self._agent
+            self.builder.step_start(
+                key[0],
+                index,
+                agent_name=agent or (self._agent_name if handoff else None),
+                handoff_from=(self._agent or self._agent_name) if handoff else None,
+            )
+            self._agent = agent
 
-    def on_chain_end(self, outputs: Any, *, run_id: Any, **kwargs: Any) -> None:
-        self._feed(self.mapper.chain_end, str(run_id))
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        if run_id == self.root:
+            self.output = outputs
+        self._end_chain(run_id)
 
-    def on_chain_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
-        self._feed(self.mapper.chain_end, str(run_id))
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end_chain(run_id)
 
+    def _end_chain(self, run_id: UUID) -> None:
+        with self._lock, handle_internal_errors("langgraph callbacks"):
+            self._chains.pop(run_id, None)
+            key = self._steps.pop(run_id, None)
+            if key is None:
+                return
+            count = self._open_steps.pop(key) - 1
+            if count:
+                self._open_steps[key] = count
+            else:
+                self.builder.step_end(*key)
+
+    # -- model calls --------------------------------------------------------------------
     def on_chat_model_start(
         self,
         serialized: dict[str, Any] | None,
         messages: list[list[BaseMessage]],
         *,
-        run_id: Any,
+        run_id: UUID,
         metadata: dict[str, Any] | None = None,
+        invocation_params: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._feed(self.mapper.model_start, str(run_id), metadata or {})
+        metadata = metadata or {}
+        model, provider = metadata.get("ls_model_name"), metadata.get("ls_provider")
+        request = (
+            _request(messages[0] if messages else [], invocation_params or {}, metadata)
+            if self.traced
+            else {}
+        )
+        with self._lock, handle_internal_errors("langgraph callbacks"):
+            message_id = self.builder.message_start(
+                str(run_id),
+                model=str(model) if model else None,
+                provider=str(provider) if provider else None,
+                **request,
+            )
+            self._models[run_id] = _Model(message_id)
+            self._enter(run_id, self.builder.model_scope(message_id))
 
     def on_llm_new_token(
-        self, token: Any, *, chunk: Any = None, run_id: Any, **kwargs: Any
+        self, token: Any, *, chunk: Any = None, run_id: UUID, **kwargs: Any
     ) -> None:
-        if isinstance(chunk, ChatGenerationChunk):
-            self._feed(self.mapper.model_chunk, str(run_id), chunk.message)
+        model = self._models.get(run_id)
+        if model is None or not isinstance(chunk, ChatGenerationChunk):
+            return
+        with self._lock, handle_internal_errors("langgraph callbacks"):
+            model.streamed = True
+            self._content(model, chunk.message)
+            for piece in getattr(chunk.message, "tool_call_chunks", None) or ():
+                call_id = piece.get("id")
+                if call_id:
+                    model.call_ids.add(call_id)
+                self.builder.tool_call(
+                    piece.get("args") or "",
+                    tool_call_id=call_id,
+                    name=piece.get("name"),
+                    index=piece.get("index", call_id),
+                    message_id=model.message_id,
+                )
 
-    def on_llm_end(self, response: LLMResult, *, run_id: Any, **kwargs: Any) -> None:
+    def _content(self, model: _Model, message: BaseMessage) -> None:
+        for kind, text in _content_parts(message):
+            if kind == "reasoning":
+                self.builder.reasoning(text, model.message_id)
+            else:
+                self.builder.text(text, model.message_id)
+
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        self._leave(run_id)
         generations = response.generations[0] if response.generations else []
         first = generations[0] if generations else None
-        message = first.message if isinstance(first, ChatGeneration) else None
-        self._feed(self.mapper.model_end, str(run_id), message)
+        final = first.message if isinstance(first, ChatGeneration) else None
+        with self._lock, handle_internal_errors("langgraph callbacks"):
+            model = self._models.pop(run_id, None)
+            if model is None:
+                return
+            if final is not None and not model.streamed:
+                self._content(model, final)
+            # A streamed call is announced already; one that did not stream is whole here.
+            for position, call in enumerate(getattr(final, "tool_calls", None) or ()):
+                if call.get("id") not in model.call_ids:
+                    self.builder.tool_call(
+                        "" if model.streamed else _stringify(call.get("args") or {}),
+                        tool_call_id=call.get("id") or f"{model.message_id}:{position}",
+                        name=call.get("name") or "unknown",
+                        index=("final", position),
+                        message_id=model.message_id,
+                    )
+            self.builder.message_end(model.message_id, **_usage(final))
 
-    def on_llm_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
-        self._feed(lambda: self.mapper.model_end(str(run_id), None, finish_reason="error"))
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._leave(run_id)
+        with self._lock, handle_internal_errors("langgraph callbacks"):
+            model = self._models.pop(run_id, None)
+            if model is not None:
+                self.builder.message_end(model.message_id, error=error)
 
+    # -- tools --------------------------------------------------------------------------
     def on_tool_start(
         self,
         serialized: dict[str, Any] | None,
         input_str: str,
         *,
-        run_id: Any,
-        inputs: dict[str, Any] | None = None,
+        run_id: UUID,
         **kwargs: Any,
     ) -> None:
-        name = kwargs.get("name") or (serialized or {}).get("name") or "unknown"
-        call_id = kwargs.get("tool_call_id")
-        self._feed(
-            self.mapper.tool_start,
-            str(run_id),
-            str(name),
-            inputs if inputs is not None else input_str,
-            str(call_id) if call_id else None,
-        )
+        name = str(kwargs.get("name") or (serialized or {}).get("name") or "unknown")
+        call_id = str(kwargs.get("tool_call_id") or run_id)
+        with self._lock, handle_internal_errors("langgraph callbacks"):
+            self._tools[run_id] = (call_id, name)
+            self._enter(run_id, self.builder.tool_scope(call_id))
 
-    def on_tool_end(self, output: Any, *, run_id: Any, **kwargs: Any) -> None:
-        self._feed(self.mapper.tool_end, str(run_id), output)
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._leave(run_id)
+        message = _tool_message(output)
+        content = _stringify(output if message is None else message.content)
+        failed = message is not None and getattr(message, "status", None) == "error"
+        with self._lock, handle_internal_errors("langgraph callbacks"):
+            call = self._tools.pop(run_id, None)
+            if call is not None:
+                self.builder.tool_result(call[0], content, name=call[1], is_error=failed)
 
-    def on_tool_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
-        self._feed(self.mapper.tool_error, str(run_id), error, kwargs.get("tool_call_id"))
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._leave(run_id)
+        with self._lock, handle_internal_errors("langgraph callbacks"):
+            call = self._tools.pop(run_id, None)
+            if call is not None:
+                text = f"{type(error).__name__}: {error}"
+                self.builder.tool_result(call[0], text, name=call[1], error=error)
+
+    # -- failure ------------------------------------------------------------------------
+    def fail(self, error: BaseException) -> None:
+        """The run failed: end what LangChain left open (innermost first)."""
+        with self._lock, handle_internal_errors("langgraph callbacks"):
+            self.builder.fail(error)
+            for key in reversed(list(self._open_steps)):
+                self.builder.step_end(*key)
+            self._open_steps.clear()
+            self._steps.clear()
+
+
+class _TracedHandler(_Handler):
+    """The handler of a traced run: each model or tool call's span is current while
+    it runs, so spans opened inside it (HTTP, database, the user's) nest under it.
+
+    LangChain has no callback *around* a call, so a scope is entered in
+    ``on_*_start``, inline in the coroutine that runs the call (``BaseTool.arun``,
+    ``BaseChatModel.agenerate``). That coroutine starts the tool's body or the
+    provider request in a copy of its context taken after the callback, so the
+    span is current there, on a tool's worker thread too. The scope is left in
+    ``on_*_end``/``on_*_error`` only when they run in the context that entered it
+    (``_entered.reset`` succeeds only there), so no token is ever detached in
+    another context. Tool callbacks do; LangChain's async model callbacks end in
+    a task of their own (they are shielded from cancellation), so the entering
+    context keeps the chat span current until it ends: spans a graph node opens
+    *after* a model call, in the same node, nest under that chat span.
+    """
+
+    traced = True
+
+    def __init__(self, builder: EventBuilder, agent_name: str) -> None:
+        super().__init__(builder, agent_name)
+        self._scopes: dict[UUID, tuple[AbstractContextManager[None], Any]] = {}
+
+    def _enter(self, run_id: UUID, scope: AbstractContextManager[None]) -> None:
+        scope.__enter__()
+        self._scopes[run_id] = (scope, _entered.set(run_id))
+
+    def _leave(self, run_id: UUID) -> None:
+        with self._lock:
+            entry = self._scopes.pop(run_id, None)
+        if entry is None:
+            return
+        try:
+            _entered.reset(entry[1])
+        except ValueError:  # another context: the entering one keeps it until it ends
+            return
+        entry[0].__exit__(None, None, None)
+
+    def close(self) -> None:
+        """After the run: leave what is still entered in this context, drop the rest."""
+        for run_id in reversed(list(self._scopes)):
+            self._leave(run_id)
+
+
+def _injected_handler_types() -> set[type]:
+    """Handlers an instrumentation adds to every new LangChain callback manager.
+
+    OpenInference's LangChain instrumentor wraps ``BaseCallbackManager.__init__``
+    and adds its tracer to each manager that does not hold a handler of the
+    tracer's class yet; a probe manager shows what is added that way.
+    """
+    probe = BaseCallbackManager(handlers=[])
+    return {type(h) for h in probe.handlers if isinstance(h, BaseTracer)}
+
+
+class _StandIn(BaseCallbackHandler):
+    """Stands for an instrumentor's tracer in a traced run's callback managers.
+
+    Those instrumentors add their tracer to a callback manager unless it already
+    holds an instance of the tracer's class. The tracers are ABCs: registered as
+    a virtual subclass of each, this handler, which ignores every callback, counts
+    as one, so the managers of a traced run never get theirs. Untraced runs carry
+    no stand-in and are traced by them as usual. (Our own handler is not the one
+    registered: LangGraph hands tracers a node's recorded payload, not the real one.)
+    """
+
+    run_inline = True
+    ignore_llm = ignore_chain = ignore_agent = ignore_retriever = True
+    ignore_chat_model = ignore_custom_event = ignore_retry = True
+
+
+_STAND_IN = _StandIn()
+
+
+def _stand_ins() -> list[BaseCallbackHandler]:
+    """The stand-in, registered for each injected tracer class, when there is one."""
+    injected = _injected_handler_types()
+    for kind in injected:
+        if isinstance(kind, ABCMeta) and not issubclass(_StandIn, kind):
+            kind.register(_StandIn)
+    return [_STAND_IN] if any(isinstance(_STAND_IN, kind) for kind in injected) else []
 
 
 # --------------------------------------------------------------------------------------
@@ -755,6 +803,7 @@ class LangGraphRunner(Runner):
         "stream_mode": "the runner reads the final state and maps the event stream itself",
         "output_keys": "the runner needs the full final state to build the reply",
         "print_mode": "printing stream output would interleave with the mapped events",
+        "subgraphs": "the runner streams subgraphs itself to hand events over as they happen",
     }
 
     @classmethod
@@ -806,7 +855,7 @@ class LangGraphRunner(Runner):
         agent: Agent,
         session: Session,
         requests: list[AgentRequest],
-        callbacks: list[Any],
+        callbacks: list[BaseCallbackHandler],
     ) -> _Prepared:
         graph = self._graph(agent)
         message, request_state = graph_input(requests)
@@ -842,52 +891,60 @@ class LangGraphRunner(Runner):
     # -- run / stream ------------------------------------------------------------------
     async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:
         with claim_observer() as report, ensure_tool_context(agent, session, requests):
-            observer = ObserverCallback(report)
-            prepared = await self._prepare(agent, session, requests, [observer])
+            # Untraced, nothing to observe: a plain ainvoke with no handler of ours.
+            handler = None
+            if report is not NULL_OBSERVER:
+                handler = _TracedHandler(EventBuilder(report), agent.name)
+            callbacks = [handler, *_stand_ins()] if handler is not None else []
+            prepared = await self._prepare(agent, session, requests, callbacks)
             try:
                 # Through a plain callable: the overloads cannot type **options.
                 invoke: Callable[..., Awaitable[Any]] = prepared.graph.ainvoke
                 final = await invoke(prepared.input, prepared.config, **prepared.options)
+            except Exception as exc:
+                if handler is not None:
+                    handler.fail(exc)
+                raise
             finally:
-                observer.close()
+                if handler is not None:
+                    handler.close()
         self._save(agent, session, prepared, final)
         return _reply(final, prompt_of(requests))
 
     async def stream(
         self, agent: Agent, session: Session, requests: list[AgentRequest]
     ) -> AsyncIterator[StreamEvent]:
-        # Hide any run-mode observer from nested runs: in stream mode the events
-        # are yielded, not reported.
-        with claim_observer(), ensure_tool_context(agent, session, requests):
-            prepared = await self._prepare(agent, session, requests, [])
-            mapper = EventMapper()
-            root: str | None = None
-            final: Any = None
+        observer = stream_observer()  # before the first yield
+        builder = EventBuilder(observer, queue=True)
+        traced = observer is not NULL_OBSERVER
+        handler = (_TracedHandler if traced else _Handler)(builder, agent.name)
+        with ensure_tool_context(agent, session, requests):
+            callbacks: list[BaseCallbackHandler] = [handler, *(_stand_ins() if traced else ())]
+            prepared = await self._prepare(agent, session, requests, callbacks)
             # Through a plain callable: the overloads cannot type **options.
-            astream_events = cast(
-                Callable[..., AsyncGenerator[Mapping[str, Any], None]],
-                prepared.graph.astream_events,
+            astream = cast(Callable[..., AsyncGenerator[Any, None]], prepared.graph.astream)
+            native = astream(
+                prepared.input,
+                prepared.config,
+                stream_mode=["messages", "updates"],
+                subgraphs=True,
+                **prepared.options,
             )
-            native_events = astream_events(
-                prepared.input, prepared.config, version="v2", **prepared.options
-            )
-            async with aclosing(native_events):
+            async with aclosing(native):
                 try:
-                    async for native in native_events:
-                        kind = native.get("event")
-                        if root is None and kind == "on_chain_start":
-                            root = str(native["run_id"])
-                        elif kind == "on_chain_end" and str(native["run_id"]) == root:
-                            final = _data(native).get("output")
-                        for event in _map_stream_event(mapper, native):
+                    async for _ in native:
+                        for event in builder.drain():
                             yield event
-                except Exception:
-                    for event in mapper.close():
+                except Exception as exc:
+                    handler.fail(exc)
+                    for event in builder.drain():
                         yield event
                     raise
-            for event in mapper.close():
+                finally:
+                    handler.close()
+            for event in builder.drain():
                 yield event
-        self._save(agent, session, prepared, final)
+        self._save(agent, session, prepared, handler.output)
 
 
 class LangGraphModule(Module):
@@ -912,136 +969,3 @@ class LangGraphModule(Module):
 
     def agent_name(self, native: Any) -> str:
         return self._names.get(id(native)) or super().agent_name(native)
-
-
-# --------------------------------------------------------------------------------------
-# an offline chat model
-# --------------------------------------------------------------------------------------
-class ScriptedChatModel(BaseChatModel):
-    """A deterministic offline chat model that replays scripted ``AIMessage`` replies.
-
-    LangChain's own fakes cannot drive a tool-calling agent (their
-    ``bind_tools`` is not implemented, and streaming a tool-call-only message
-    fails), so examples and tests use this one. Each call returns the next
-    scripted message; streamed, it yields the tool-call chunks (arguments split
-    in two, as providers do) and then the text word by word, with usage on the
-    last chunk. ``calls`` records the messages each call received.
-    """
-
-    # Out of repr: LangChain serialises the model (via repr) for every callback
-    # handler's on_chat_model_start, and a long script would dominate that cost.
-    responses: list[AIMessage] = Field(repr=False)
-    model_name: str = "scripted"
-
-    _position: int = PrivateAttr(default=0)
-    _calls: list[list[BaseMessage]] = PrivateAttr(default_factory=list)
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted-chat"
-
-    @property
-    def calls(self) -> list[list[BaseMessage]]:
-        return self._calls
-
-    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> Any:
-        params = super()._get_ls_params(stop=stop, **kwargs)
-        params["ls_provider"] = "scripted"
-        params["ls_model_name"] = self.model_name
-        return params
-
-    def bind_tools(
-        self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any
-    ) -> Any:
-        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
-
-    def _next(self, messages: list[BaseMessage]) -> AIMessage:
-        if self._position >= len(self.responses):
-            raise RuntimeError(
-                f"ScriptedChatModel ran out of responses after {len(self.responses)} calls"
-            )
-        scripted = self.responses[self._position]
-        self._position += 1
-        self._calls.append(list(messages))
-        metadata = {
-            "finish_reason": "tool_calls" if scripted.tool_calls else "stop",
-            "model_name": self.model_name,
-            **scripted.response_metadata,
-        }
-        # A copy: the agent stamps its name on the message it receives. A fresh id
-        # unless scripted: add_messages replaces a message whose id it has seen.
-        return scripted.model_copy(
-            update={
-                "id": scripted.id or f"scripted-{uuid.uuid4().hex}",
-                "response_metadata": metadata,
-            }
-        )
-
-    @staticmethod
-    def _chunks(message: AIMessage) -> Iterator[ChatGenerationChunk]:
-        for index, call in enumerate(message.tool_calls):
-            args = json.dumps(call["args"])
-            half = len(args) // 2
-            for part, first in ((args[:half], True), (args[half:], False)):
-                tool_chunk = {
-                    "name": call["name"] if first else None,
-                    "args": part,
-                    "id": call["id"] if first else None,
-                    "index": index,
-                    "type": "tool_call_chunk",
-                }
-                yield ChatGenerationChunk(
-                    message=AIMessageChunk(content="", id=message.id, tool_call_chunks=[tool_chunk])
-                )
-        if isinstance(message.content, str):
-            pieces: list[Any] = re.findall(r"\s*\S+", message.content)
-        else:
-            pieces = [[block] for block in message.content]
-        for piece in pieces:
-            yield ChatGenerationChunk(message=AIMessageChunk(content=piece, id=message.id))
-        yield ChatGenerationChunk(
-            message=AIMessageChunk(
-                content="",
-                id=message.id,
-                usage_metadata=message.usage_metadata,
-                response_metadata=message.response_metadata,
-                chunk_position="last",
-            )
-        )
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=self._next(messages))])
-
-    async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        return self._generate(messages, stop, **kwargs)
-
-    def _stream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> Iterator[ChatGenerationChunk]:
-        yield from self._chunks(self._next(messages))
-
-    async def _astream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> AsyncIterator[ChatGenerationChunk]:
-        for chunk in self._chunks(self._next(messages)):
-            yield chunk
