@@ -669,12 +669,18 @@ class _StreamObserver(_Observer):
         *,
         stream: AsyncIterable[AgentStreamEvent],
     ) -> AsyncIterable[AgentStreamEvent]:
-        native = self.mapper.native
+        mapper = self.mapper
         try:
             async for event in stream:
                 with handle_internal_errors("pydantic_ai stream event"):
-                    native(event)
+                    mapper.native(event)
                 yield event
+        except Exception as exc:
+            # A streamed response fails here (its request handler is then cancelled):
+            # the open message ends with the error.
+            with handle_internal_errors("pydantic_ai message end"):
+                mapper.message_finished(None, exc)
+            raise
         finally:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
