@@ -208,16 +208,15 @@ async def test_a_tool_fed_back_to_the_model_is_an_error_on_its_own_span(
 async def test_a_plain_exception_in_a_tool_fails_its_span_and_the_run(
     mode: str, captured_spans: CapturedSpans
 ) -> None:
-    native = planner([first_turn, second_turn])
+    def ask_hotels(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart("hotels", {"city": "Oslo"}, tool_call_id="h1")])
+
+    native = planner([ask_hotels])
 
     @native.tool_plain
     def hotels(city: str) -> str:
         raise LookupFailed(f"no hotels in {city}")
 
-    def ask_hotels(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        return ModelResponse(parts=[ToolCallPart("hotels", {"city": "Oslo"}, tool_call_id="h1")])
-
-    native._model = scripted([ask_hotels])  # noqa: SLF001 - pydantic_ai has no public setter
     with pytest.raises(LookupFailed):
         await run(core(native), mode)
     failed = one(captured_spans, "execute_tool hotels")
