@@ -28,63 +28,50 @@ What the runner does, per run:
   dataclass, a list, ...) gives :class:`AgentReplyAny` with its JSON form (a
   non-object value sits under ``"output"``).
 
-**Events.** One run-time capability (``_Observer``) maps the run onto the core
-:class:`~runnertrace.core.builder.EventBuilder`, which owns the pairing rules and
-reports each event to the observer as it is made. It only wraps hooks
-(``wrap_node_run``, ``wrap_model_request``, ``wrap_tool_validate``,
-``wrap_tool_execute`` and, in stream mode, ``wrap_run_event_stream``) and calls
-each handler exactly once, so the agent's own capabilities, hooks and
-``event_stream_handler`` still fire exactly once, unchanged. An untraced run-mode
-call installs nothing at all; stream mode always needs it (the events *are* the
-stream), but builds the request details below only when someone observes.
+**Events** come from one run-time capability (``_Observer``) that maps the run
+onto the core :class:`~runnertrace.core.builder.EventBuilder` (which owns the
+pairing rules and reports each event to the observer as it is made). It only
+wraps hooks and calls each handler exactly once, so the agent's own
+capabilities, hooks and ``event_stream_handler`` fire exactly once, unchanged.
+An untraced run-mode call installs nothing; stream mode always needs it (the
+events are the stream) but builds the request fields only when someone observes.
 
-* A step is one model request/response cycle: ``StepStart`` when a
-  ``ModelRequestNode`` starts, ``StepEnd`` when the ``CallToolsNode`` after it
-  ends (``step_index`` is Pydantic AI's ``run_step``).
-* A model call starts when the request is sent, carrying what the model is sent:
-  the input messages (Pydantic AI's own GenAI-semconv conversion, so fed-back tool
-  results and retry prompts appear as the model sees them), the instructions as
-  the text Pydantic AI renders from the request's ``instruction_parts`` (dynamic
-  ``@agent.instructions`` functions resolved, never a repr; system *prompts* are
-  chat history and stay in the input messages), the request parameters from the
-  merged model settings, and the function tools offered. The request runs in the
-  model scope, so an HTTP span it opens nests under the chat span. A failed request
-  ends its message with the exception (the chat span gets ERROR in the step that
-  held it); Pydantic AI does not retry a failing model call itself (a
-  ``ModelRetry`` from a tool or an output validator starts a new step, whose
-  request carries the retry prompt).
-* Thinking parts are reasoning blocks; tool-call parts are tool calls keyed by
-  Pydantic AI's ``tool_call_id``. **Structured output is not a tool call:** a call
-  of an output tool (``final_result``) is reported as the message's text (its JSON
-  arguments), and its result is not reported.
+* A step is a ``ModelRequestNode`` and the ``CallToolsNode`` after it
+  (``step_index`` is Pydantic AI's ``run_step``).
+* A model call starts when the request is sent, with what it is sent: the input
+  messages (Pydantic AI's own GenAI-semconv conversion, so fed-back tool results
+  and retry prompts appear as the model sees them), the instructions as the text
+  rendered from the request's ``instruction_parts`` (dynamic instruction functions
+  resolved; system *prompts* are history and stay in the input messages), the
+  request parameters of the merged model settings, and the function tools. It runs
+  in the model scope (an HTTP span nests under the chat span). A failure ends the
+  message with the exception, in the step that held it; Pydantic AI does not retry
+  a failed model call (a ``ModelRetry`` from a tool or output validator starts a
+  new step whose request carries the retry prompt).
+* **Structured output is not a tool call:** an output tool's call (``final_result``)
+  is reported as the message's text (its JSON arguments), without a result.
 * Each tool runs in the tool scope (spans opened inside nest under
-  ``execute_tool``). Its result is reported when it returns; a failure (the tool
-  raised ``ModelRetry``, ``ToolFailed`` or any exception, or its arguments did not
-  validate) is reported with the exception the tool or validator raised, whether
-  Pydantic AI fed it back to the model or it ended the run. Results of calls that
+  ``execute_tool``). A failure (``ModelRetry``, ``ToolFailed``, any exception,
+  arguments that do not validate) is reported with the exception the tool or
+  validator raised, whether Pydantic AI fed it back or it ended the run. Calls that
   never ran (an unknown tool) are settled from the next request at step end.
 
-In **stream mode** (``run_stream_events``) the deltas come from the native
-stream, seen through ``wrap_run_event_stream`` so they are ordered with the
-step and message boundaries reported by the hooks. The builder reports every
-event to the observer at once (so spans start when things happen) and queues it;
-the ``stream()`` generator yields the queue after each native event it pulls (no
-extra task or hop per event).
+In **stream mode** the deltas come from the native stream, seen through
+``wrap_run_event_stream`` so they are ordered with the hooks' boundaries;
+``stream()`` yields the builder's queue after each native event it pulls (no task
+or extra hop per event).
 
-**Pydantic AI's own OpenTelemetry spans (no duplicates).** When Pydantic AI is
-instrumented (``agent.instrument = True``, ``Agent.instrument_all()``, an
-``Instrumentation`` capability with the default or a custom ``id``, or
-Logfire's ``instrument_pydantic_ai``) it emits ``invoke_agent`` / ``chat`` /
-``execute_tool`` spans of its own, and OpenInference's Pydantic AI instrumentor
-only re-labels those spans. Nesting them under ours would show every model and
-tool call twice (and sum the tokens twice). So during a *traced* run
-(``core.observer.in_traced_run()``) the runner **suppresses** them: for every
-``Instrumentation`` id the run would use it adds a run-time ``Instrumentation``
-of that id with no-op tracer and meter providers, which takes that id's place
-for this run only (no global state changes; untraced runs keep Pydantic AI's
-spans). Suppressing rather than nesting keeps one attribute vocabulary (ours, per
-``SEMCONV.md``) on every span of a traced run. An ``Instrumentation`` given
-``id=None`` has no id to take over and still emits.
+**Pydantic AI's own OpenTelemetry spans: suppressed in traced runs.** Pydantic AI
+instrumented (``agent.instrument``, ``Agent.instrument_all()``, an
+``Instrumentation`` capability with the default or a custom ``id``, Logfire's
+``instrument_pydantic_ai``) emits its own ``invoke_agent`` / ``chat`` /
+``execute_tool`` spans, which OpenInference's Pydantic AI span processor only
+re-labels. Nested under ours they would show every call twice and sum the tokens
+twice. So during a traced run (``in_traced_run()``) the runner adds, for every
+``Instrumentation`` id the run would use, a run-time ``Instrumentation`` of that id
+with no-op providers, which takes that id's place for this run only (no global
+state; untraced runs keep Pydantic AI's spans, and traced ones one vocabulary,
+ours). An ``Instrumentation`` with ``id=None`` has no id to take over and emits.
 """
 
 from __future__ import annotations
@@ -219,14 +206,8 @@ def user_prompt_of(requests: Sequence[AgentRequest]) -> str | list[UserContent]:
 
 # ModelSettings keys that are GenAI request parameters (``gen_ai.request.<key>``).
 _REQUEST_PARAMETERS = (
-    "temperature",
-    "max_tokens",
-    "top_p",
-    "seed",
-    "presence_penalty",
-    "frequency_penalty",
-    "stop_sequences",
-)
+    "temperature max_tokens top_p seed presence_penalty frequency_penalty stop_sequences"
+).split()
 
 
 @cache
@@ -410,8 +391,6 @@ class _Mapper:
             for index, part in enumerate(response.parts):
                 self.part_started(index, part)
         self._message_id = None
-        for index, final in self._finals(response):
-            self._alias(index, final)
         if response is None:
             self.builder.message_end(message_id, error=error)
             return
@@ -426,16 +405,6 @@ class _Mapper:
             response_model=response.model_name,
             response_id=response.provider_response_id,
         )
-
-    @staticmethod
-    def _finals(response: ModelResponse | None) -> list[tuple[int, str]]:
-        if response is None:
-            return []
-        return [
-            (index, call_id)
-            for index, part in enumerate(response.parts)
-            if (call_id := getattr(part, "tool_call_id", None))
-        ]
 
     # response parts (whole parts in run mode, part events in stream mode) ---------------
     def part_started(self, index: int, part: Any) -> None:
@@ -507,13 +476,9 @@ class _Mapper:
                 self.builder.tool_call(args, index=index, message_id=message_id)
 
     def part_ended(self, index: int, part: Any) -> None:
-        final_id = getattr(part, "tool_call_id", None)
-        if final_id is not None:
-            self._alias(index, final_id)
-
-    def _alias(self, index: int, final_id: str) -> None:
         announced = self._call_ids.get(index)
-        if announced is not None and final_id != announced:
+        final_id = getattr(part, "tool_call_id", None)
+        if announced is not None and final_id is not None and final_id != announced:
             self._aliases[final_id] = announced
 
     # tool results -------------------------------------------------------------------------
