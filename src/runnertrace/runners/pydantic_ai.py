@@ -206,8 +206,9 @@ def user_prompt_of(requests: Sequence[AgentRequest]) -> str | list[UserContent]:
 
 # ModelSettings keys that are GenAI request parameters (``gen_ai.request.<key>``).
 _REQUEST_PARAMETERS = (
-    "temperature max_tokens top_p seed presence_penalty frequency_penalty stop_sequences"
-).split()
+    *("temperature", "max_tokens", "top_p", "seed"),
+    *("presence_penalty", "frequency_penalty", "stop_sequences"),
+)
 
 
 @cache
@@ -510,14 +511,19 @@ class _Mapper:
         self.builder.tool_result(call_id, content, error=error, is_error=is_error)
 
     # the native stream (stream mode) ------------------------------------------------------
-    def native(self, event: AgentStreamEvent) -> None:
+    def native(self, event: Any) -> None:
         kind = event.event_kind
         if kind == "part_delta":
-            self.part_delta(event.index, event.delta)  # type: ignore[union-attr]
+            self.part_delta(event.index, event.delta)
         elif kind == "part_start":
-            self.part_started(event.index, event.part)  # type: ignore[union-attr]
+            self.part_started(event.index, event.part)
         elif kind == "part_end":
-            self.part_ended(event.index, event.part)  # type: ignore[union-attr]
+            self.part_ended(event.index, event.part)
+        elif kind == "function_tool_result":  # unless the tool hooks reported it already
+            call_id = self.call_id(event.part.tool_call_id)
+            if call_id in self._pending:
+                content, is_error = _result_text(event.part)
+                self._result(call_id, content, is_error=is_error)
 
 
 @dataclass
@@ -650,6 +656,15 @@ class _StreamObserver(_Observer):
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+
+@dataclass
+class _UntracedStream(_StreamObserver):
+    """Stream mode with nobody observing: no tool hooks (there is no scope to enter
+    and no span to put an exception on); tool results come off the native stream."""
+
+    wrap_tool_validate = AbstractCapability.wrap_tool_validate
+    wrap_tool_execute = AbstractCapability.wrap_tool_execute
 
 
 # -- instrumentation suppression ---------------------------------------------------------------
@@ -821,10 +836,12 @@ class PydanticAIRunner(Runner):
         # event, so a consumer gets a step's last events with the next native event.
         reporter = stream_observer()
         builder = EventBuilder(reporter, queue=True)
-        mapper = _Mapper(builder, agent.name, detailed=reporter is not NULL_OBSERVER)
+        traced = reporter is not NULL_OBSERVER
+        mapper = _Mapper(builder, agent.name, detailed=traced)
+        observer = _StreamObserver(mapper) if traced else _UntracedStream(mapper)
         with ensure_tool_context(agent, session, requests):
             options, loaded = await self._call_options(
-                agent, session, requests, _StreamObserver(mapper), streaming=True
+                agent, session, requests, observer, streaming=True
             )
             result: AgentRunResult[Any] | None = None
             try:
