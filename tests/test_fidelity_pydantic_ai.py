@@ -12,8 +12,10 @@ span processor) never adds a second copy of a call.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import aclosing
 from typing import Any
 
 import pytest
@@ -397,3 +399,26 @@ async def test_openinference_over_instrument_all_adds_no_copies_in_traced_runs(
     await run(core(planner([first_turn, second_turn])), mode)
     assert exporter.get_finished_spans() == ()
     assert_each_call_once(captured_spans)
+
+
+async def test_a_consumer_stopping_at_any_event_leaves_no_span_open_or_context_attached(
+    captured_spans: CapturedSpans,
+) -> None:
+    requests = [AgentRequestText(prompt="Trip to Oslo?")]
+    agent = core(planner([first_turn, second_turn]))
+    total = len([e async for e in agent.runner.stream(agent, Session("all"), requests)])
+    assert total > 10
+    for stop in range(total):
+        captured_spans.clear()
+        agent = core(planner([first_turn, second_turn]))
+        async with aclosing(agent.runner.stream(agent, Session(f"s{stop}"), requests)) as events:
+            seen = 0
+            async for _ in events:
+                seen += 1
+                if seen > stop:
+                    break
+        assert trace_api.get_current_span() is trace_api.INVALID_SPAN
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+        run_span = one(captured_spans, "invoke_agent planner")  # exported: it ended
+        assert attr(run_span, "runnertrace.cancelled") is True
+        assert all(s.end_time for s in captured_spans.spans)

@@ -455,6 +455,9 @@ async def test_failed_retried_and_unknown_tool_calls_get_error_results(mode: str
     assert results["c1"].content == "try again later"
     assert "Unknown tool name: 'nope'" in results["c2"].content
     assert "int_parsing" in results["c3"].content
+    if mode == "run":  # observed: each failure names what the tool or validator raised
+        errors = {key: r.error.type if r.error else None for key, r in results.items()}
+        assert errors == {"c1": "ModelRetry", "c2": None, "c3": "ValidationError"}
 
 
 # -- replies -----------------------------------------------------------------------------------
