@@ -422,3 +422,28 @@ async def test_a_consumer_stopping_at_any_event_leaves_no_span_open_or_context_a
         run_span = one(captured_spans, "invoke_agent planner")  # exported: it ended
         assert attr(run_span, "runnertrace.cancelled") is True
         assert all(s.end_time for s in captured_spans.spans)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_answer_rejected_by_an_output_validator_is_retried_with_the_prompt_shown(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    def vague(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart("Maybe.")])
+
+    native = planner([vague, second_turn])
+
+    @native.output_validator
+    def definite(output: str) -> str:
+        if output == "Maybe.":
+            raise ModelRetry("answer definitely")
+        return output
+
+    await run(core(native), mode)
+    rejected, retried = chats(captured_spans)
+    assert rejected.status.status_code is StatusCode.UNSET  # the model call itself worked
+    assert "answer definitely" in attr(retried, "gen_ai.input.messages")
+    steps = sorted(captured_spans.by_name("agent_step planner"), key=lambda s: s.start_time or 0)
+    assert [parent_of(captured_spans, c) for c in (rejected, retried)] == steps
+    output = json.loads(attr(one(captured_spans, "invoke_agent planner"), "gen_ai.output.messages"))
+    assert output[0]["parts"][0]["content"] == "Sunny; no flights."
