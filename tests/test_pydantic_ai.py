@@ -297,7 +297,8 @@ async def test_stream_yields_the_exact_paired_sequence_with_framework_ids() -> N
     m1, m2 = (e.message_id for e in events if isinstance(e, ev.MessageStart))
     run_id = m1.rsplit("-m", 1)[0]
     assert (m1, m2) == (f"{run_id}-m1", f"{run_id}-m2")
-    r1 = f"{m1}-r0"  # Pydantic AI's part index of the thinking part
+    (r1,) = (e.message_id for e in events if isinstance(e, ev.ReasoningStart))
+    assert r1.startswith(m1)  # the builder names a reasoning block after its message
     ends = [e for e in events if isinstance(e, ev.MessageEnd)]
     assert all(e.input_tokens and e.output_tokens for e in ends)
     assert events == [
@@ -331,25 +332,29 @@ async def test_run_mode_reports_the_same_events_as_stream_mode_yields() -> None:
     assert skeleton(observed) == skeleton(streamed) == TOOL_RUN_SKELETON
 
 
-async def test_message_start_is_yielded_before_the_model_sends_anything() -> None:
-    got: list[ev.StreamEvent] = []
+async def test_message_start_is_reported_before_the_model_sends_anything() -> None:
+    # The observer (the tracer) must see the request start when it is sent, not at the
+    # first token; the consumer gets the queued events with the next native event
+    # (no task per event, issue 11 item 7).
+    observed: list[ev.StreamEvent] = []
+    yielded: list[ev.StreamEvent] = []
     before_first_chunk: list[str] = []
 
     async def slow_first_token() -> None:
-        # Give the event loop plenty of turns, as a model's network wait would;
-        # the consumer must have the message start by then, not at the first token.
-        for _ in range(50):
+        for _ in range(50):  # as a model's network wait would
             await asyncio.sleep(0)
-        before_first_chunk.extend(e.type for e in got)
+        before_first_chunk.extend(e.type for e in observed)
 
     llm = FakeLLM()
     llm.before_stream = slow_first_token
     s = Setup(llm)
-    async for chunk in s.runtime.stream(s.agent, s.session(), QUESTION):
-        if chunk.event is not None:
-            got.append(chunk.event)
+    with observing(observed.append):
+        async for chunk in s.runtime.stream(s.agent, s.session(), QUESTION):
+            if chunk.event is not None:
+                yielded.append(chunk.event)
     assert before_first_chunk == ["step_start", "message_start"]
-    assert_paired(got)
+    assert observed == yielded
+    assert_paired(yielded)
 
 
 async def test_a_consumer_that_stops_early_cancels_the_run_and_saves_nothing() -> None:
@@ -378,11 +383,13 @@ async def test_a_cancelled_consumer_ends_the_run_without_leftover_tasks() -> Non
     s = Setup(llm)
     session = s.session()
     got: list[ev.StreamEvent] = []
+    observed: list[ev.StreamEvent] = []
 
     async def consume() -> None:
-        async for chunk in s.runtime.stream(s.agent, session, QUESTION):
-            if chunk.event is not None:
-                got.append(chunk.event)
+        with observing(observed.append):
+            async for chunk in s.runtime.stream(s.agent, session, QUESTION):
+                if chunk.event is not None:
+                    got.append(chunk.event)
 
     task = asyncio.create_task(consume())
     await started.wait()
@@ -391,7 +398,8 @@ async def test_a_cancelled_consumer_ends_the_run_without_leftover_tasks() -> Non
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert [e.type for e in got] == ["step_start", "message_start"]
+    assert [e.type for e in observed] == ["step_start", "message_start"]
+    assert got == []  # queued until the next native event, which never came
     assert session.get(STATE_KEY) is None
     assert asyncio.all_tasks() == {asyncio.current_task()}
 
@@ -447,6 +455,9 @@ async def test_failed_retried_and_unknown_tool_calls_get_error_results(mode: str
     assert results["c1"].content == "try again later"
     assert "Unknown tool name: 'nope'" in results["c2"].content
     assert "int_parsing" in results["c3"].content
+    if mode == "run":  # observed: each failure names what the tool or validator raised
+        errors = {key: r.error.type if r.error else None for key, r in results.items()}
+        assert errors == {"c1": "ModelRetry", "c2": None, "c3": "ValidationError"}
 
 
 # -- replies -----------------------------------------------------------------------------------
@@ -461,26 +472,23 @@ async def test_structured_output_becomes_agent_reply_any() -> None:
     assert reply.content == {"product": 42}
     assert str(reply) == '{"product": 42}'
     assert_paired(seen)
-    # The answer went through the output tool, which is reported like any tool call.
-    final = [e for e in seen if isinstance(e, ev.ToolCallStart)][-1]
-    assert final.tool_name == "final_result"
-    assert (
-        ev.ToolCallResult(tool_call_id=final.tool_call_id, content="Final result processed.")
-        in seen
-    )
+    # The output tool is the answer, not a tool call (issue 11 item 5): it is the
+    # last message's text, and only the real tool is a call.
+    assert [e.tool_name for e in seen if isinstance(e, ev.ToolCallStart)] == ["multiply"]
+    assert [e.tool_call_id for e in seen if isinstance(e, ev.ToolCallResult)] == ["call_1"]
+    last = [e for e in seen if isinstance(e, ev.MessageStart)][-1].message_id
+    text = "".join(e.delta for e in seen if isinstance(e, ev.TextDelta) and e.message_id == last)
+    assert Product.model_validate_json(text) == Product(product=42)
 
 
-async def test_streamed_structured_output_arrives_as_a_paired_tool_call() -> None:
+async def test_streamed_structured_output_arrives_as_the_messages_text() -> None:
     s = Setup(output_type=Product)
     events = await s.stream()
     assert_paired(events)
-    final = [e for e in events if isinstance(e, ev.ToolCallStart)][-1]
-    args = "".join(
-        e.delta
-        for e in events
-        if isinstance(e, ev.ToolCallArgs) and e.tool_call_id == final.tool_call_id
-    )
-    assert Product.model_validate_json(args) == Product(product=42)
+    assert [e.tool_name for e in events if isinstance(e, ev.ToolCallStart)] == ["multiply"]
+    last = [e for e in events if isinstance(e, ev.MessageStart)][-1].message_id
+    chunks = [e.delta for e in events if isinstance(e, ev.TextDelta) and e.message_id == last]
+    assert Product.model_validate_json("".join(chunks)) == Product(product=42)
 
 
 @pytest.mark.parametrize(

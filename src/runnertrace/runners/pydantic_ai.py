@@ -28,62 +28,59 @@ What the runner does, per run:
   dataclass, a list, ...) gives :class:`AgentReplyAny` with its JSON form (a
   non-object value sits under ``"output"``).
 
-Events come from one run-time capability (``_Observer``) that the runner adds
-to every run. It only wraps hooks (``wrap_node_run``, ``wrap_model_request``,
-``wrap_tool_execute`` and, in stream mode, ``wrap_run_event_stream``) and calls
-each handler exactly once, so the agent's own capabilities, hooks and
-``event_stream_handler`` still fire exactly once, unchanged:
+**Events** come from one run-time capability (``_Observer``) that maps the run
+onto the core :class:`~runnertrace.core.builder.EventBuilder` (which owns the
+pairing rules and reports each event to the observer as it is made). It only
+wraps hooks and calls each handler exactly once, so the agent's own
+capabilities, hooks and ``event_stream_handler`` fire exactly once, unchanged.
+An untraced run-mode call installs nothing; stream mode always needs it (the
+events are the stream) but builds the request fields only when someone observes.
 
-* a step is one model request/response cycle: ``StepStart`` when a
-  ``ModelRequestNode`` starts, ``StepEnd`` when the ``CallToolsNode`` after it
-  ends (``step_index`` is Pydantic AI's ``run_step``);
-* a model call is ``MessageStart`` ... ``MessageEnd`` (model name, provider,
-  usage, finish reason and response id on the end event); thinking parts are
-  ``Reasoning*`` blocks; tool-call parts are ``ToolCallStart`` /
-  ``ToolCallArgs`` / ``ToolCallEnd`` keyed by Pydantic AI's ``tool_call_id``;
-* tool results are ``ToolCallResult`` with the text the model is sent (errors,
-  retries and unknown tools have ``is_error=True``).
+* A step is a ``ModelRequestNode`` and the ``CallToolsNode`` after it
+  (``step_index`` is Pydantic AI's ``run_step``).
+* A model call starts when the request is sent, with what it is sent: the input
+  messages (Pydantic AI's own GenAI-semconv conversion, so fed-back tool results
+  and retry prompts appear as the model sees them), the instructions as the text
+  rendered from the request's ``instruction_parts`` (dynamic instruction functions
+  resolved; system *prompts* are history and stay in the input messages), the
+  request parameters of the merged model settings, and the function tools. It runs
+  in the model scope (an HTTP span nests under the chat span). A failure ends the
+  message with the exception, in the step that held it; Pydantic AI does not retry
+  a failed model call (a ``ModelRetry`` from a tool or output validator starts a
+  new step whose request carries the retry prompt).
+* **Structured output is not a tool call:** an output tool's call (``final_result``)
+  is reported as the message's text (its JSON arguments), without a result.
+* Each tool runs in the tool scope (spans opened inside nest under
+  ``execute_tool``). A failure (``ModelRetry``, ``ToolFailed``, any exception,
+  arguments that do not validate) is reported with the exception the tool or
+  validator raised, whether Pydantic AI fed it back or it ended the run. Calls that
+  never ran (an unknown tool) are settled from the next request at step end.
 
-In **stream mode** (``run_stream_events``) the deltas come from the native
-stream, seen through ``wrap_run_event_stream`` so they are ordered with the
-step and message boundaries reported by the hooks; everything lands in one
-queue the ``stream()`` generator drains while it pulls the native stream, so a
-``MessageStart`` is yielded when the request starts, not when its first token
-arrives. In **run mode** the same events are reported to the observer channel
-(``claim_observer``), built from each complete response.
+In **stream mode** the deltas come from the native stream, seen through
+``wrap_run_event_stream`` so they are ordered with the hooks' boundaries;
+``stream()`` yields the builder's queue after each native event it pulls (no task
+or extra hop per event).
 
-**Pydantic AI's own OpenTelemetry spans (no duplicates).** When Pydantic AI is
-instrumented (``agent.instrument = True``, ``Agent.instrument_all()``, an
-``Instrumentation`` capability, or Logfire's ``instrument_pydantic_ai``) it
-emits ``invoke_agent`` / ``chat`` / ``execute_tool`` spans of its own. Nesting
-them under our spans would show every model call and tool call twice (and sum
-the tokens twice). So during a *traced* run (``core.observer.in_traced_run()``),
-the runner **suppresses** them: when the run would be instrumented, it adds a
-run-time ``Instrumentation`` capability with no-op
-tracer and meter providers, which replaces the agent's own instrumentation for
-that run only (no global state changes; untraced runs keep Pydantic AI's
-spans). Suppressing rather than nesting also keeps one attribute vocabulary
-(ours, per ``SEMCONV.md``) on every span of a traced run. An ``Instrumentation``
-capability the user gave a custom ``id`` is not replaced and still emits.
+**Pydantic AI's own OpenTelemetry spans: suppressed in traced runs.** Pydantic AI
+instrumented (``agent.instrument``, ``Agent.instrument_all()``, an
+``Instrumentation`` capability with the default or a custom ``id``, Logfire's
+``instrument_pydantic_ai``) emits its own ``invoke_agent`` / ``chat`` /
+``execute_tool`` spans, which OpenInference's Pydantic AI span processor only
+re-labels. Nested under ours they would show every call twice and sum the tokens
+twice. So during a traced run (``in_traced_run()``) the runner adds, for every
+``Instrumentation`` id the run would use, a run-time ``Instrumentation`` of that id
+with no-op providers, which takes that id's place for this run only (no global
+state; untraced runs keep Pydantic AI's spans, and traced ones one vocabulary,
+ours). An ``Instrumentation`` with ``id=None`` has no id to take over and emits.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
 import logging
-from collections import deque
-from collections.abc import (
-    AsyncGenerator,
-    AsyncIterable,
-    AsyncIterator,
-    Callable,
-    Mapping,
-    Sequence,
-)
-from contextlib import aclosing, suppress
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, ClassVar
@@ -94,7 +91,7 @@ from runnertrace._internal.imports import require
 require("pydantic_ai", "pydantic-ai")
 
 import pydantic_core  # noqa: E402
-from pydantic import BaseModel  # noqa: E402
+from pydantic import BaseModel, JsonValue  # noqa: E402
 from pydantic_ai import Agent as PydanticAgent  # noqa: E402
 from pydantic_ai.agent import AbstractAgent  # noqa: E402
 from pydantic_ai.capabilities.abstract import (  # noqa: E402
@@ -102,10 +99,18 @@ from pydantic_ai.capabilities.abstract import (  # noqa: E402
     AgentNode,
     CapabilityOrdering,
     NodeResult,
+    RawToolArgs,
     ValidatedToolArgs,
     WrapModelRequestHandler,
     WrapNodeRunHandler,
     WrapToolExecuteHandler,
+    WrapToolValidateHandler,
+)
+from pydantic_ai.exceptions import (  # noqa: E402
+    ApprovalRequired,
+    CallDeferred,
+    SkipToolExecution,
+    SkipToolValidation,
 )
 from pydantic_ai.messages import (  # noqa: E402
     ERROR_OUTCOMES,
@@ -113,6 +118,7 @@ from pydantic_ai.messages import (  # noqa: E402
     BinaryContent,
     DocumentUrl,
     ImageUrl,
+    InstructionPart,
     ModelResponse,
     ToolCallPart,
     ToolReturnPart,
@@ -124,6 +130,7 @@ from pydantic_ai.tools import RunContext  # noqa: E402
 
 from runnertrace.core import events as ev  # noqa: E402
 from runnertrace.core.agent import Agent  # noqa: E402
+from runnertrace.core.builder import EventBuilder  # noqa: E402
 from runnertrace.core.context import ensure_tool_context  # noqa: E402
 from runnertrace.core.models import (  # noqa: E402
     AgentReply,
@@ -134,7 +141,12 @@ from runnertrace.core.models import (  # noqa: E402
     prompt_of,
 )
 from runnertrace.core.module import Module  # noqa: E402
-from runnertrace.core.observer import claim_observer, in_traced_run  # noqa: E402
+from runnertrace.core.observer import (  # noqa: E402
+    NULL_OBSERVER,
+    claim_observer,
+    in_traced_run,
+    stream_observer,
+)
 from runnertrace.core.runner import Runner  # noqa: E402
 from runnertrace.core.session import Session  # noqa: E402
 
@@ -143,8 +155,6 @@ __all__ = ["STATE_KEY", "PydanticAIModule", "PydanticAIRunner", "user_prompt_of"
 logger = logging.getLogger("runnertrace")
 
 STATE_KEY = "pydantic_ai"
-
-Emit = Callable[[ev.StreamEvent], None]
 
 
 # -- requests -> user_prompt -------------------------------------------------------------------
@@ -192,7 +202,74 @@ def user_prompt_of(requests: Sequence[AgentRequest]) -> str | list[UserContent]:
     return parts
 
 
-# -- native events -> our events -----------------------------------------------------------------
+# -- what a model request is sent ----------------------------------------------------------------
+
+# ModelSettings keys that are GenAI request parameters (``gen_ai.request.<key>``).
+_REQUEST_PARAMETERS = (
+    *("temperature", "max_tokens", "top_p", "seed"),
+    *("presence_penalty", "frequency_penalty", "stop_sequences"),
+)
+
+
+@cache
+def _no_op_settings() -> Any:
+    """Instrumentation settings that record nothing (no-op tracer and meter providers).
+
+    They serve twice: as the settings of the silencing ``Instrumentation``, and as
+    Pydantic AI's own converter of its messages to GenAI semconv messages.
+    """
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.trace import NoOpTracerProvider
+    from pydantic_ai.models.instrumented import InstrumentationSettings
+
+    return InstrumentationSettings(
+        tracer_provider=NoOpTracerProvider(), meter_provider=NoOpMeterProvider()
+    )
+
+
+def _instructions(request_context: ModelRequestContext) -> str | None:
+    """The instructions as the text the model is sent.
+
+    ``instruction_parts`` are what Pydantic AI renders the request's instructions
+    from (dynamic instruction functions already called); without them (a direct
+    model request) the newest request message's ``instructions`` hold the text.
+    """
+    parts = request_context.model_request_parameters.instruction_parts
+    if parts is not None:
+        return InstructionPart.join(parts) if parts else None
+    for message in reversed(request_context.messages):
+        if message.kind == "request":
+            return message.instructions
+    return None
+
+
+def _request_fields(request_context: ModelRequestContext) -> dict[str, Any]:
+    """The optional ``MessageStart`` fields: messages, instructions, parameters, tools."""
+    settings = request_context.model_settings or {}
+    parameters: dict[str, JsonValue] = {
+        key: settings[key]  # type: ignore[literal-required]
+        for key in _REQUEST_PARAMETERS
+        if settings.get(key) is not None
+    }
+    tools: list[dict[str, JsonValue]] = [
+        {
+            "type": "function",
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters_json_schema,
+        }
+        for tool in request_context.model_request_parameters.function_tools
+    ]
+    messages = _no_op_settings().messages_to_otel_messages(request_context.messages)
+    return {
+        "input_messages": pydantic_core.to_jsonable_python(messages) or None,
+        "system_instructions": _instructions(request_context),
+        "request_parameters": parameters or None,
+        "tool_definitions": tools or None,
+    }
+
+
+# -- native progress -> builder calls ------------------------------------------------------------
 
 
 def _args_text(args: str | dict[str, Any] | None) -> str:
@@ -206,81 +283,106 @@ _RESULT_KINDS = frozenset({"tool-return", "builtin-tool-return", "retry-prompt"}
 
 def _result_text(part: Any) -> tuple[str, bool]:
     """The text a tool result part sends the model, and whether it is an error."""
-    if part.part_kind == "retry-prompt":  # deprecated form: always an error to fix
+    if part.part_kind in ("retry-prompt", "retry-feedback"):  # always an error to fix
         return part.model_response(), True
     outcome = getattr(part, "outcome", "success")
     return part.model_response_str(wrap_if_error=False), outcome in ERROR_OUTCOMES
 
 
-class _EventMapper:
-    """Turns hook calls and native stream events of one run into our events.
+def _failure(exc: Exception) -> tuple[str, BaseException]:
+    """What the model is told about a failed tool, and the exception to report.
+
+    Pydantic AI wraps a ``ModelRetry`` / ``ToolFailed`` (or a validation error) in a
+    ``ToolRetryError`` / ``ToolFailedError`` carrying the part the model gets; the
+    exception the tool or validator raised is what the trace names.
+    """
+    part = getattr(exc, "tool_retry", None) or getattr(exc, "tool_failed", None)
+    if part is None:
+        return f"{type(exc).__name__}: {exc}", exc
+    cause = exc.__cause__ or exc.__context__
+    return _result_text(part)[0], cause if cause is not None else exc
+
+
+# Not failures: the call is deferred, or Pydantic AI skips it on purpose.
+_CONTROL_FLOW: tuple[type[BaseException], ...] = (
+    CallDeferred,
+    ApprovalRequired,
+    SkipToolExecution,
+    SkipToolValidation,
+)
+
+
+class _Mapper:
+    """Turns one run's hook calls and native stream events into builder calls.
 
     One instance per run; all calls come from the run's own tasks on one event
-    loop, so plain attributes are enough. ``emit`` is the observer sink (run
-    mode) or the stream queue (stream mode).
+    loop, so plain attributes are enough. ``detailed`` says whether to build the
+    request fields (only worth it when someone observes).
     """
 
-    def __init__(self, emit: Emit, agent_name: str, *, streaming: bool) -> None:
-        self._emit = emit
+    def __init__(self, builder: EventBuilder, agent_name: str, *, detailed: bool) -> None:
+        self.builder = builder
         self._agent_name = agent_name
-        self._streaming = streaming
+        self._detailed = detailed
         self._step: int | None = None
         self._messages = 0
         self._message_id: str | None = None
         self._saw_parts = False
-        # part index -> (part kind, our id) for parts of the open message still open
-        self._parts: dict[int, tuple[str, str]] = {}
-        # tool calls asked for in the open step that have no result yet
-        self._pending_calls: set[str] = set()
-        # a call id a later delta replaced -> the id we announced
-        self._aliases: dict[str, str] = {}
+        self._output_tools: frozenset[str] = frozenset()
+        self._output_parts: set[int] = set()  # part indexes of the open message's output calls
+        self._call_ids: dict[int, str] = {}  # part index -> announced call id (open message)
+        self._pending: set[str] = set()  # calls asked for in the open step, no result yet
+        self._aliases: dict[str, str] = {}  # a call id a later part replaced -> the announced id
 
     # steps ------------------------------------------------------------------------------
     def step_started(self, ctx: RunContext[Any]) -> None:
         if self._step is not None:  # a request node following a request node
             self._end_step()
         self._step = ctx.run_step
-        self._emit(ev.StepStart(step_name=self._agent_name, step_index=ctx.run_step))
+        self.builder.step_start(self._agent_name, ctx.run_step)
 
     def step_finished(self, ctx: RunContext[Any], result: NodeResult[Any]) -> None:
-        """After the ``CallToolsNode``: settle calls without a result, then end the step."""
-        if self._pending_calls:
+        """After the ``CallToolsNode``: settle calls that never ran, then end the step."""
+        if self._pending:
             parts = list(getattr(getattr(result, "request", None), "parts", ()))
             if ctx.messages and ctx.messages[-1].kind == "request":
                 parts.extend(ctx.messages[-1].parts)
             for part in parts:
-                if part.part_kind not in _RESULT_KINDS:
-                    continue
-                call_id = self._aliases.get(part.tool_call_id, part.tool_call_id)
-                if call_id in self._pending_calls:
-                    self._result(call_id, *_result_text(part))
+                if part.part_kind in _RESULT_KINDS:
+                    call_id = self.call_id(part.tool_call_id)
+                    if call_id in self._pending:
+                        content, is_error = _result_text(part)
+                        self._result(call_id, content, is_error=is_error)
         self._end_step()
 
     def _end_step(self) -> None:
         if self._step is None:
             return
         step, self._step = self._step, None
-        self._pending_calls.clear()
+        self._pending.clear()
         self._aliases.clear()
-        self._emit(ev.StepEnd(step_name=self._agent_name, step_index=step))
+        self.builder.step_end(self._agent_name, step)
 
     # messages ---------------------------------------------------------------------------
-    def message_started(self, ctx: RunContext[Any], request_context: ModelRequestContext) -> None:
+    def message_started(self, ctx: RunContext[Any], request_context: ModelRequestContext) -> str:
         self._messages += 1
-        self._message_id = f"{ctx.run_id or 'run'}-m{self._messages}"
+        message_id = self._message_id = f"{ctx.run_id or 'run'}-m{self._messages}"
         self._saw_parts = False
-        self._parts.clear()
+        self._output_parts.clear()
+        self._call_ids.clear()
+        parameters = request_context.model_request_parameters
+        self._output_tools = frozenset(tool.name for tool in parameters.output_tools)
         model = request_context.model
-        self._emit(
-            ev.MessageStart(
-                message_id=self._message_id,
-                model=model.model_name,
-                provider=getattr(model, "system", None),
-            )
+        fields = _request_fields(request_context) if self._detailed else {}
+        self.builder.message_start(
+            message_id, model=model.model_name, provider=getattr(model, "system", None), **fields
         )
+        return message_id
 
-    def message_finished(self, response: ModelResponse | None) -> None:
-        """End the open message; ``None`` means the request failed."""
+    def message_finished(
+        self, response: ModelResponse | None, error: BaseException | None = None
+    ) -> None:
+        """End the open message; ``response`` is ``None`` when the request failed."""
         message_id = self._message_id
         if message_id is None:
             return
@@ -289,25 +391,20 @@ class _EventMapper:
             # are only known now, complete.
             for index, part in enumerate(response.parts):
                 self.part_started(index, part)
-                self.part_ended(index, part)
-        for index in list(self._parts):
-            self._close_part(index)
         self._message_id = None
         if response is None:
-            self._emit(ev.MessageEnd(message_id=message_id, finish_reason="error"))
+            self.builder.message_end(message_id, error=error)
             return
         usage = response.usage
-        self._emit(
-            ev.MessageEnd(
-                message_id=message_id,
-                finish_reason=response.finish_reason,
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
-                cache_read_input_tokens=usage.cache_read_tokens or None,
-                reasoning_output_tokens=usage.output_reasoning_tokens or None,
-                response_model=response.model_name,
-                response_id=response.provider_response_id,
-            )
+        self.builder.message_end(
+            message_id,
+            finish_reason=response.finish_reason,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_input_tokens=usage.cache_read_tokens or None,
+            reasoning_output_tokens=usage.output_reasoning_tokens or None,
+            response_model=response.model_name,
+            response_id=response.provider_response_id,
         )
 
     # response parts (whole parts in run mode, part events in stream mode) ---------------
@@ -316,45 +413,42 @@ class _EventMapper:
         if message_id is None:
             return
         self._saw_parts = True
-        if index in self._parts:  # a new start for an index replaces the old part
-            self._close_part(index)
         start = self._PART_STARTS.get(part.part_kind)
         if start is not None:
             start(self, message_id, index, part)
 
     def _start_text(self, message_id: str, index: int, part: Any) -> None:
-        if part.content:
-            self._emit(ev.TextDelta(message_id=message_id, delta=part.content))
+        self.builder.text(part.content, message_id)
 
     def _start_thinking(self, message_id: str, index: int, part: Any) -> None:
-        reasoning_id = f"{message_id}-r{index}"
-        self._parts[index] = ("thinking", reasoning_id)
-        self._emit(ev.ReasoningStart(message_id=reasoning_id))
-        if part.content:
-            self._emit(ev.ReasoningDelta(message_id=reasoning_id, delta=part.content))
+        self.builder.reasoning(part.content, message_id)
 
     def _start_call(self, message_id: str, index: int, part: Any) -> None:
-        call_id = part.tool_call_id
-        self._parts[index] = ("call", call_id)
-        self._pending_calls.add(call_id)
-        self._emit(
-            ev.ToolCallStart(
-                tool_call_id=call_id,
-                tool_name=part.tool_name or "unknown",
-                parent_message_id=message_id,
-            )
-        )
         args = _args_text(part.args)
-        if args:
-            self._emit(ev.ToolCallArgs(tool_call_id=call_id, delta=args))
+        if part.tool_name in self._output_tools:
+            # Structured output: the answer, not a tool call.
+            self._output_parts.add(index)
+            self.builder.text(args, message_id)
+            return
+        call_id = part.tool_call_id
+        self._call_ids[index] = call_id
+        self._pending.add(call_id)
+        self.builder.tool_call(
+            args,
+            tool_call_id=call_id,
+            name=part.tool_name or "unknown",
+            index=index,
+            message_id=message_id,
+        )
 
     def _start_native_return(self, message_id: str, index: int, part: Any) -> None:
         # A provider-run tool's result arrives inside the response itself.
-        call_id = self._aliases.get(part.tool_call_id, part.tool_call_id)
-        if call_id in self._pending_calls:
-            self._result(call_id, *_result_text(part))
+        call_id = self.call_id(part.tool_call_id)
+        if call_id in self._pending:
+            content, is_error = _result_text(part)
+            self._result(call_id, content, is_error=is_error)
 
-    _PART_STARTS: ClassVar[dict[str, Callable[[_EventMapper, str, int, Any], None]]] = {
+    _PART_STARTS: ClassVar[dict[str, Callable[[_Mapper, str, int, Any], None]]] = {
         "text": _start_text,
         "thinking": _start_thinking,
         "tool-call": _start_call,
@@ -369,77 +463,67 @@ class _EventMapper:
         kind = delta.part_delta_kind
         if kind == "text":
             if delta.content_delta:
-                self._emit(ev.TextDelta(message_id=message_id, delta=delta.content_delta))
-            return
-        opened = self._parts.get(index)
-        if opened is None:
-            return
-        if kind == "thinking" and delta.content_delta:
-            self._emit(ev.ReasoningDelta(message_id=opened[1], delta=delta.content_delta))
+                self.builder.text(delta.content_delta, message_id)
+        elif kind == "thinking":
+            if delta.content_delta:
+                self.builder.reasoning(delta.content_delta, message_id)
         elif kind == "tool_call":
             args = _args_text(delta.args_delta)
-            if args:
-                self._emit(ev.ToolCallArgs(tool_call_id=opened[1], delta=args))
+            if not args:
+                return
+            if index in self._output_parts:
+                self.builder.text(args, message_id)
+            elif index in self._call_ids:
+                self.builder.tool_call(args, index=index, message_id=message_id)
 
     def part_ended(self, index: int, part: Any) -> None:
-        opened = self._parts.get(index)
-        if opened is None:
-            return
+        announced = self._call_ids.get(index)
         final_id = getattr(part, "tool_call_id", None)
-        if final_id is not None and final_id != opened[1]:
-            self._aliases[final_id] = opened[1]
-        self._close_part(index)
-
-    def _close_part(self, index: int) -> None:
-        kind, our_id = self._parts.pop(index)
-        if kind == "thinking":
-            self._emit(ev.ReasoningEnd(message_id=our_id))
-        else:
-            self._emit(ev.ToolCallEnd(tool_call_id=our_id))
+        if announced is not None and final_id is not None and final_id != announced:
+            self._aliases[final_id] = announced
 
     # tool results -------------------------------------------------------------------------
-    def tool_returned(self, call: ToolCallPart, result: Any) -> None:
-        """Run mode: a function tool returned normally (errors are settled at step end)."""
-        if self._streaming:
-            return
-        part = ToolReturnPart(
-            tool_name=call.tool_name, content=result, tool_call_id=call.tool_call_id
-        )
-        call_id = self._aliases.get(call.tool_call_id, call.tool_call_id)
-        if call_id in self._pending_calls:
-            self._result(call_id, part.model_response_str(), False)
+    def call_id(self, tool_call_id: str) -> str:
+        """The id a call was announced under."""
+        return self._aliases.get(tool_call_id, tool_call_id)
 
-    def _result(self, call_id: str, content: str, is_error: bool) -> None:
-        self._pending_calls.discard(call_id)
-        self._emit(ev.ToolCallResult(tool_call_id=call_id, content=content, is_error=is_error))
+    def tool_returned(self, call: ToolCallPart, result: Any) -> None:
+        call_id = self.call_id(call.tool_call_id)
+        if call_id in self._pending:
+            part = ToolReturnPart(tool_name=call.tool_name, content=result, tool_call_id=call_id)
+            self._result(call_id, part.model_response_str())
+
+    def tool_failed(self, call: ToolCallPart, exc: Exception) -> None:
+        call_id = self.call_id(call.tool_call_id)
+        if call_id in self._pending:
+            content, error = _failure(exc)
+            self._result(call_id, content, error=error)
+
+    def _result(
+        self,
+        call_id: str,
+        content: str,
+        *,
+        error: BaseException | None = None,
+        is_error: bool | None = None,
+    ) -> None:
+        self._pending.discard(call_id)
+        self.builder.tool_result(call_id, content, error=error, is_error=is_error)
 
     # the native stream (stream mode) ------------------------------------------------------
-    def native(self, event: AgentStreamEvent) -> None:
-        handler = self._NATIVE.get(event.event_kind)
-        if handler is not None:
-            handler(self, event)
-
-    def _on_part_start(self, event: Any) -> None:
-        self.part_started(event.index, event.part)
-
-    def _on_part_delta(self, event: Any) -> None:
-        self.part_delta(event.index, event.delta)
-
-    def _on_part_end(self, event: Any) -> None:
-        self.part_ended(event.index, event.part)
-
-    def _on_tool_result(self, event: Any) -> None:
-        call_id = self._aliases.get(event.tool_call_id, event.tool_call_id)
-        if call_id in self._pending_calls:
-            self._result(call_id, *_result_text(event.part))
-
-    _NATIVE: ClassVar[dict[str, Callable[[_EventMapper, Any], None]]] = {
-        "part_start": _on_part_start,
-        "part_delta": _on_part_delta,
-        "part_end": _on_part_end,
-        "function_tool_result": _on_tool_result,
-        "output_tool_result": _on_tool_result,
-    }
+    def native(self, event: Any) -> None:
+        kind = event.event_kind
+        if kind == "part_delta":
+            self.part_delta(event.index, event.delta)
+        elif kind == "part_start":
+            self.part_started(event.index, event.part)
+        elif kind == "part_end":
+            self.part_ended(event.index, event.part)
+        elif kind == "function_tool_result":  # unless the tool hooks reported it already
+            call_id = self.call_id(event.part.tool_call_id)
+            if call_id in self._pending:
+                content, is_error = _result_text(event.part)
+                self._result(call_id, content, is_error=is_error)
 
 
 @dataclass
@@ -451,7 +535,7 @@ class _Observer(AbstractCapability[Any]):
     Mapping faults are telemetry faults: logged once, never fatal to the run.
     """
 
-    mapper: _EventMapper = field(repr=False, kw_only=False)
+    mapper: _Mapper = field(repr=False, kw_only=False)
 
     # It adds no tools, toolsets or model wrappers, so a durable agent may take it per run.
     _safe_at_runtime: ClassVar[bool] = True
@@ -466,8 +550,7 @@ class _Observer(AbstractCapability[Any]):
         node: AgentNode[Any],
         handler: WrapNodeRunHandler[Any],
     ) -> NodeResult[Any]:
-        is_request = PydanticAgent.is_model_request_node(node)
-        if is_request:
+        if PydanticAgent.is_model_request_node(node):
             with handle_internal_errors("pydantic_ai step start"):
                 self.mapper.step_started(ctx)
         result = await handler(node)
@@ -483,19 +566,40 @@ class _Observer(AbstractCapability[Any]):
         request_context: ModelRequestContext,
         handler: WrapModelRequestHandler,
     ) -> ModelResponse:
+        mapper = self.mapper
+        message_id = ""
         with handle_internal_errors("pydantic_ai message start"):
-            self.mapper.message_started(ctx, request_context)
+            message_id = mapper.message_started(ctx, request_context)
         try:
-            response = await handler(request_context)
-        except Exception:
-            # Close the message so pairing holds even when the node recovers
-            # (a retry, a fallback model); the exception itself goes on unchanged.
+            with mapper.builder.model_scope(message_id):
+                response = await handler(request_context)
+        except Exception as exc:
+            # The message ends with the error, so the chat span fails where it
+            # happened even when the run recovers; the exception goes on unchanged.
             with handle_internal_errors("pydantic_ai message end"):
-                self.mapper.message_finished(None)
+                mapper.message_finished(None, exc)
             raise
         with handle_internal_errors("pydantic_ai message end"):
-            self.mapper.message_finished(response)
+            mapper.message_finished(response)
         return response
+
+    async def wrap_tool_validate(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: Any,
+        args: RawToolArgs,
+        handler: WrapToolValidateHandler,
+    ) -> ValidatedToolArgs:
+        try:
+            return await handler(args)
+        except _CONTROL_FLOW:
+            raise
+        except Exception as exc:
+            with handle_internal_errors("pydantic_ai tool validation"):
+                self.mapper.tool_failed(call, exc)
+            raise
 
     async def wrap_tool_execute(
         self,
@@ -506,9 +610,18 @@ class _Observer(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         handler: WrapToolExecuteHandler,
     ) -> Any:
-        result = await handler(args)
+        mapper = self.mapper
+        try:
+            with mapper.builder.tool_scope(mapper.call_id(call.tool_call_id)):
+                result = await handler(args)
+        except _CONTROL_FLOW:
+            raise
+        except Exception as exc:
+            with handle_internal_errors("pydantic_ai tool failure"):
+                mapper.tool_failed(call, exc)
+            raise
         with handle_internal_errors("pydantic_ai tool result"):
-            self.mapper.tool_returned(call, result)
+            mapper.tool_returned(call, result)
         return result
 
 
@@ -527,75 +640,78 @@ class _StreamObserver(_Observer):
         *,
         stream: AsyncIterable[AgentStreamEvent],
     ) -> AsyncIterable[AgentStreamEvent]:
+        mapper = self.mapper
         try:
             async for event in stream:
                 with handle_internal_errors("pydantic_ai stream event"):
-                    self.mapper.native(event)
+                    mapper.native(event)
                 yield event
+        except Exception as exc:
+            # A streamed response fails here (its request handler is then cancelled):
+            # the open message ends with the error.
+            with handle_internal_errors("pydantic_ai message end"):
+                mapper.message_finished(None, exc)
+            raise
         finally:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 await aclose()
 
 
-class _Queue:
-    """Our events of a streamed run, in the order the run produced them."""
+@dataclass
+class _UntracedStream(_StreamObserver):
+    """Stream mode with nobody observing: no tool hooks (there is no scope to enter
+    and no span to put an exception on); tool results come off the native stream."""
 
-    def __init__(self) -> None:
-        self.items: deque[ev.StreamEvent] = deque()
-        self.ready = asyncio.Event()
-
-    def push(self, event: ev.StreamEvent) -> None:
-        self.items.append(event)
-        self.ready.set()
+    wrap_tool_validate = AbstractCapability.wrap_tool_validate
+    wrap_tool_execute = AbstractCapability.wrap_tool_execute
 
 
 # -- instrumentation suppression ---------------------------------------------------------------
 
 
-def _would_instrument(native: AbstractAgent[Any, Any], options: Mapping[str, Any]) -> bool:
-    """Whether Pydantic AI would emit spans of its own for this run.
+def _instrumentation_ids(native: AbstractAgent[Any, Any], options: Mapping[str, Any]) -> set[str]:
+    """The ids of the ``Instrumentation`` capabilities Pydantic AI would use for this run.
 
-    Checked so that the silencer is added only when there is something to
-    silence: even with no-op providers the ``Instrumentation`` capability
-    serialises every message, which costs about a fifth of a fake-model run.
+    Checked so that silencers are added only when there is something to silence:
+    even with no-op providers an ``Instrumentation`` serialises every message.
     """
     from pydantic_ai.capabilities.abstract import leaf_capabilities
     from pydantic_ai.capabilities.instrumentation import Instrumentation
     from pydantic_ai.models.instrumented import InstrumentedModel
 
+    default = Instrumentation.id or "instrumentation"  # the class's one-off id
+    ids: set[str] = set()
     if not isinstance(native, PydanticAgent):
-        return True  # a wrapper agent hides its configuration: silence to be sure
+        return {default}  # a wrapper agent hides its configuration: silence to be sure
     if isinstance(options.get("model") or native.model, InstrumentedModel):
-        return True
+        ids.add(default)
     setting = native.instrument
     if setting is None:
         # What Agent.instrument_all() set; if that attribute ever moves, assume on.
         setting = getattr(PydanticAgent, "_instrument_default", True)
     if setting:
-        return True
+        ids.add(default)
     capabilities: list[Any] = leaf_capabilities(native.root_capability)
     for declared in options.get("capabilities") or ():
         if isinstance(declared, AbstractCapability):
             capabilities.extend(leaf_capabilities(declared))
-    return any(isinstance(capability, Instrumentation) for capability in capabilities)
+    ids.update(
+        capability.id
+        for capability in capabilities
+        if isinstance(capability, Instrumentation) and capability.id is not None
+    )
+    return ids
 
 
 @cache
-def _silenced_instrumentation() -> AbstractCapability[Any]:
-    """An ``Instrumentation`` that records nothing; it replaces the agent's for one run.
-
-    One shared instance is enough: Pydantic AI copies it per run (``for_run``).
-    """
-    from opentelemetry.metrics import NoOpMeterProvider
-    from opentelemetry.trace import NoOpTracerProvider
+def _silenced_instrumentation(capability_id: str) -> AbstractCapability[Any]:
+    """An ``Instrumentation`` that records nothing; it takes the place of the one with
+    ``capability_id`` for one run. One shared instance per id is enough: Pydantic AI
+    copies it per run (``for_run``)."""
     from pydantic_ai.capabilities.instrumentation import Instrumentation
-    from pydantic_ai.models.instrumented import InstrumentationSettings
 
-    settings = InstrumentationSettings(
-        tracer_provider=NoOpTracerProvider(), meter_provider=NoOpMeterProvider()
-    )
-    return Instrumentation(settings=settings)
+    return Instrumentation(settings=_no_op_settings(), id=capability_id)
 
 
 # -- the runner ---------------------------------------------------------------------------------
@@ -636,7 +752,7 @@ class PydanticAIRunner(Runner):
         agent: Agent,
         session: Session,
         requests: list[AgentRequest],
-        observer: _Observer,
+        observer: _Observer | None,
         *,
         streaming: bool,
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -652,9 +768,11 @@ class PydanticAIRunner(Runner):
                 agent.name,
             )
         capabilities = list(options.get("capabilities") or [])
-        if in_traced_run() and _would_instrument(self._native(agent), options):
-            capabilities.append(_silenced_instrumentation())
-        capabilities.append(observer)
+        if in_traced_run():
+            ids = _instrumentation_ids(self._native(agent), options)
+            capabilities.extend(_silenced_instrumentation(i) for i in sorted(ids))
+        if observer is not None:
+            capabilities.append(observer)
         loaded = session.load_framework_context()
         # Owned keys last, so no declared option can displace them.
         options["user_prompt"] = user_prompt_of(requests)
@@ -697,7 +815,10 @@ class PydanticAIRunner(Runner):
     async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:
         native = self._native(agent)
         with claim_observer() as report:
-            observer = _Observer(_EventMapper(report, agent.name, streaming=False))
+            # Untraced, nothing is installed: the run is the plain native call.
+            observer = None
+            if report is not NULL_OBSERVER:
+                observer = _Observer(_Mapper(EventBuilder(report), agent.name, detailed=True))
             options, loaded = await self._call_options(
                 agent, session, requests, observer, streaming=False
             )
@@ -710,81 +831,35 @@ class PydanticAIRunner(Runner):
         self, agent: Agent, session: Session, requests: list[AgentRequest]
     ) -> AsyncIterator[ev.StreamEvent]:
         native = self._native(agent)
-        queue = _Queue()
-        observer = _StreamObserver(_EventMapper(queue.push, agent.name, streaming=True))
-        # In stream mode the events are yielded, not reported: hide any run-mode
-        # observer from nested runs.
-        with claim_observer(), ensure_tool_context(agent, session, requests):
+        # The builder reports each event to the observer as it is made (spans start
+        # when things happen) and queues it; we yield the queue after each native
+        # event, so a consumer gets a step's last events with the next native event.
+        reporter = stream_observer()
+        builder = EventBuilder(reporter, queue=True)
+        traced = reporter is not NULL_OBSERVER
+        mapper = _Mapper(builder, agent.name, detailed=traced)
+        observer = _StreamObserver(mapper) if traced else _UntracedStream(mapper)
+        with ensure_tool_context(agent, session, requests):
             options, loaded = await self._call_options(
                 agent, session, requests, observer, streaming=True
             )
             result: AgentRunResult[Any] | None = None
-            async with (
-                native.run_stream_events(**options) as native_events,
-                aclosing(_drain(native_events, queue)) as drained,
-            ):
-                async for item in drained:
-                    if isinstance(item, AgentRunResultEvent):
-                        result = item.result
-                    else:
-                        yield item
+            try:
+                async with native.run_stream_events(**options) as native_events:
+                    async for item in native_events:
+                        for event in builder.drain():
+                            yield event
+                        if isinstance(item, AgentRunResultEvent):
+                            result = item.result
+            except Exception:
+                for event in builder.drain():  # what was made before the failure
+                    yield event
+                raise
+            for event in builder.drain():
+                yield event
         if result is None:
             raise RuntimeError("the Pydantic AI event stream ended without a run result")
         self._save(session, result, loaded, options["deps"])
-
-
-async def _drain(
-    native_events: AsyncIterator[Any], queue: _Queue
-) -> AsyncGenerator[ev.StreamEvent | AgentRunResultEvent[Any], None]:
-    """Yield queued events as soon as they exist while pulling the native stream.
-
-    The native stream must be pulled for the run to advance (it hands over one
-    event at a time), but our events can appear while a pull waits, e.g. the
-    ``MessageStart`` of a request whose first token is seconds away. So each
-    pull runs as a task and we wake on whichever comes first. The run result
-    is yielded last; a run failure is raised after the events before it.
-    """
-    pull: asyncio.Future[Any] | None = None
-    failure: BaseException | None = None
-    finished = False
-    try:
-        while True:
-            while queue.items:
-                yield queue.items.popleft()
-            if failure is not None:
-                raise failure
-            if finished:
-                return
-            if pull is None:
-                pull = asyncio.ensure_future(native_events.__anext__())
-            if not pull.done():
-                queue.ready.clear()
-                waiter = asyncio.ensure_future(queue.ready.wait())
-                try:
-                    await asyncio.wait((pull, waiter), return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    waiter.cancel()
-                if not pull.done():
-                    continue
-            done, pull = pull, None
-            try:
-                native = done.result()
-            except StopAsyncIteration:
-                finished = True
-            except BaseException as exc:  # noqa: BLE001 - re-raised once queued events are out
-                failure = exc
-            else:
-                if isinstance(native, AgentRunResultEvent):
-                    while queue.items:
-                        yield queue.items.popleft()
-                    yield native
-    finally:
-        if pull is not None:
-            pull.cancel()
-            with suppress(asyncio.CancelledError):
-                await asyncio.wait((pull,))
-            if not pull.cancelled():
-                pull.exception()  # retrieved, so asyncio does not log it
 
 
 class PydanticAIModule(Module):

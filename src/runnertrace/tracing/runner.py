@@ -216,8 +216,13 @@ def _framework_name(base: Any) -> str:
 
 
 def _instructions(agent: Any) -> str | None:
-    """The system instructions of a native agent (captured with content only)."""
-    return getattr(getattr(agent, "native", None), "instructions", None) or None
+    """The system instructions of a native agent (captured with content only).
+
+    Only text: a framework's ``instructions`` may be a method or a callable (Pydantic
+    AI, OpenAI Agents), whose repr says nothing; the chat spans carry the rendered text.
+    """
+    value = getattr(getattr(agent, "native", None), "instructions", None)
+    return value if isinstance(value, str) and value else None
 
 
 def _is_cancellation(exc: BaseException) -> bool:
