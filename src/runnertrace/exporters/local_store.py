@@ -557,6 +557,29 @@ def _refresh_runs(conn: sqlite3.Connection, trace_ids: Iterable[str]) -> None:
 
 
 # -- the store ----------------------------------------------------------------------------
+_write_locks: dict[Path, threading.Lock] = {}
+_write_locks_guard = threading.Lock()
+
+
+def _write_lock_for(path: Path) -> threading.Lock:
+    with _write_locks_guard:
+        lock = _write_locks.get(path)
+        if lock is None:
+            lock = _write_locks[path] = threading.Lock()
+        return lock
+
+
+def _forget_write_locks() -> None:
+    """In a forked child: a lock another thread of the parent held would never be released."""
+    global _write_locks_guard
+    _write_locks_guard = threading.Lock()
+    _write_locks.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_write_locks)
+
+
 class SpanStore:
     """A SQLite span file: thread-safe writes and the read API of the CLI and report.
 
@@ -579,6 +602,10 @@ class SpanStore:
         self.read_only = read_only
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        # Writers of one file in this process (the span and the metric exporter) take
+        # turns here rather than in SQLite: the busy timeout is then only ever spent
+        # waiting for another process, and a store "found locked" means just that.
+        self._write_lock = _write_lock_for(self.path)
 
     def __repr__(self) -> str:
         return f"SpanStore({str(self.path)!r})"
@@ -670,7 +697,7 @@ class SpanStore:
         rows = [span_row(span) for span in spans]
         if not rows:
             return 0
-        with self._lock:
+        with self._write_lock, self._lock:
             conn = self._connection(create=True)
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -691,7 +718,7 @@ class SpanStore:
         if not points:
             return 0
         rows = [point.row() for point in points]
-        with self._lock:
+        with self._write_lock, self._lock:
             conn = self._connection(create=True)
             if not self._metrics_ready:
                 conn.executescript(_METRICS_SCHEMA)
