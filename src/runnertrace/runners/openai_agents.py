@@ -20,34 +20,46 @@ How the SDK maps onto the contract, and why:
 - **Run options** go to ``Runner.run`` / ``Runner.run_streamed`` unchanged;
   unknown keys reach the SDK (which raises ``TypeError``). The keys the runner
   owns are reserved, see :attr:`OpenAIRunner.RESERVED_RUN_OPTIONS`.
-- **Run mode observation** uses a ``RunHooks`` object composed with the user's
-  declared ``hooks=`` (each of the user's callbacks fires exactly once), never
-  the SDK's trace processors: ``set_trace_processors`` would displace the user's
-  processors, and a global ``add_trace_processor`` would see every run in the
-  process rather than this one.
-- **Stream mode** maps ``Runner.run_streamed`` events; ids come from the
-  framework: the response id for a message, the item id for a reasoning block,
-  the ``call_id`` for a tool call. A message id the model repeats within one
-  run (fake models often do) gets a ``#n`` suffix so pairing stays unambiguous.
-  Run mode learns the response id only at the end of a model call, so its
-  message ids are generated and the response id travels on ``MessageEnd``.
-- **Steps** are the SDK's turns: one model call plus the tools it asked for.
-  After a handoff the next step carries the new agent's name; the transfer
-  call gets the SDK's transfer message as its result.
+- **Observation** (only when a run is observed; an untraced run is the SDK's
+  own call with nothing added): a ``RunHooks`` object composed with the user's
+  declared ``hooks=`` (each of the user's callbacks fires exactly once). Our
+  callbacks do their work when the SDK *calls* them, in the SDK's own task:
+  ``on_llm_start`` right before the request is sent opens the step (the SDK's
+  turn) and the chat span, with what the model is sent (input items as semconv
+  messages, the instructions as the resolved text the model receives, sampling
+  parameters resolved like the SDK resolves them, the agent's function tools
+  and handoffs), and makes it current for the model's HTTP call;
+  ``on_tool_start``, in the task that then runs the tool, makes the tool's span
+  current for its body. Run mode takes the rest from the hooks too; stream
+  mode from the stream events (text, reasoning and argument chunks, usage,
+  tool results). When the stream's consumer lags behind the run, a step opens
+  at its response's first stream event instead, so events never reorder.
+- **Tool errors**: a function tool that raised and whose exception the SDK
+  turned into a message for the model (the default ``failure_error_function``)
+  reaches the SDK's ``RunConfig.tool_error_formatter``; ours records the
+  exception for the call's result and hands over to the user's formatter.
+- **Identity**: after a handoff, steps carry the new agent's name and the agent
+  that handed off; the transfer call gets the SDK's transfer message as result.
+- **Ids**: the step's message opens before the response has an id, so message
+  ids are made up; the response id travels on ``MessageEnd``. Tool calls keep
+  the model's ``call_id``.
 - **Not mapped**: hosted tools that run inside the model call (web search,
   file search, image generation, code interpreter) get no tool events; their
-  time is in the model call. A function tool that raised and was turned into
-  a message for the model by the SDK's ``failure_error_function`` is reported
-  as an ordinary result (``is_error`` stays false): the SDK does not expose
-  that the call failed.
-- **The SDK's own tracing is left alone.** The runner never sets
-  ``tracing_disabled``: doing so would also silence the trace processors a user
-  registered (Logfire, Langfuse and others hook in there) and the OpenAI traces
-  dashboard they may rely on. The SDK uploads only when an OpenAI key is
-  configured; to switch it off, declare
-  ``run_options(agent, run_config=RunConfig(tracing_disabled=True))`` or set
-  ``OPENAI_AGENTS_DISABLE_TRACING=1``. If both the SDK's exporter and a
-  runnertrace backend are on, each receives its own copy of the run, by choice.
+  time is in the model call. A tool with its own ``failure_error_function``
+  reports its error text as an ordinary result: the SDK hands that exception
+  to the tool's function only. Retries the SDK makes itself
+  (``ModelSettings.retry``) happen inside one model call as the hooks see it,
+  so the attempts share one chat span. MCP server tools are not listed in the
+  tool definitions (listing them would ask the servers again).
+- **The SDK's own tracing is switched off for a traced run, by default.** With
+  it on, every trace processor registered with the SDK sees the run too, and
+  those that export to OpenTelemetry (OpenInference's instrumentor, Logfire's)
+  would show each model and tool call a second time, tokens counted twice. So
+  a traced run gets a copy of its ``RunConfig`` with ``tracing_disabled=True``
+  (the user's object is never changed; untraced runs are left alone). This
+  also skips the upload to the OpenAI traces dashboard for that run;
+  ``OpenAIRunner(keep_sdk_tracing=True)`` keeps it, and then each call does
+  appear in both trees, by choice.
 - Exceptions from the SDK (``MaxTurnsExceeded``, guardrail tripwires, model
   errors) propagate unchanged. Events already reported stay as they are; the
   tracing layer closes what was left open.
@@ -160,7 +172,7 @@ def _field(obj: Any, name: str) -> Any:
     return getattr(obj, name, None)
 
 
-def _usage(usage: Any) -> dict[str, int | None]:
+def _usage(usage: Any) -> dict[str, Any]:
     """Token counts from an SDK ``Usage`` or a Responses ``ResponseUsage``.
 
     A usage of all zeros is what the SDK reports when the model gave none (fake
