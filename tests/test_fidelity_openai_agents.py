@@ -15,7 +15,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from agents import Agent, ModelSettings, RunContextWrapper, function_tool
+from agents import (
+    Agent,
+    ModelRetrySettings,
+    ModelSettings,
+    RetryPolicyContext,
+    RunContextWrapper,
+    function_tool,
+)
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan
@@ -84,7 +91,11 @@ async def answer_turn(call: Any) -> list[Any]:
     return ANSWER
 
 
-def agent_with(turns: list[Any], **runner: Any) -> CoreAgent:
+def retry_connection_errors(context: RetryPolicyContext) -> bool:
+    return isinstance(context.error, ConnectionError)
+
+
+def agent_with(turns: list[Any], *, retry: bool = False, **runner: Any) -> CoreAgent:
     model = FakeModel(turns)
     booker = Agent(name="booker", model=model, instructions="You book trips.")
     planner = Agent(
@@ -93,7 +104,13 @@ def agent_with(turns: list[Any], **runner: Any) -> CoreAgent:
         instructions=planner_instructions,
         tools=[weather, flights],
         handoffs=[booker],
-        model_settings=ModelSettings(temperature=0.2, max_tokens=200),
+        model_settings=ModelSettings(
+            temperature=0.2,
+            max_tokens=200,
+            retry=ModelRetrySettings(max_retries=1, policy=retry_connection_errors)
+            if retry
+            else None,
+        ),
     )
     return CoreAgent(
         "planner", TracingRunner(OpenAIRunner(**runner), capture_content=True), planner
@@ -237,6 +254,28 @@ async def test_a_failed_model_call_is_an_error_on_its_chat_span_in_its_step(
         for t in captured_spans.spans
         if t.name.startswith("execute_tool")
     )
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_each_attempt_the_sdk_retries_is_its_own_chat_span(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    broken = ModelStep.raise_error(ConnectionError("model endpoint reset the connection"))
+    turns = [ModelStep.respond(first_turn), broken, HANDOFF, ModelStep.respond(answer_turn)]
+    await run(agent_with(turns, retry=True), mode)
+    spans = chats(captured_spans)
+    assert [c.status.status_code for c in spans] == [StatusCode.UNSET, StatusCode.ERROR] + [
+        StatusCode.UNSET
+    ] * 2
+    failed, retried = spans[1], spans[2]
+    assert failed.attributes["error.type"] == "ConnectionError"
+    assert (failed.end_time or 0) <= (retried.start_time or 0)  # ended when it failed
+    assert parent_of(captured_spans, failed) == parent_of(captured_spans, retried)
+    # the retry sends the same request, tool results included
+    assert json.loads(retried.attributes["gen_ai.input.messages"]) == json.loads(
+        failed.attributes["gen_ai.input.messages"]
+    )
+    assert one(captured_spans, "invoke_agent planner").status.status_code is StatusCode.UNSET
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -47,10 +47,12 @@ How the SDK maps onto the contract, and why:
   file search, image generation, code interpreter) get no tool events; their
   time is in the model call. A tool with its own ``failure_error_function``
   reports its error text as an ordinary result: the SDK hands that exception
-  to the tool's function only. Retries the SDK makes itself
-  (``ModelSettings.retry``) happen inside one model call as the hooks see it,
-  so the attempts share one chat span. MCP server tools are not listed in the
-  tool definitions (listing them would ask the servers again).
+  to the tool's function only. MCP server tools are not listed in the tool
+  definitions (listing them would ask the servers again).
+- **Retries** the SDK makes itself (``ModelSettings.retry``) are one model call
+  to the hooks; an observed run puts a retry policy in front of the agent's
+  own (the agent's still decides), so each failed attempt ends its chat span
+  with its error and the next attempt gets its own span in the same step.
 - **The SDK's own tracing is switched off for a traced run, by default.** With
   it on, every trace processor registered with the SDK sees the run too, and
   those that export to OpenTelemetry (OpenInference's instrumentor, Logfire's)
@@ -105,6 +107,8 @@ require("agents", "openai-agents")
 
 from agents import (  # noqa: E402 - after the missing-extra check above
     Agent,
+    ModelRetrySettings,
+    ModelSettings,
     OpenAIChatCompletionsModel,
     OpenAIResponsesModel,
     RunConfig,
@@ -374,6 +378,7 @@ class _Observation(RunHooks[Any]):
         self._step: tuple[str, int] | None = None
         self._steps = 0
         self._message: str | None = None
+        self._request: tuple[Any, Any, Any] | None = None  # what the open step's call sends
         self._pending: tuple[Any, Any, Any, str | None] | None = None  # a request not yet opened
         self._model_scope: tuple[AbstractContextManager[None], Any] | None = None
         self._waiting: dict[str, str] = {}  # call id -> tool name, announced without a result
@@ -398,8 +403,13 @@ class _Observation(RunHooks[Any]):
             agent_name=name if self._handed_off else None,
             handoff_from=handoff_from,
         )
+        return self._send(agent, instructions, items)
+
+    def _send(self, agent: Any, instructions: Any, items: Any) -> str:
+        """The step's (next) request is sent: its message opens."""
+        self._request = (agent, instructions, items)
         model, provider = _model_of(agent, self._run_config)
-        self._message = builder.message_start(
+        self._message = self.builder.message_start(
             model=model,
             provider=provider,
             input_messages=_semconv_messages(items) if items is not None else None,
@@ -510,12 +520,38 @@ class _Observation(RunHooks[Any]):
             self._pending = (agent, system_prompt, input_items, handoff_from)
             return _done()  # the consumer is behind: it opens this request in order
         self._pending = None
-        scope = self.builder.model_scope(
-            self._open(agent, system_prompt, input_items, handoff_from)
-        )
+        self._enter_model_scope(self._open(agent, system_prompt, input_items, handoff_from))
+        return _done()
+
+    def _enter_model_scope(self, message_id: str) -> None:
+        scope = self.builder.model_scope(message_id)
         scope.__enter__()
         self._model_scope = (scope, current_task())
-        return _done()
+
+    async def retry_policy(self, context: Any) -> Any:
+        """The SDK's retry policy for model calls, in front of the agent's own.
+
+        The agent's policy decides; when it retries, the failed attempt ends its
+        chat span with the error and the next attempt gets a span of its own, in
+        the same step. (A retry the SDK vetoes after the policy said yes ends that
+        next span with the run's error.)
+        """
+        agent = self._request[0] if self._request is not None else None
+        declared = getattr(agent, "model_settings", None)
+        if declared is not None:
+            declared = declared.resolve(_field(self._run_config, "model_settings"))
+        policy = _field(_field(declared, "retry"), "policy")
+        if policy is None:
+            return False
+        decision = policy(context)
+        if inspect.isawaitable(decision):
+            decision = await decision
+        retry = decision if isinstance(decision, bool) else getattr(decision, "retry", False)
+        if retry and self._message is not None and self._pending is None and self._request:
+            self.exit_model_scope()
+            self.builder.message_end(self._message, error=context.error)
+            self._enter_model_scope(self._send(*self._request))
+        return decision
 
     def on_llm_end(self, context: Any, agent: Any, response: Any) -> Coroutine[Any, Any, None]:
         self.exit_model_scope()
@@ -691,7 +727,15 @@ def _observed_options(
         observation.format_tool_error(args)
         return theirs(args) if theirs is not None else None
 
-    changes: dict[str, Any] = {"tool_error_formatter": formatter}
+    def policy(context: Any) -> Any:
+        # a plain function: the SDK deep-copies model settings, and copies functions as is
+        return observation.retry_policy(context)
+
+    retry = ModelSettings(retry=ModelRetrySettings(policy=policy))
+    changes: dict[str, Any] = {
+        "tool_error_formatter": formatter,
+        "model_settings": (config.model_settings or ModelSettings()).resolve(retry),
+    }
     if in_traced_run() and not keep_sdk_tracing:
         changes["tracing_disabled"] = True
     return {
