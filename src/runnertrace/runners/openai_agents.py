@@ -371,6 +371,7 @@ class _Observation(RunHooks[Any]):
         self.builder = builder
         self._run_config = run_config
         self._streaming = streaming
+        self.starting_agent = agent
         self._agent = agent  # the agent the stream last announced
         self._stream_handoff_from: str | None = None
         self._handoff_from: str | None = None
@@ -523,6 +524,13 @@ class _Observation(RunHooks[Any]):
         self._enter_model_scope(self._open(agent, system_prompt, input_items, handoff_from))
         return _done()
 
+    def policy_of(self, agent: Any) -> Any:
+        """The retry policy ``agent``'s model calls have without us."""
+        declared = getattr(agent, "model_settings", None)
+        if declared is not None:
+            declared = declared.resolve(_field(self._run_config, "model_settings"))
+        return _field(_field(declared, "retry"), "policy")
+
     def _enter_model_scope(self, message_id: str) -> None:
         scope = self.builder.model_scope(message_id)
         scope.__enter__()
@@ -536,11 +544,7 @@ class _Observation(RunHooks[Any]):
         the same step. (A retry the SDK vetoes after the policy said yes ends that
         next span with the run's error.)
         """
-        agent = self._request[0] if self._request is not None else None
-        declared = getattr(agent, "model_settings", None)
-        if declared is not None:
-            declared = declared.resolve(_field(self._run_config, "model_settings"))
-        policy = _field(_field(declared, "retry"), "policy")
+        policy = self.policy_of(self._request[0] if self._request is not None else None)
         if policy is None:
             return False
         decision = policy(context)
@@ -731,6 +735,10 @@ def _observed_options(
         # a plain function: the SDK deep-copies model settings, and copies functions as is
         return observation.retry_policy(context)
 
+    # What the SDK reads off a policy itself (e.g. which errors it retries) is the
+    # starting agent's policy's: copied over, so transports decide as they would.
+    starting = observation.policy_of(observation.starting_agent)
+    policy.__dict__.update(getattr(starting, "__dict__", {}))
     retry = ModelSettings(retry=ModelRetrySettings(policy=policy))
     changes: dict[str, Any] = {
         "tool_error_formatter": formatter,
