@@ -75,7 +75,7 @@ import json
 from asyncio import current_task
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
 from pydantic import BaseModel, TypeAdapter
@@ -746,11 +746,12 @@ def _observed_options(
     }
     if in_traced_run() and not keep_sdk_tracing:
         changes["tracing_disabled"] = True
-    return {
-        **options,
-        "hooks": _compose(observation, options.get("hooks")),
-        "run_config": replace(config, **changes),
-    }
+    # A shallow copy: ``dataclasses.replace`` would rebuild every field's default
+    # and costs more than the rest of the observation together.
+    observed = copy.copy(config)
+    for key, value in changes.items():
+        setattr(observed, key, value)
+    return {**options, "hooks": _compose(observation, options.get("hooks")), "run_config": observed}
 
 
 # -- replies --------------------------------------------------------------------------------
