@@ -20,7 +20,9 @@ from agents import (
     ModelRetrySettings,
     ModelSettings,
     RetryPolicyContext,
+    RunConfig,
     RunContextWrapper,
+    ToolErrorFormatterArgs,
     function_tool,
 )
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
@@ -335,3 +337,24 @@ async def test_keeping_the_sdks_tracing_is_a_choice_that_shows_each_call_twice(
     turns = [[function_call("weather", {"city": "Oslo"}, call_id="c1")], ANSWER]
     await run(agent_with(turns, keep_sdk_tracing=True), "run")
     assert counted(captured_spans) == {"llm": 2, "tool": 2}  # ours and OpenInference's
+
+
+async def test_the_users_run_config_and_tool_error_formatter_still_apply(
+    captured_spans: CapturedSpans,
+) -> None:
+    seen: list[str] = []
+
+    def formatter(args: ToolErrorFormatterArgs[Any]) -> str:
+        seen.append(type(args.error).__name__)
+        return f"custom: {args.error}"
+
+    config = RunConfig(tool_error_formatter=formatter)
+    agent = agent_with(SCENARIO)
+    agent.run_options = {"run_config": config}
+    await run(agent, "run")
+    assert seen == ["LookupFailed"]
+    assert config.tool_error_formatter is formatter and config.tracing_disabled is False
+    assert config.model_settings is None  # the user's object is never changed
+    failed = one(captured_spans, "execute_tool flights")
+    assert failed.attributes["gen_ai.tool.call.result"] == "custom: no flights to Oslo"
+    assert failed.attributes["error.type"] == "LookupFailed"
