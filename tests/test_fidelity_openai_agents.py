@@ -240,6 +240,7 @@ async def test_a_failed_model_call_is_an_error_on_its_chat_span_in_its_step(
     broken = ModelStep.raise_error(ConnectionError("model endpoint reset the connection"))
     with pytest.raises(ConnectionError):
         await run(agent_with([ModelStep.respond(first_turn), broken]), mode)
+    assert not trace_api.get_current_span().get_span_context().is_valid  # nothing left current
     first, failed = chats(captured_spans)
     assert first.status.status_code is StatusCode.UNSET
     assert failed.status.status_code is StatusCode.ERROR

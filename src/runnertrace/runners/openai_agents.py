@@ -874,9 +874,11 @@ class OpenAIRunner(Runner):
                     result = await SdkRunner.run(
                         native, prepared.input, context=prepared.context, **options
                     )
-                except BaseException as exc:
+                except Exception as exc:
                     observation.fail(exc)
                     raise
+                finally:  # cancelled too: the caller's context never keeps the chat span
+                    observation.exit_model_scope()
                 observation.finish()
         self._save(session, prepared, result)
         return _reply(result, prompt_of(requests))
