@@ -20,34 +20,48 @@ How the SDK maps onto the contract, and why:
 - **Run options** go to ``Runner.run`` / ``Runner.run_streamed`` unchanged;
   unknown keys reach the SDK (which raises ``TypeError``). The keys the runner
   owns are reserved, see :attr:`OpenAIRunner.RESERVED_RUN_OPTIONS`.
-- **Run mode observation** uses a ``RunHooks`` object composed with the user's
-  declared ``hooks=`` (each of the user's callbacks fires exactly once), never
-  the SDK's trace processors: ``set_trace_processors`` would displace the user's
-  processors, and a global ``add_trace_processor`` would see every run in the
-  process rather than this one.
-- **Stream mode** maps ``Runner.run_streamed`` events; ids come from the
-  framework: the response id for a message, the item id for a reasoning block,
-  the ``call_id`` for a tool call. A message id the model repeats within one
-  run (fake models often do) gets a ``#n`` suffix so pairing stays unambiguous.
-  Run mode learns the response id only at the end of a model call, so its
-  message ids are generated and the response id travels on ``MessageEnd``.
-- **Steps** are the SDK's turns: one model call plus the tools it asked for.
-  After a handoff the next step carries the new agent's name; the transfer
-  call gets the SDK's transfer message as its result.
+- **Observation** (only when a run is observed; an untraced run is the SDK's
+  own call with nothing added): a ``RunHooks`` object composed with the user's
+  declared ``hooks=`` (each of the user's callbacks fires exactly once). Our
+  callbacks do their work when the SDK *calls* them, in the SDK's own task:
+  ``on_llm_start`` right before the request is sent opens the step (the SDK's
+  turn) and the chat span, with what the model is sent (input items as semconv
+  messages, the instructions as the resolved text the model receives, sampling
+  parameters resolved like the SDK resolves them, the agent's function tools
+  and handoffs), and makes it current for the model's HTTP call;
+  ``on_tool_start``, in the task that then runs the tool, makes the tool's span
+  current for its body. Run mode takes the rest from the hooks too; stream
+  mode from the stream events (text, reasoning and argument chunks, usage,
+  tool results). When the stream's consumer lags behind the run, a step opens
+  at its response's first stream event instead, so events never reorder.
+- **Tool errors**: a function tool that raised and whose exception the SDK
+  turned into a message for the model (the default ``failure_error_function``)
+  reaches the SDK's ``RunConfig.tool_error_formatter``; ours records the
+  exception for the call's result and hands over to the user's formatter.
+- **Identity**: after a handoff, steps carry the new agent's name and the agent
+  that handed off; the transfer call gets the SDK's transfer message as result.
+- **Ids**: the step's message opens before the response has an id, so message
+  ids are made up; the response id travels on ``MessageEnd``. Tool calls keep
+  the model's ``call_id``.
 - **Not mapped**: hosted tools that run inside the model call (web search,
   file search, image generation, code interpreter) get no tool events; their
-  time is in the model call. A function tool that raised and was turned into
-  a message for the model by the SDK's ``failure_error_function`` is reported
-  as an ordinary result (``is_error`` stays false): the SDK does not expose
-  that the call failed.
-- **The SDK's own tracing is left alone.** The runner never sets
-  ``tracing_disabled``: doing so would also silence the trace processors a user
-  registered (Logfire, Langfuse and others hook in there) and the OpenAI traces
-  dashboard they may rely on. The SDK uploads only when an OpenAI key is
-  configured; to switch it off, declare
-  ``run_options(agent, run_config=RunConfig(tracing_disabled=True))`` or set
-  ``OPENAI_AGENTS_DISABLE_TRACING=1``. If both the SDK's exporter and a
-  runnertrace backend are on, each receives its own copy of the run, by choice.
+  time is in the model call. A tool with its own ``failure_error_function``
+  reports its error text as an ordinary result: the SDK hands that exception
+  to the tool's function only. MCP server tools are not listed in the tool
+  definitions (listing them would ask the servers again).
+- **Retries** the SDK makes itself (``ModelSettings.retry``) are one model call
+  to the hooks; an observed run puts a retry policy in front of the agent's
+  own (the agent's still decides), so each failed attempt ends its chat span
+  with its error and the next attempt gets its own span in the same step.
+- **The SDK's own tracing is switched off for a traced run, by default.** With
+  it on, every trace processor registered with the SDK sees the run too, and
+  those that export to OpenTelemetry (OpenInference's instrumentor, Logfire's)
+  would show each model and tool call a second time, tokens counted twice. So
+  a traced run gets a copy of its ``RunConfig`` with ``tracing_disabled=True``
+  (the user's object is never changed; untraced runs are left alone). This
+  also skips the upload to the OpenAI traces dashboard for that run;
+  ``OpenAIRunner(keep_sdk_tracing=True)`` keeps it, and then each call does
+  appear in both trees, by choice.
 - Exceptions from the SDK (``MaxTurnsExceeded``, guardrail tripwires, model
   errors) propagate unchanged. Events already reported stay as they are; the
   tracing layer closes what was left open.
@@ -58,16 +72,17 @@ from __future__ import annotations
 import copy
 import inspect
 import json
-import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from asyncio import current_task
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
 from pydantic import BaseModel, TypeAdapter
 
 from runnertrace._internal.imports import require
-from runnertrace.core import events as ev
 from runnertrace.core.agent import Agent as CoreAgent
+from runnertrace.core.builder import EventBuilder
 from runnertrace.core.context import ensure_tool_context
 from runnertrace.core.events import StreamEvent
 from runnertrace.core.models import (
@@ -79,7 +94,12 @@ from runnertrace.core.models import (
     prompt_of,
 )
 from runnertrace.core.module import Module
-from runnertrace.core.observer import claim_observer
+from runnertrace.core.observer import (
+    NULL_OBSERVER,
+    claim_observer,
+    in_traced_run,
+    stream_observer,
+)
 from runnertrace.core.runner import Runner
 from runnertrace.core.session import Session
 
@@ -87,8 +107,11 @@ require("agents", "openai-agents")
 
 from agents import (  # noqa: E402 - after the missing-extra check above
     Agent,
+    ModelRetrySettings,
+    ModelSettings,
     OpenAIChatCompletionsModel,
     OpenAIResponsesModel,
+    RunConfig,
     RunHooks,
 )
 from agents import Runner as SdkRunner  # noqa: E402
@@ -153,7 +176,7 @@ def _field(obj: Any, name: str) -> Any:
     return getattr(obj, name, None)
 
 
-def _usage(usage: Any) -> dict[str, int | None]:
+def _usage(usage: Any) -> dict[str, Any]:
     """Token counts from an SDK ``Usage`` or a Responses ``ResponseUsage``.
 
     A usage of all zeros is what the SDK reports when the model gave none (fake
@@ -200,6 +223,116 @@ def _model_of(agent: Any, run_config: Any) -> tuple[str | None, str | None]:
     return (name if isinstance(name, str) else None), provider
 
 
+# -- what a model call was sent --------------------------------------------------------
+def _part(part: Any) -> dict[str, Any]:
+    """One content part of an SDK input item as a semconv part (never image/file bytes)."""
+    kind = _field(part, "type")
+    text = _field(part, "text") or _field(part, "refusal")
+    if isinstance(text, str):
+        return {"type": "text", "content": text}
+    modality = "image" if kind == "input_image" else "file"
+    return {
+        "type": "blob" if kind in ("input_image", "input_file") else str(kind),
+        "modality": modality,
+    }
+
+
+def _semconv_messages(items: Any) -> list[dict[str, Any]]:
+    """The SDK's input items (Responses format) as GenAI semconv input messages.
+
+    A function call output carries the name of the call it answers, found earlier
+    in the same input; reasoning items become reasoning parts.
+    """
+    if isinstance(items, str):
+        return [{"role": "user", "parts": [{"type": "text", "content": items}]}]
+    names: dict[str, str] = {}
+    messages: list[dict[str, Any]] = []
+    for item in items or []:
+        kind = _field(item, "type")
+        role = _field(item, "role")
+        if kind == "function_call":
+            call_id = _field(item, "call_id")
+            names[call_id] = _field(item, "name")
+            try:
+                arguments: Any = json.loads(_field(item, "arguments") or "{}")
+            except ValueError:
+                arguments = _field(item, "arguments")
+            part = {"type": "tool_call", "id": call_id, "name": names[call_id]}
+            messages.append({"role": "assistant", "parts": [{**part, "arguments": arguments}]})
+        elif kind == "function_call_output":
+            call_id = _field(item, "call_id")
+            response = {"type": "tool_call_response", "id": call_id, "name": names.get(call_id)}
+            output = _field(item, "output")
+            response["response"] = output if isinstance(output, str) else _render(output)
+            messages.append({"role": "tool", "parts": [response]})
+        elif kind == "reasoning":
+            summary = [_field(p, "text") or "" for p in _field(item, "summary") or []]
+            messages.append(
+                {"role": "assistant", "parts": [{"type": "reasoning", "content": "".join(summary)}]}
+            )
+        elif role is not None:
+            content = _field(item, "content")
+            parts = (
+                [{"type": "text", "content": content}]
+                if isinstance(content, str)
+                else [_part(p) for p in content or []]
+            )
+            messages.append({"role": role, "parts": parts})
+        else:
+            messages.append({"role": "assistant", "parts": [{"type": str(kind)}]})
+    return messages
+
+
+_PARAMETERS = ("temperature", "top_p", "max_tokens", "frequency_penalty", "presence_penalty")
+
+
+def _request_parameters(agent: Any, run_config: Any) -> dict[str, Any] | None:
+    """The sampling parameters of ``agent``'s next call, resolved as the SDK resolves them."""
+    settings = agent.model_settings.resolve(_field(run_config, "model_settings"))
+    found = {name: getattr(settings, name) for name in _PARAMETERS}
+    seed = (settings.extra_args or {}).get("seed")
+    if seed is not None:
+        found["seed"] = seed
+    return {k: v for k, v in found.items() if v is not None} or None
+
+
+def _tool_definitions(agent: Any) -> list[dict[str, Any]] | None:
+    """The function tools and handoffs ``agent`` offers, read from its declaration.
+
+    Read without calling anything: a callable ``is_enabled`` is not evaluated (the
+    tool is listed), and MCP servers are not asked for their tools again.
+    """
+    from agents.handoffs import Handoff
+    from agents.tool import FunctionTool
+
+    definitions: list[dict[str, Any]] = []
+    for tool in agent.tools:
+        if getattr(tool, "is_enabled", True) is False:
+            continue
+        if isinstance(tool, FunctionTool):
+            definitions.append(
+                {
+                    "type": "function",
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.params_json_schema,
+                }
+            )
+        else:
+            definitions.append({"type": str(getattr(tool, "type", "tool")), "name": tool.name})
+    for target in agent.handoffs:
+        if isinstance(target, Handoff):
+            name, description = target.tool_name, target.tool_description
+            parameters = target.input_json_schema
+        else:
+            name = Handoff.default_tool_name(target)
+            description, parameters = Handoff.default_tool_description(target), {}
+        definitions.append(
+            {"type": "function", "name": name, "description": description, "parameters": parameters}
+        )
+    return definitions or None
+
+
 def _handoff_tool_names(from_agent: Any, to_agent: Any) -> set[str]:
     """Tool names under which ``from_agent`` can hand off to ``to_agent``."""
     from agents.handoffs import Handoff
@@ -214,224 +347,258 @@ def _handoff_tool_names(from_agent: Any, to_agent: Any) -> set[str]:
     return names
 
 
-class _EventMapper:
-    """Turns one run's native progress into paired runnertrace events.
+async def _done() -> None:
+    return None
 
-    Both modes feed it: stream mode with ``run_streamed`` events, run mode with
-    hook callbacks and whole model responses. It owns the pairing: every start
-    it emits gets its end (or the run fails first), and a tool result for a call
-    it never announced gets a synthesized start/end so spans stay well formed.
+
+class _Observation(RunHooks[Any]):
+    """One observed run, made into events through an :class:`EventBuilder`.
+
+    It is the run's ``RunHooks``. Each callback does its work when the SDK *calls*
+    it, in the SDK's own task, and returns an already-finished coroutine: the SDK
+    calls ``on_llm_start`` right before it sends the request and ``on_tool_start``
+    in the task that then runs the tool, so the scopes entered there are current
+    for the model's HTTP call and the tool's body (an ``async def`` callback would
+    run in a task of its own, where a scope reaches nothing).
+
+    Run mode takes everything from the hooks. Stream mode opens each step and
+    message from ``on_llm_start`` too, when the stream's consumer has caught up
+    with the run (else at the response's first stream event, so no event is ever
+    out of order); the stream events carry the rest.
     """
 
-    def __init__(self, emit: Callable[[StreamEvent], None], run_config: Any) -> None:
-        self._emit = emit
+    def __init__(self, builder: EventBuilder, run_config: Any, agent: Any, *, streaming: bool):
+        self.builder = builder
         self._run_config = run_config
-        self._agent: Any = None
-        self._step_index = -1
-        self._step_name: str | None = None
-        self._message_id: str | None = None
-        self._last_message_id: str | None = None  # parent for calls announced after the message
-        self._used_ids: set[str] = set()
-        # Per model call (reset when a message opens).
-        self._reasoning: dict[str, str] = {}  # native item id -> our reasoning id
-        self._reasoning_streamed: set[str] = set()
-        # (item id, output index) -> call_id; providers without ids share one
-        # placeholder item id, so the output index tells parallel calls apart.
-        self._calls_by_item: dict[tuple[Any, Any], str] = {}
-        self._open_calls: dict[str, bool] = {}  # call_id -> any args emitted
-        self._text_streamed: set[str] = set()  # message item ids with text deltas
-        self._items_done: set[tuple[Any, ...]] = set()  # items already completed
-        # Per run.
-        self._announced: set[str] = set()  # call_ids that got a ToolCallStart
-        self._pending: dict[str, str] = {}  # call_id -> tool name, awaiting a result
+        self._streaming = streaming
+        self.starting_agent = agent
+        self._agent = agent  # the agent the stream last announced
+        self._stream_handoff_from: str | None = None
+        self._handoff_from: str | None = None
+        self._handed_off = False
+        self._step: tuple[str, int] | None = None
+        self._steps = 0
+        self._message: str | None = None
+        self._request: tuple[Any, Any, Any] | None = None  # what the open step's call sends
+        self._pending: tuple[Any, Any, Any, str | None] | None = None  # a request not yet opened
+        self._model_scope: tuple[AbstractContextManager[None], Any] | None = None
+        self._waiting: dict[str, str] = {}  # call id -> tool name, announced without a result
+        self.errors: dict[str, BaseException] = {}  # call id -> what a handled tool raised
+        # Per streamed response.
+        self._calls: dict[Any, str] = {}  # output index -> call id
+        self._streamed: set[Any] = set()  # output indices (or kinds) whose content streamed
+        self._done: set[tuple[Any, ...]] = set()  # items completed (each is seen twice)
 
-    # -- identity ----------------------------------------------------------------------
-    def _unique(self, native_id: str | None, prefix: str) -> str:
-        if native_id == FAKE_RESPONSES_ID:
-            native_id = None  # the SDK's placeholder for providers without ids
-        base = native_id or f"{prefix}_{uuid.uuid4().hex[:16]}"
-        candidate, n = base, 1
-        while candidate in self._used_ids:
-            n += 1
-            candidate = f"{base}#{n}"
-        self._used_ids.add(candidate)
-        return candidate
+    # -- steps and messages --------------------------------------------------------------
+    def _open(self, agent: Any, instructions: Any, items: Any, handoff_from: str | None) -> str:
+        """A model request is sent: a new step (the SDK's turn) and its message."""
+        builder = self.builder
+        if self._step is not None:
+            builder.step_end(*self._step)
+        name = getattr(agent, "name", None) or "agent"
+        self._step = (name, self._steps)
+        self._steps += 1
+        builder.step_start(
+            name,
+            self._step[1],
+            agent_name=name if self._handed_off else None,
+            handoff_from=handoff_from,
+        )
+        return self._send(agent, instructions, items)
 
-    def agent_changed(self, agent: Any) -> None:
-        self._agent = agent
+    def _send(self, agent: Any, instructions: Any, items: Any) -> str:
+        """The step's (next) request is sent: its message opens."""
+        self._request = (agent, instructions, items)
+        model, provider = _model_of(agent, self._run_config)
+        self._message = self.builder.message_start(
+            model=model,
+            provider=provider,
+            input_messages=_semconv_messages(items) if items is not None else None,
+            system_instructions=instructions if isinstance(instructions, str) else None,
+            request_parameters=_request_parameters(agent, self._run_config) if items else None,
+            tool_definitions=_tool_definitions(agent) if items else None,
+        )
+        self._calls.clear()
+        self._streamed.clear()
+        self._done.clear()
+        return self._message
 
-    # -- steps and messages ------------------------------------------------------------
-    def _end_step(self) -> None:
-        if self._step_name is not None:
-            self._emit(ev.StepEnd(step_name=self._step_name, step_index=self._step_index))
-            self._step_name = None
-
-    def begin_model_call(self, response_id: str | None) -> None:
-        """A model call starts: it opens a new step (a turn) and its message."""
-        if self._message_id is not None:
-            self.end_model_call([], None)
-        self._end_step()
-        self._step_index += 1
-        self._step_name = getattr(self._agent, "name", None) or "agent"
-        self._emit(ev.StepStart(step_name=self._step_name, step_index=self._step_index))
-        model, provider = _model_of(self._agent, self._run_config)
-        self._message_id = self._last_message_id = self._unique(response_id, "msg")
-        self._reasoning.clear()
-        self._reasoning_streamed.clear()
-        self._calls_by_item.clear()
-        self._open_calls.clear()
-        self._text_streamed.clear()
-        self._items_done.clear()
-        self._emit(ev.MessageStart(message_id=self._message_id, model=model, provider=provider))
-
-    def _ensure_message(self) -> str:
-        if self._message_id is None:
-            self.begin_model_call(None)
-        assert self._message_id is not None
-        return self._message_id
-
-    def end_model_call(
+    def _end_message(
         self,
         output: list[Any],
         usage: Any,
-        *,
-        response_id: str | None = None,
+        response_id: str | None,
         response_model: str | None = None,
         incomplete_reason: str | None = None,
     ) -> None:
-        """The model call is done: fill in what was not streamed, close, report usage."""
-        message_id = self._ensure_message()
-        for item in output:
-            self._complete_item(item)
-        self._end_all_reasoning()
-        for call_id in list(self._open_calls):
-            self._end_call(call_id, None)
-        self._emit(
-            ev.MessageEnd(
-                message_id=message_id,
-                finish_reason=_finish_reason(output, incomplete_reason),
-                response_model=response_model,
-                response_id=None if response_id == FAKE_RESPONSES_ID else response_id,
-                **_usage(usage),
-            )
+        message_id = self._message or self._open_pending()
+        for index, item in enumerate(output):
+            self._complete(item, ("final", index))
+        self.builder.message_end(
+            message_id,
+            finish_reason=_finish_reason(output, incomplete_reason),
+            response_model=response_model,
+            response_id=None if response_id == FAKE_RESPONSES_ID else response_id,
+            **_usage(usage),
         )
-        self._message_id = None
+        self._message = None
+
+    def _open_pending(self) -> str:
+        """Stream mode: open the request the hook could not open yet (or a bare one)."""
+        pending, self._pending = self._pending, None
+        if pending is None:  # unobserved: no hooks, the stream's own view of the agent
+            source, self._stream_handoff_from = self._stream_handoff_from, None
+            return self._open(self._agent, None, None, source)
+        return self._open(*pending)
 
     def finish(self) -> None:
-        """The run succeeded: close the last message and step."""
-        if self._message_id is not None:
-            self.end_model_call([], None)
-        self._end_step()
+        """The run succeeded: close the last step."""
+        if self._step is not None:
+            self.builder.step_end(*self._step)
+            self._step = None
 
-    # -- output items --------------------------------------------------------------------
-    def _complete_item(self, item: Any) -> None:
-        """Emit whatever of a finished output item its stream did not already carry."""
+    def fail(self, error: BaseException) -> None:
+        """The run failed: the call that was running ends with ``error`` in its own step."""
+        if self._pending is not None:
+            self._open_pending()
+        self.builder.fail(error)
+        self.exit_model_scope()
+
+    def exit_model_scope(self) -> None:
+        """Leave the model scope, only in the task that entered it (its context)."""
+        if self._model_scope is not None and self._model_scope[1] is current_task():
+            self._model_scope[0].__exit__(None, None, None)
+            self._model_scope = None
+
+    # -- output items ----------------------------------------------------------------
+    def _complete(self, item: Any, index: Any) -> None:
+        """Whatever of a finished output item its stream did not already carry."""
         kind = _field(item, "type")
-        item_id = _field(item, "id")
-        # Stream mode sees each item twice (item done, then response completed).
-        # Providers without ids share one placeholder id, hence the kind and call id.
-        key = (kind, item_id, _field(item, "call_id"))
-        if item_id is not None:
-            if key in self._items_done:
-                return
-            self._items_done.add(key)
+        key = (kind, _field(item, "id"), _field(item, "call_id"))
+        if key in self._done:
+            return
+        self._done.add(key)
+        builder, message_id = self.builder, self._message
         if kind == "reasoning":
-            if item_id not in self._reasoning_streamed:
+            if "reasoning" not in self._streamed:
                 for part in [*(_field(item, "summary") or []), *(_field(item, "content") or [])]:
-                    text = _field(part, "text")
-                    if text:
-                        self._reasoning_delta(item_id, text)
-            self._end_reasoning(item_id)
+                    if _field(part, "text"):
+                        builder.reasoning(_field(part, "text"), message_id)
         elif kind == "message":
-            if item_id not in self._text_streamed:
+            if "text" not in self._streamed:
                 for part in _field(item, "content") or []:
                     text = _field(part, "text") or _field(part, "refusal")
                     if text:
-                        self._end_all_reasoning()
-                        self._emit(ev.TextDelta(message_id=self._ensure_message(), delta=text))
+                        builder.text(text, message_id)
         elif kind == "function_call":
-            call_id = _field(item, "call_id")
-            if call_id not in self._announced:
-                self._start_call(call_id, _field(item, "name"), None)
-            if call_id in self._open_calls:
-                self._end_call(call_id, _field(item, "arguments"))
+            call_id, name = _field(item, "call_id"), _field(item, "name")
+            known = self._calls.get(index)
+            if known is None and call_id not in self._waiting:
+                self._announce(call_id, name, index)
+            if (known or call_id) and index not in self._streamed:
+                builder.tool_call(
+                    _field(item, "arguments") or "", index=index, tool_call_id=call_id
+                )
 
-    def _start_call(self, call_id: str, name: str | None, item_key: tuple[Any, Any] | None) -> None:
-        self._end_all_reasoning()
-        self._emit(
-            ev.ToolCallStart(
-                tool_call_id=call_id,
-                tool_name=name or "unknown",
-                parent_message_id=self._message_id or self._last_message_id,
-            )
-        )
-        self._announced.add(call_id)
-        self._pending[call_id] = name or "unknown"
-        self._open_calls[call_id] = False
-        if item_key is not None:
-            self._calls_by_item[item_key] = call_id
+    def _announce(self, call_id: str, name: str | None, index: Any) -> None:
+        self._calls[index] = call_id
+        self._waiting[call_id] = name or "unknown"
+        self.builder.tool_call(tool_call_id=call_id, name=name or "unknown", index=index)
 
-    def _call_args(self, call_id: str, delta: str) -> None:
-        if delta and call_id in self._open_calls:
-            self._open_calls[call_id] = True
-            self._emit(ev.ToolCallArgs(tool_call_id=call_id, delta=delta))
-
-    def _end_call(self, call_id: str, arguments: str | None) -> None:
-        if call_id not in self._open_calls:
-            return
-        if not self._open_calls[call_id] and arguments:
-            self._call_args(call_id, arguments)
-        del self._open_calls[call_id]
-        self._emit(ev.ToolCallEnd(tool_call_id=call_id))
-
-    def _reasoning_delta(self, native_id: str, delta: str) -> None:
-        reasoning_id = self._reasoning.get(native_id)
-        if reasoning_id is None:
-            self._ensure_message()
-            reasoning_id = self._reasoning[native_id] = self._unique(native_id, "rs")
-            self._emit(ev.ReasoningStart(message_id=reasoning_id))
-        self._emit(ev.ReasoningDelta(message_id=reasoning_id, delta=delta))
-
-    def _end_all_reasoning(self) -> None:
-        """Reasoning precedes the answer: once text or a tool call begins, it is over.
-
-        Chat Completions streams report the reasoning item done only at the
-        end of the response; without this its block would span the answer.
-        """
-        for native_id in list(self._reasoning):
-            self._end_reasoning(native_id)
-
-    def _end_reasoning(self, native_id: str) -> None:
-        reasoning_id = self._reasoning.pop(native_id, None)
-        if reasoning_id is not None:
-            self._emit(ev.ReasoningEnd(message_id=reasoning_id))
-
-    # -- tool results ----------------------------------------------------------------------
     def tool_result(self, call_id: str | None, output: Any, name: str | None = None) -> None:
         if not call_id:
             return
-        if call_id not in self._announced:
-            # A tool the model stream did not show as a function call (hosted or
-            # computer/shell tools): give its result a well-formed call span.
-            self._start_call(call_id, name, None)
-            self._end_call(call_id, None)
-        self._pending.pop(call_id, None)
-        self._emit(ev.ToolCallResult(tool_call_id=call_id, content=_render(output)))
+        name = self._waiting.pop(call_id, name)
+        error = self.errors.pop(call_id, None)
+        self.builder.tool_result(call_id, _render(output), name=name, error=error)
 
-    def handoff(self, from_agent: Any, to_agent: Any) -> None:
-        """Run mode: hooks report a handoff without its call id; find the pending call."""
-        names = _handoff_tool_names(from_agent, to_agent)
-        for call_id, name in list(self._pending.items()):
-            if name in names:
-                self.tool_result(call_id, json.dumps({"assistant": to_agent.name}))
-                break
-        self.agent_changed(to_agent)
+    # -- hooks (work done when called; see the class docstring) -------------------------
+    def on_llm_start(
+        self, context: Any, agent: Any, system_prompt: Any, input_items: Any
+    ) -> Coroutine[Any, Any, None]:
+        handoff_from, self._handoff_from = self._handoff_from, None
+        if self._streaming and (self._message is not None or self._waiting or self._pending):
+            self._pending = (agent, system_prompt, input_items, handoff_from)
+            return _done()  # the consumer is behind: it opens this request in order
+        self._pending = None
+        self._enter_model_scope(self._open(agent, system_prompt, input_items, handoff_from))
+        return _done()
 
-    # -- run mode: whole model responses ----------------------------------------------
-    def model_response(self, response: Any) -> None:
-        self.end_model_call(list(response.output), response.usage, response_id=response.response_id)
+    def policy_of(self, agent: Any) -> Any:
+        """The retry policy ``agent``'s model calls have without us."""
+        declared = getattr(agent, "model_settings", None)
+        if declared is not None:
+            declared = declared.resolve(_field(self._run_config, "model_settings"))
+        return _field(_field(declared, "retry"), "policy")
 
-    # -- stream mode -------------------------------------------------------------------
+    def _enter_model_scope(self, message_id: str) -> None:
+        scope = self.builder.model_scope(message_id)
+        scope.__enter__()
+        self._model_scope = (scope, current_task())
+
+    async def retry_policy(self, context: Any) -> Any:
+        """The SDK's retry policy for model calls, in front of the agent's own.
+
+        The agent's policy decides; when it retries, the failed attempt ends its
+        chat span with the error and the next attempt gets a span of its own, in
+        the same step. (A retry the SDK vetoes after the policy said yes ends that
+        next span with the run's error.)
+        """
+        policy = self.policy_of(self._request[0] if self._request is not None else None)
+        if policy is None:
+            return False
+        decision = policy(context)
+        if inspect.isawaitable(decision):
+            decision = await decision
+        retry = decision if isinstance(decision, bool) else getattr(decision, "retry", False)
+        if retry and self._message is not None and self._pending is None and self._request:
+            self.exit_model_scope()
+            self.builder.message_end(self._message, error=context.error)
+            self._enter_model_scope(self._send(*self._request))
+        return decision
+
+    def on_llm_end(self, context: Any, agent: Any, response: Any) -> Coroutine[Any, Any, None]:
+        self.exit_model_scope()
+        if not self._streaming:
+            self._end_message(list(response.output), response.usage, response.response_id)
+        return _done()
+
+    def on_tool_start(self, context: Any, agent: Any, tool: Any) -> Coroutine[Any, Any, None]:
+        # Entered in the task the SDK made for this tool, which then starts the
+        # tool's body in a child task: the scope reaches it. The SDK ends the tool
+        # in yet another task, so the scope is left with its own task, never exited
+        # elsewhere.
+        call_id = getattr(context, "tool_call_id", None)
+        if call_id:
+            self.builder.tool_scope(call_id).__enter__()
+        return _done()
+
+    def on_tool_end(
+        self, context: Any, agent: Any, tool: Any, result: Any
+    ) -> Coroutine[Any, Any, None]:
+        if not self._streaming:
+            self.tool_result(getattr(context, "tool_call_id", None), result, tool.name)
+        return _done()
+
+    def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> Coroutine[Any, Any, None]:
+        self._handoff_from, self._handed_off = from_agent.name, True
+        if not self._streaming:
+            # The hook has no call id: answer the pending transfer call to this agent.
+            names = _handoff_tool_names(from_agent, to_agent)
+            for call_id, name in list(self._waiting.items()):
+                if name in names:
+                    self.tool_result(call_id, json.dumps({"assistant": to_agent.name}))
+                    break
+        return _done()
+
+    def format_tool_error(self, args: Any) -> Any:
+        """``RunConfig.tool_error_formatter``: the SDK hands over a tool's exception here
+        before it tells the model; the user's own formatter, if any, still decides the text."""
+        if args.kind == "tool_exception" and args.error is not None:
+            self.errors[args.call_id] = args.error
+        return None
+
+    # -- stream events -----------------------------------------------------------------
     def on_stream_event(self, event: Any) -> None:
         kind = event.type
         if kind == "raw_response_event":
@@ -442,58 +609,48 @@ class _EventMapper:
             item_handler = self._ITEMS.get(event.name)
             if item_handler is not None:
                 item_handler(self, event.item)
-        elif kind == "agent_updated_stream_event":
-            self.agent_changed(event.new_agent)
+        elif kind == "agent_updated_stream_event" and event.new_agent is not self._agent:
+            self._stream_handoff_from, self._handed_off = self._agent.name, True
+            self._agent = event.new_agent
+
+    def _ensure_message(self) -> str:
+        return self._message or self._open_pending()
 
     def _on_created(self, data: Any) -> None:
-        self.begin_model_call(_field(data.response, "id"))
+        self._ensure_message()
 
     def _on_item_added(self, data: Any) -> None:
         self._ensure_message()
         item = data.item
-        if _field(item, "type") == "function_call":
-            call_id = _field(item, "call_id")
-            if call_id and call_id not in self._announced:
-                key = (_field(item, "id"), data.output_index)
-                self._start_call(call_id, _field(item, "name"), key)
+        if _field(item, "type") == "function_call" and _field(item, "call_id"):
+            self._announce(_field(item, "call_id"), _field(item, "name"), data.output_index)
 
     def _on_text_delta(self, data: Any) -> None:
-        message_id = self._ensure_message()
-        if data.delta:
-            self._end_all_reasoning()
-            self._text_streamed.add(data.item_id)
-            self._emit(ev.TextDelta(message_id=message_id, delta=data.delta))
+        self._streamed.add("text")
+        self.builder.text(data.delta, self._ensure_message())
 
     def _on_reasoning_delta(self, data: Any) -> None:
-        if data.delta:
-            self._reasoning_streamed.add(data.item_id)
-            self._reasoning_delta(data.item_id, data.delta)
+        self._streamed.add("reasoning")
+        self.builder.reasoning(data.delta, self._ensure_message())
 
     def _on_args_delta(self, data: Any) -> None:
-        call_id = self._calls_by_item.get((data.item_id, data.output_index))
-        if call_id is not None:
-            self._call_args(call_id, data.delta)
+        if data.output_index in self._calls:
+            self._streamed.add(data.output_index)
+            self.builder.tool_call(data.delta, index=data.output_index, message_id=self._message)
 
     def _on_item_done(self, data: Any) -> None:
-        self._complete_item(data.item)
+        self._ensure_message()
+        self._complete(data.item, data.output_index)
 
     def _on_completed(self, data: Any) -> None:
         response = data.response
-        details = _field(response, "incomplete_details")
-        self.end_model_call(
-            list(_field(response, "output") or []),
+        self._end_message(
+            list(_field(response, "output") or []),  # items already done are skipped
             _field(response, "usage"),
-            response_id=_field(response, "id"),
+            _field(response, "id"),
             response_model=_field(response, "model"),
-            incomplete_reason=_field(details, "reason"),
+            incomplete_reason=_field(_field(response, "incomplete_details"), "reason"),
         )
-
-    def _on_tool_called(self, item: Any) -> None:
-        raw = item.raw_item
-        call_id = _field(raw, "call_id")
-        if call_id and call_id not in self._announced:
-            self._start_call(call_id, _field(raw, "name") or _field(raw, "type"), None)
-            self._end_call(call_id, _field(raw, "arguments"))
 
     def _on_tool_output(self, item: Any) -> None:
         self.tool_result(_field(item.raw_item, "call_id"), item.output)
@@ -502,7 +659,7 @@ class _EventMapper:
         raw = item.raw_item
         self.tool_result(_field(raw, "call_id"), _field(raw, "output"))
 
-    _RAW: ClassVar[dict[str, Callable[[_EventMapper, Any], None]]] = {
+    _RAW: ClassVar[dict[str, Callable[[_Observation, Any], None]]] = {
         "response.created": _on_created,
         "response.output_item.added": _on_item_added,
         "response.output_text.delta": _on_text_delta,
@@ -514,47 +671,24 @@ class _EventMapper:
         "response.completed": _on_completed,
         "response.incomplete": _on_completed,
     }
-    _ITEMS: ClassVar[dict[str, Callable[[_EventMapper, Any], None]]] = {
-        "tool_called": _on_tool_called,
+    _ITEMS: ClassVar[dict[str, Callable[[_Observation, Any], None]]] = {
         "tool_output": _on_tool_output,
         "handoff_occured": _on_handoff_output,
     }
 
 
-# -- run mode: hooks ----------------------------------------------------------------------
-class _ObserverHooks(RunHooks[Any]):
-    """Feeds the SDK's lifecycle callbacks of one run to an :class:`_EventMapper`."""
-
-    def __init__(self, mapper: _EventMapper) -> None:
-        self._mapper = mapper
-
-    async def on_agent_start(self, context: Any, agent: Any) -> None:
-        self._mapper.agent_changed(agent)
-
-    async def on_llm_start(
-        self, context: Any, agent: Any, system_prompt: Any, input_items: Any
-    ) -> None:
-        self._mapper.agent_changed(agent)
-        self._mapper.begin_model_call(None)
-
-    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
-        self._mapper.model_response(response)
-
-    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
-        call_id = getattr(context, "tool_call_id", None)
-        self._mapper.tool_result(call_id, result, getattr(tool, "name", None))
-
-    async def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> None:
-        self._mapper.handoff(from_agent, to_agent)
-
-
 def _fan_out(name: str) -> Callable[..., Any]:
-    async def call_each(self: _ComposedHooks, *args: Any, **kwargs: Any) -> None:
-        for hooks in self.hooks:
-            await getattr(hooks, name)(*args, **kwargs)
+    def call_each(self: _ComposedHooks, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, None]:
+        # Called now, in order (ours does its work here); the user's run when awaited.
+        return _await_all([getattr(hooks, name)(*args, **kwargs) for hooks in self.hooks])
 
     call_each.__name__ = name
     return call_each
+
+
+async def _await_all(awaitables: list[Awaitable[Any]]) -> None:
+    for awaitable in awaitables:
+        await awaitable
 
 
 class _ComposedHooks(RunHooks[Any]):
@@ -581,6 +715,43 @@ def _compose(ours: RunHooksBase[Any, Any], declared: Any) -> Any:
     if not isinstance(declared, RunHooksBase):
         return declared  # let the SDK reject it with its own message
     return _ComposedHooks(ours, declared)
+
+
+def _observed_options(
+    options: dict[str, Any], observation: _Observation, keep_sdk_tracing: bool
+) -> dict[str, Any]:
+    """The run options of an observed run: our hooks composed with the user's, our
+    tool error formatter in front of theirs, the SDK's own tracing off in a traced
+    run (see the module docstring). The user's ``RunConfig`` is copied, never changed."""
+    declared = options.get("run_config")
+    config = declared if isinstance(declared, RunConfig) else RunConfig(**(declared or {}))
+    theirs = config.tool_error_formatter
+
+    def formatter(args: Any) -> Any:
+        observation.format_tool_error(args)
+        return theirs(args) if theirs is not None else None
+
+    def policy(context: Any) -> Any:
+        # a plain function: the SDK deep-copies model settings, and copies functions as is
+        return observation.retry_policy(context)
+
+    # What the SDK reads off a policy itself (e.g. which errors it retries) is the
+    # starting agent's policy's: copied over, so transports decide as they would.
+    starting = observation.policy_of(observation.starting_agent)
+    policy.__dict__.update(getattr(starting, "__dict__", {}))
+    retry = ModelSettings(retry=ModelRetrySettings(policy=policy))
+    changes: dict[str, Any] = {
+        "tool_error_formatter": formatter,
+        "model_settings": (config.model_settings or ModelSettings()).resolve(retry),
+    }
+    if in_traced_run() and not keep_sdk_tracing:
+        changes["tracing_disabled"] = True
+    # A shallow copy: ``dataclasses.replace`` would rebuild every field's default
+    # and costs more than the rest of the observation together.
+    observed = copy.copy(config)
+    for key, value in changes.items():
+        setattr(observed, key, value)
+    return {**options, "hooks": _compose(observation, options.get("hooks")), "run_config": observed}
 
 
 # -- replies --------------------------------------------------------------------------------
@@ -678,20 +849,37 @@ class OpenAIRunner(Runner):
             # The very object the tools mutated, in full (the fidelity table's "OpenAI" row).
             session.write_back_framework_context(prepared.context, prepared.context)
 
+    def __init__(self, *, keep_sdk_tracing: bool = False) -> None:
+        self.keep_sdk_tracing = keep_sdk_tracing
+
     async def run(
         self, agent: CoreAgent, session: Session, requests: list[AgentRequest]
     ) -> AgentReply:
         native = self._native(agent)
         prepared = await self._prepare(agent, session, requests)
-        options = prepared.options
-        with claim_observer() as report:
-            mapper = _EventMapper(report, options.get("run_config"))
-            options["hooks"] = _compose(_ObserverHooks(mapper), options.get("hooks"))
-            with ensure_tool_context(agent, session, requests):
+        with claim_observer() as observer, ensure_tool_context(agent, session, requests):
+            if observer is NULL_OBSERVER:  # untraced: the SDK's own call, nothing added
                 result = await SdkRunner.run(
-                    native, prepared.input, context=prepared.context, **options
+                    native, prepared.input, context=prepared.context, **prepared.options
                 )
-            mapper.finish()
+            else:
+                observation = _Observation(
+                    EventBuilder(observer),
+                    prepared.options.get("run_config"),
+                    native,
+                    streaming=False,
+                )
+                options = _observed_options(prepared.options, observation, self.keep_sdk_tracing)
+                try:
+                    result = await SdkRunner.run(
+                        native, prepared.input, context=prepared.context, **options
+                    )
+                except Exception as exc:
+                    observation.fail(exc)
+                    raise
+                finally:  # cancelled too: the caller's context never keeps the chat span
+                    observation.exit_model_scope()
+                observation.finish()
         self._save(session, prepared, result)
         return _reply(result, prompt_of(requests))
 
@@ -700,26 +888,36 @@ class OpenAIRunner(Runner):
     ) -> AsyncIterator[StreamEvent]:
         native = self._native(agent)
         prepared = await self._prepare(agent, session, requests)
-        buffer: list[StreamEvent] = []
-        mapper = _EventMapper(buffer.append, prepared.options.get("run_config"))
+        observer = stream_observer()
+        builder = EventBuilder(observer, queue=True)
+        run_config = prepared.options.get("run_config")
+        observation = _Observation(builder, run_config, native, streaming=True)
+        options = prepared.options
+        if observer is not NULL_OBSERVER:
+            options = _observed_options(options, observation, self.keep_sdk_tracing)
         # The SDK runs the loop in a task created right here; claiming the
         # observer around its creation hides any run-mode sink from the tools,
         # so a nested untraced run never reports into an outer run's trace.
         with claim_observer(), ensure_tool_context(agent, session, requests):
             result = SdkRunner.run_streamed(
-                native, prepared.input, context=prepared.context, **prepared.options
+                native, prepared.input, context=prepared.context, **options
             )
         # stream_events() is an async generator; typed as an iterator by the SDK.
         native_events = cast("AsyncGenerator[Any, None]", result.stream_events())
         completed = False
         try:
-            async for native_event in native_events:
-                mapper.on_stream_event(native_event)
-                for event in buffer:
+            try:
+                async for native_event in native_events:
+                    observation.on_stream_event(native_event)
+                    for event in builder.drain():
+                        yield event
+            except Exception as exc:
+                observation.fail(exc)
+                for event in builder.drain():
                     yield event
-                buffer.clear()
-            mapper.finish()
-            for event in buffer:
+                raise
+            observation.finish()
+            for event in builder.drain():
                 yield event
             completed = True
         finally:
