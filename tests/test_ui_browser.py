@@ -169,12 +169,13 @@ def test_sessions_errors_and_charts(page: tuple, base_url: str, tmp_path: Path) 
         pg.goto(base_url + f"/#/charts?by={by}")
         expect(pg.locator("body")).to_have_attribute("data-charts", str(charts))
         # every chart gets its lines (drawn after the count is set: wait, on a busy machine)
+        # (one check: a live update may redraw the charts between two separate ones)
         pg.wait_for_function(
-            "() => [...document.querySelectorAll('#charts .chart')]"
-            ".every(c => Number(c.dataset.lines) > 0)",
+            "() => { const cs = [...document.querySelectorAll('#charts .chart')];"
+            " return cs.length > 0 && cs.every(c => Number(c.dataset.lines) > 0)"
+            " && document.querySelectorAll('#charts svg path').length > 0; }",
             timeout=10_000,
         )
-        assert pg.locator("#charts svg path").count() > 0
     legend = pg.locator("#charts .legend").first.inner_text()
     assert "lookup" in legend and "calculator" in legend
     pg.goto(base_url + "/#/charts?by=agent")
