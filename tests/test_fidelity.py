@@ -14,19 +14,16 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace as trace_api
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
+from tests.fidelity_helpers import MODES, LookupFailed, one, parent_of, run
 
 from runnertrace import TracingRunner
-from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.native import Agent, NativeRunner, ScriptedLlm
 from runnertrace.runners.native.tools import tool
 from runnertrace.runners.native.types import LlmRequest, LlmResponse, Message, ToolCall
 from runnertrace.testing import CapturedSpans
 
-MODES = ["run", "stream"]
 # The user's own tracer, on the same provider as ours (as with an app's global SDK
 # provider); set per test by the fixture below.
 user: dict[str, trace_api.Tracer] = {}
@@ -35,10 +32,6 @@ user: dict[str, trace_api.Tracer] = {}
 @pytest.fixture(autouse=True)
 def user_tracer(captured_spans: CapturedSpans) -> None:
     user["tracer"] = captured_spans.provider.get_tracer("user-code")
-
-
-class LookupFailed(RuntimeError):
-    pass
 
 
 @tool
@@ -81,26 +74,6 @@ def agent_with(turns: list[Any]) -> CoreAgent:
         name="planner",
     )
     return CoreAgent("planner", runner, native)
-
-
-async def run(agent: CoreAgent, mode: str) -> None:
-    requests = [AgentRequestText(prompt="Trip to Oslo?")]
-    if mode == "run":
-        await agent.runner.run(agent, Session("s1"), requests)
-    else:
-        async for _ in agent.runner.stream(agent, Session("s1"), requests):
-            pass
-
-
-def one(spans: CapturedSpans, name: str) -> ReadableSpan:
-    (span,) = spans.by_name(name)
-    return span
-
-
-def parent_name(spans: CapturedSpans, span: ReadableSpan) -> str:
-    assert span.parent is not None
-    (parent,) = [s for s in spans.spans if s.context.span_id == span.parent.span_id]
-    return parent.name
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -159,10 +132,10 @@ async def test_what_runs_inside_a_call_nests_under_its_span(
     mode: str, captured_spans: CapturedSpans
 ) -> None:
     await run(agent_with([first_turn, second_turn]), mode)
-    assert parent_name(captured_spans, one(captured_spans, "db.query weather")) == (
+    assert parent_of(captured_spans, one(captured_spans, "db.query weather")).name == (
         "execute_tool weather"
     )
-    assert parent_name(captured_spans, one(captured_spans, "http.request model")) == (
+    assert parent_of(captured_spans, one(captured_spans, "http.request model")).name == (
         "chat scripted-1"
     )
 
@@ -182,7 +155,7 @@ async def test_a_failed_model_call_is_an_error_on_its_chat_span(
     assert "reset the connection" in event.attributes["exception.message"]
     steps = sorted(captured_spans.by_name("agent_step planner"), key=lambda s: s.start_time)
     # the step that held the failure is the second one, and it failed
-    assert parent_name(captured_spans, failed) == "agent_step planner"
+    assert parent_of(captured_spans, failed).name == "agent_step planner"
     assert failed.parent.span_id == steps[1].context.span_id
     assert steps[1].status.status_code is StatusCode.ERROR
     assert steps[0].status.status_code is StatusCode.UNSET

@@ -25,6 +25,7 @@ from langgraph.types import RetryPolicy
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
+from tests.fidelity_helpers import MODES, LookupFailed, one, parent_of
 from tests.tracing_helpers import OpenSpanTracker
 
 from runnertrace import TracingRunner
@@ -36,7 +37,6 @@ from runnertrace.runners.langgraph_testing import ScriptedChatModel
 from runnertrace.testing import CapturedSpans
 from runnertrace.tracing import attributes as A
 
-MODES = ["run", "stream"]
 CHAT = "chat scripted"
 # The user's own tracer, on the same provider as ours; set per test by the fixture.
 user: dict[str, trace_api.Tracer] = {}
@@ -45,10 +45,6 @@ user: dict[str, trace_api.Tracer] = {}
 @pytest.fixture(autouse=True)
 def user_tracer(captured_spans: CapturedSpans) -> None:
     user["tracer"] = captured_spans.provider.get_tracer("user-code")
-
-
-class LookupFailed(RuntimeError):
-    pass
 
 
 @tool
@@ -111,17 +107,6 @@ async def run(graph: Any, mode: str, name: str = "planner", capture: bool = True
     else:
         async for _ in runner.stream(agent, Session("s1"), requests):
             pass
-
-
-def one(spans: CapturedSpans, name: str) -> ReadableSpan:
-    (span,) = spans.by_name(name)
-    return span
-
-
-def parent_of(spans: CapturedSpans, span: ReadableSpan) -> ReadableSpan:
-    assert span.parent is not None
-    (parent,) = [s for s in spans.spans if s.context.span_id == span.parent.span_id]
-    return parent
 
 
 def chats(spans: CapturedSpans) -> list[ReadableSpan]:

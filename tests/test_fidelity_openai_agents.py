@@ -29,15 +29,13 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
+from tests.fidelity_helpers import MODES, LookupFailed, one, parent_of, run
 
 from runnertrace import TracingRunner
-from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.openai_agents import OpenAIRunner
 from runnertrace.testing import CapturedSpans
 
-MODES = ["run", "stream"]
 FIRST_TURN_SECONDS = 0.05
 user: dict[str, trace_api.Tracer] = {}
 
@@ -46,10 +44,6 @@ user: dict[str, trace_api.Tracer] = {}
 def _offline(monkeypatch: pytest.MonkeyPatch, captured_spans: CapturedSpans) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     user["tracer"] = captured_spans.provider.get_tracer("user-code")
-
-
-class LookupFailed(RuntimeError):
-    pass
 
 
 @function_tool
@@ -120,26 +114,6 @@ def agent_with(turns: list[Any], *, retry: bool = False, **runner: Any) -> CoreA
 
 
 SCENARIO = [ModelStep.respond(first_turn), HANDOFF, ModelStep.respond(answer_turn)]
-
-
-async def run(agent: CoreAgent, mode: str) -> None:
-    requests = [AgentRequestText(prompt="Trip to Oslo?")]
-    if mode == "run":
-        await agent.runner.run(agent, Session("s1"), requests)
-    else:
-        async for _ in agent.runner.stream(agent, Session("s1"), requests):
-            pass
-
-
-def one(spans: CapturedSpans, name: str) -> ReadableSpan:
-    (span,) = spans.by_name(name)
-    return span
-
-
-def parent_of(spans: CapturedSpans, span: ReadableSpan) -> ReadableSpan:
-    assert span.parent is not None
-    (parent,) = [s for s in spans.spans if s.context.span_id == span.parent.span_id]
-    return parent
 
 
 def chats(spans: CapturedSpans) -> list[ReadableSpan]:

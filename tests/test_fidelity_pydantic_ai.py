@@ -31,6 +31,7 @@ from pydantic_ai.capabilities.instrumentation import Instrumentation
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
+from tests.fidelity_helpers import MODES, LookupFailed, one, parent_of, run
 
 from runnertrace import TracingRunner
 from runnertrace.core import Session
@@ -39,7 +40,6 @@ from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.pydantic_ai import PydanticAIRunner
 from runnertrace.testing import CapturedSpans
 
-MODES = ["run", "stream"]
 CHAT = "chat planner-llm"
 # The user's own tracer, on the same provider as ours (as with an app's global SDK
 # provider); set per test by the fixture below.
@@ -51,10 +51,6 @@ Turn = Callable[[list[ModelMessage], AgentInfo], ModelResponse]
 @pytest.fixture(autouse=True)
 def user_tracer(captured_spans: CapturedSpans) -> None:
     user["tracer"] = captured_spans.provider.get_tracer("user-code")
-
-
-class LookupFailed(RuntimeError):
-    pass
 
 
 def first_turn(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -125,26 +121,6 @@ def planner(turns: list[Turn], **kw: Any) -> Agent[None, Any]:
 
 def core(native: Agent[Any, Any], name: str = "planner") -> CoreAgent:
     return CoreAgent(name, TracingRunner(PydanticAIRunner(), capture_content=True), native)
-
-
-async def run(agent: CoreAgent, mode: str, prompt: str = "Trip to Oslo?") -> None:
-    requests = [AgentRequestText(prompt=prompt)]
-    if mode == "run":
-        await agent.runner.run(agent, Session("s1"), requests)
-    else:
-        async for _ in agent.runner.stream(agent, Session("s1"), requests):
-            pass
-
-
-def one(spans: CapturedSpans, name: str) -> ReadableSpan:
-    (span,) = spans.by_name(name)
-    return span
-
-
-def parent_of(spans: CapturedSpans, span: ReadableSpan) -> ReadableSpan:
-    assert span.parent is not None
-    (parent,) = [s for s in spans.spans if s.context.span_id == span.parent.span_id]
-    return parent
 
 
 def chats(spans: CapturedSpans) -> list[ReadableSpan]:
