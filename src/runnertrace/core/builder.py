@@ -59,6 +59,12 @@ class EventBuilder:
         self._announced: set[str] = set()  # tool call ids whose start was emitted
         self._steps: list[tuple[str, int | None]] = []
 
+    @property
+    def observed(self) -> bool:
+        """Whether anyone traces this run: a runner builds the request fields (what the
+        model was sent) only then, so an untraced run pays nothing for them."""
+        return self.observer is not NULL_OBSERVER
+
     # -- output -------------------------------------------------------------------------
     def emit(self, event: ev.StreamEvent) -> None:
         """Report ``event`` now and, in stream mode, queue it for the runner to yield."""

@@ -206,13 +206,16 @@ class Agent:
         runs in the model scope, one chunk at a time in stream mode, so the
         scope never spans a ``yield``.
         """
-        message_id = builder.message_start(
-            model=self.model.model,
-            provider=self.model.provider,
-            input_messages=[_semconv_message(item) for item in request.contents],
-            system_instructions="\n\n".join(request.instructions) or None,
-            tool_definitions=[_semconv_tool(tool) for tool in request.tools] or None,
-        )
+        if builder.observed:  # what the model is sent, for the trace: built only if traced
+            message_id = builder.message_start(
+                model=self.model.model,
+                provider=self.model.provider,
+                input_messages=[_semconv_message(item) for item in request.contents],
+                system_instructions="\n\n".join(request.instructions) or None,
+                tool_definitions=[_semconv_tool(tool) for tool in request.tools] or None,
+            )
+        else:
+            message_id = builder.message_start(model=self.model.model, provider=self.model.provider)
         for event in builder.drain():
             yield event
         response: LlmResponse | None = None
