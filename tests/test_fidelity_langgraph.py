@@ -11,7 +11,6 @@ run with OpenInference's LangChain instrumentor active complete the matrix.
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import logging
 from typing import Any
@@ -26,7 +25,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 from tests.fidelity_helpers import MODES, LookupFailed, one, parent_of
-from tests.tracing_helpers import OpenSpanTracker
+from tests.tracing_helpers import OpenSpanTracker, cancel_and_settle
 
 from runnertrace import TracingRunner
 from runnertrace.core import Session
@@ -370,12 +369,7 @@ async def test_a_cancelled_consumer_at_every_index_leaves_nothing_open(
 
     task = asyncio.create_task(consume())
     await reached.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    gc.collect()
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await cancel_and_settle(task)
     assert_clean(tracker, caplog)
 
 
@@ -405,10 +399,5 @@ async def test_a_run_cancelled_inside_a_tool_leaves_nothing_open(
     graph.add_edge("agent", "tools")
     task = asyncio.create_task(run(graph.compile(name="planner"), mode))
     await inside.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    gc.collect()
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await cancel_and_settle(task)
     assert_clean(tracker, caplog)

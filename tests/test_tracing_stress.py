@@ -19,6 +19,7 @@ from tests.tracing_helpers import (
     ForeignRunner,
     ForeignSession,
     OpenSpanTracker,
+    cancel_and_settle,
     scripted_events,
 )
 
@@ -83,12 +84,7 @@ async def test_cancelled_consumer_task_at_every_index(
 
     task = asyncio.create_task(consume())
     await reached.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    gc.collect()
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await cancel_and_settle(task)
     root = captured.by_name("invoke_agent foreign")[0]
     assert (root.attributes or {})["runnertrace.cancelled"] is True
     assert tracker.open == {}

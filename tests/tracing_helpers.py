@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -122,3 +123,19 @@ class OpenSpanTracker(SpanProcessor):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
+
+
+async def cancel_and_settle(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task``, check that it ends cancelled, then let finalisers run.
+
+    An abandoned async generator is closed by the loop later, so collect and
+    yield a few times before asserting that nothing was left open.
+    """
+    import pytest
+
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    gc.collect()
+    for _ in range(5):
+        await asyncio.sleep(0)
