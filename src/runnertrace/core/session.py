@@ -14,7 +14,7 @@ import pickle
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -78,7 +78,7 @@ class Session:
         return copy.deepcopy(ctx) if ctx is not None else None
 
     def write_back_framework_context(
-        self, loaded: dict[str, Any], produced: dict[str, Any]
+        self, loaded: Mapping[str, Any], produced: Mapping[str, Any]
     ) -> None:
         """Store ``produced`` shallow-merged over ``loaded``.
 
