@@ -121,11 +121,17 @@ async def test_relay_yields_what_each_item_made_then_the_rest() -> None:
     def on_item(item: str) -> None:
         builder.text(item, mid)
 
-    got = [e async for e in relay(builder, _native(["a", "b"]), on_item)]
+    got = [
+        e
+        async for e in relay(
+            builder, _native(["a", "b"]), on_item, on_complete=lambda: builder.message_end(mid)
+        )
+    ]
     assert [(e.type, getattr(e, "delta", None)) for e in got] == [
         ("message_start", None),
         ("text_delta", "a"),
         ("text_delta", "b"),
+        ("message_end", None),
     ]
 
 

@@ -74,25 +74,17 @@ import inspect
 import json
 from asyncio import current_task
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, aclosing
 from typing import Any, ClassVar, cast
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel
 
 from runnertrace._internal.imports import require
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.builder import EventBuilder
 from runnertrace.core.context import ensure_tool_context
 from runnertrace.core.events import StreamEvent
-from runnertrace.core.models import (
-    AgentReply,
-    AgentReplyAny,
-    AgentReplyImage,
-    AgentReplyText,
-    AgentRequest,
-    prompt_of,
-)
+from runnertrace.core.models import AgentReply, AgentRequest, prompt_of
 from runnertrace.core.module import Module
 from runnertrace.core.observer import (
     NULL_OBSERVER,
@@ -102,6 +94,15 @@ from runnertrace.core.observer import (
 )
 from runnertrace.core.runner import Runner
 from runnertrace.core.session import Session
+from runnertrace.core.skeleton import (
+    Prepared,
+    invoke,
+    native_of,
+    prepare,
+    relay,
+    reply_of,
+    save,
+)
 
 require("agents", "openai-agents")
 
@@ -755,15 +756,6 @@ def _observed_options(
 
 
 # -- replies --------------------------------------------------------------------------------
-def _structured(value: Any) -> dict[str, Any]:
-    """A structured final output as a JSON dict; non-objects are wrapped like the SDK does."""
-    if isinstance(value, BaseModel):
-        dumped: Any = value.model_dump(mode="json")
-    else:
-        dumped = TypeAdapter(type(value)).dump_python(value, mode="json")
-    return dumped if isinstance(dumped, dict) else {"response": dumped}
-
-
 def _generated_image(result: RunResultBase) -> str | None:
     """The last image the run's hosted image-generation tool produced, base64."""
     image: str | None = None
@@ -776,23 +768,12 @@ def _generated_image(result: RunResultBase) -> str | None:
 
 def _reply(result: RunResultBase, prompt: str) -> AgentReply:
     final = result.final_output
-    if final is None or isinstance(final, str):
-        text = final or ""
-        image = _generated_image(result)
-        if image is not None:
-            return AgentReplyImage(text=text, image_data=image, prompt=prompt)
-        return AgentReplyText(text=text, prompt=prompt)
-    return AgentReplyAny(content=_structured(final), prompt=prompt)
+    image = _generated_image(result) if final is None or isinstance(final, str) else None
+    # A non-object output type travels as {"response": ...} in the SDK's own schema.
+    return reply_of(final, prompt, image=image, wrap_key="response")
 
 
 # -- the runner -----------------------------------------------------------------------------
-@dataclass
-class _Prepared:
-    input: list[Any]
-    context: dict[str, Any] | None
-    options: dict[str, Any]
-
-
 class OpenAIRunner(Runner):
     """Runs an ``agents.Agent`` in run or stream mode.
 
@@ -823,44 +804,36 @@ class OpenAIRunner(Runner):
         ),
     }
 
-    def _native(self, agent: CoreAgent) -> Agent[Any]:
-        native = agent.native
-        if not isinstance(native, Agent):
-            raise TypeError(
-                f"agent {agent.name!r} is not an agents.Agent (got {type(native).__name__})"
-            )
-        return native
-
-    async def _prepare(
-        self, agent: CoreAgent, session: Session, requests: list[AgentRequest]
-    ) -> _Prepared:
-        new_input = native_input(requests)
-        options = await agent.resolve_run_options(session, requests)
-        history = copy.deepcopy(session.get(STATE_KEY) or [])
-        return _Prepared(
-            input=[*history, *new_input],
-            context=session.load_framework_context(),
-            options=options,
-        )
-
-    def _save(self, session: Session, prepared: _Prepared, result: RunResultBase) -> None:
-        session.set(STATE_KEY, result.to_input_list(mode="normalized"))
-        if prepared.context is not None:
-            # The very object the tools mutated, in full (the fidelity table's "OpenAI" row).
-            session.write_back_framework_context(prepared.context, prepared.context)
-
     def __init__(self, *, keep_sdk_tracing: bool = False) -> None:
         self.keep_sdk_tracing = keep_sdk_tracing
+
+    @staticmethod
+    async def _prepare(
+        agent: CoreAgent, session: Session, requests: list[AgentRequest]
+    ) -> tuple[Agent[Any], Prepared, list[Any]]:
+        """The SDK agent, the run's options and context, and its input: history, then requests."""
+        native = native_of(agent, Agent, "an agents.Agent")
+        prepared = await prepare(agent, session, requests, STATE_KEY)
+        return native, prepared, [*copy.deepcopy(prepared.state or []), *native_input(requests)]
+
+    @staticmethod
+    def _save(session: Session, prepared: Prepared, result: RunResultBase) -> None:
+        # The context is the very object the tools mutated, in full (the fidelity table).
+        save(session, STATE_KEY, result.to_input_list(mode="normalized"), prepared)
 
     async def run(
         self, agent: CoreAgent, session: Session, requests: list[AgentRequest]
     ) -> AgentReply:
-        native = self._native(agent)
-        prepared = await self._prepare(agent, session, requests)
-        with claim_observer() as observer, ensure_tool_context(agent, session, requests):
+        native, prepared, sdk_input = await self._prepare(agent, session, requests)
+        with claim_observer() as observer:
             if observer is NULL_OBSERVER:  # untraced: the SDK's own call, nothing added
-                result = await SdkRunner.run(
-                    native, prepared.input, context=prepared.context, **prepared.options
+                result = await invoke(
+                    agent,
+                    session,
+                    requests,
+                    lambda: SdkRunner.run(
+                        native, sdk_input, context=prepared.context, **prepared.options
+                    ),
                 )
             else:
                 observation = _Observation(
@@ -870,15 +843,15 @@ class OpenAIRunner(Runner):
                     streaming=False,
                 )
                 options = _observed_options(prepared.options, observation, self.keep_sdk_tracing)
-                try:
-                    result = await SdkRunner.run(
-                        native, prepared.input, context=prepared.context, **options
-                    )
-                except Exception as exc:
-                    observation.fail(exc)
-                    raise
-                finally:  # cancelled too: the caller's context never keeps the chat span
-                    observation.exit_model_scope()
+                result = await invoke(
+                    agent,
+                    session,
+                    requests,
+                    lambda: SdkRunner.run(native, sdk_input, context=prepared.context, **options),
+                    on_failure=observation.fail,
+                    # Cancelled too: the caller's context never keeps the chat span.
+                    on_exit=observation.exit_model_scope,
+                )
                 observation.finish()
         self._save(session, prepared, result)
         return _reply(result, prompt_of(requests))
@@ -886,8 +859,7 @@ class OpenAIRunner(Runner):
     async def stream(
         self, agent: CoreAgent, session: Session, requests: list[AgentRequest]
     ) -> AsyncIterator[StreamEvent]:
-        native = self._native(agent)
-        prepared = await self._prepare(agent, session, requests)
+        native, prepared, sdk_input = await self._prepare(agent, session, requests)
         observer = stream_observer()
         builder = EventBuilder(observer, queue=True)
         run_config = prepared.options.get("run_config")
@@ -899,33 +871,36 @@ class OpenAIRunner(Runner):
         # observer around its creation hides any run-mode sink from the tools,
         # so a nested untraced run never reports into an outer run's trace.
         with claim_observer(), ensure_tool_context(agent, session, requests):
-            result = SdkRunner.run_streamed(
-                native, prepared.input, context=prepared.context, **options
-            )
+            result = SdkRunner.run_streamed(native, sdk_input, context=prepared.context, **options)
+        completed: list[bool] = []
+
+        def complete() -> None:
+            observation.finish()
+            completed.append(True)
+
+        def stop_unless_completed() -> None:
+            # The consumer stopped or the run failed: stop the SDK's background
+            # loop instead of letting it run on unobserved.
+            if not completed:
+                result.cancel()
+
         # stream_events() is an async generator; typed as an iterator by the SDK.
         native_events = cast("AsyncGenerator[Any, None]", result.stream_events())
-        completed = False
-        try:
-            try:
-                async for native_event in native_events:
-                    observation.on_stream_event(native_event)
-                    for event in builder.drain():
-                        yield event
-            except Exception as exc:
-                observation.fail(exc)
-                for event in builder.drain():
-                    yield event
-                raise
-            observation.finish()
-            for event in builder.drain():
+        async with (
+            aclosing(native_events),
+            aclosing(
+                relay(
+                    builder,
+                    native_events,
+                    observation.on_stream_event,
+                    on_failure=observation.fail,
+                    on_complete=complete,
+                    on_exit=stop_unless_completed,
+                )
+            ) as events,
+        ):
+            async for event in events:
                 yield event
-            completed = True
-        finally:
-            if not completed:
-                # The consumer stopped or the run failed: stop the SDK's
-                # background loop instead of letting it run on unobserved.
-                result.cancel()
-            await native_events.aclose()
         self._save(session, prepared, result)
 
 
