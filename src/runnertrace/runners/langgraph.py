@@ -49,7 +49,6 @@ How the contract maps onto LangGraph:
 from __future__ import annotations
 
 import contextvars
-import json
 import re
 import threading
 from abc import ABCMeta
@@ -75,6 +74,19 @@ from runnertrace.core.agent import Agent
 from runnertrace.core.builder import EventBuilder
 from runnertrace.core.context import ensure_tool_context
 from runnertrace.core.events import StreamEvent
+from runnertrace.core.genai import (
+    Message,
+    Part,
+    as_text,
+    blob_part,
+    reasoning_part,
+    request_parameters,
+    text_part,
+    tool_call_part,
+    tool_definition,
+    tool_response_part,
+)
+from runnertrace.core.genai import message as semconv_message
 from runnertrace.core.models import AgentReply, AgentRequest, prompt_of
 from runnertrace.core.module import Module
 from runnertrace.core.observer import NULL_OBSERVER, claim_observer, stream_observer
@@ -199,14 +211,7 @@ def _content_parts(message: BaseMessage) -> list[tuple[str, str]]:
 
 
 def _stringify(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, BaseMessage):
-        return str(value.text)
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except ValueError:  # circular structure
-        return repr(value)
+    return str(value.text) if isinstance(value, BaseMessage) else as_text(value)
 
 
 def _tool_message(output: Any) -> Any:
@@ -222,36 +227,30 @@ def _tool_message(output: Any) -> Any:
 
 
 # -- what a model call was sent (GenAI semconv shapes) ---------------------------------
-def _parts(message: BaseMessage) -> list[dict[str, JsonValue]]:
-    parts: list[dict[str, JsonValue]] = [
-        {"type": kind, "content": text} for kind, text in _content_parts(message)
+def _parts(message: BaseMessage) -> list[Part]:
+    parts = [
+        reasoning_part(text) if kind == "reasoning" else text_part(text)
+        for kind, text in _content_parts(message)
     ]
     if not isinstance(message.content, str):
         for block in message.content:
             kind = block.get("type") if isinstance(block, Mapping) else None
             if kind in ("image", "file", "audio", "video", "image_url"):
-                # the bytes are never copied into a span; the modality is what helps
-                parts.append({"type": "blob", "modality": str(kind)})
+                parts.append(blob_part(str(kind)))  # the bytes are never copied into a span
     return parts
 
 
-def _ai_parts(message: BaseMessage) -> list[dict[str, JsonValue]]:
-    calls: list[dict[str, JsonValue]] = [
-        {"type": "tool_call", "id": c.get("id"), "name": c["name"], "arguments": c["args"]}
+def _ai_parts(message: BaseMessage) -> list[Part]:
+    calls = [
+        tool_call_part(c.get("id"), c["name"], c["args"])
         for c in getattr(message, "tool_calls", None) or []
     ]
     return [*_parts(message), *calls]
 
 
-def _tool_parts(message: BaseMessage) -> list[dict[str, JsonValue]]:
-    return [
-        {
-            "type": "tool_call_response",
-            "id": getattr(message, "tool_call_id", None),
-            "name": message.name,
-            "response": str(message.text),
-        }
-    ]
+def _tool_parts(message: BaseMessage) -> list[Part]:
+    call_id = getattr(message, "tool_call_id", None)
+    return [tool_response_part(call_id, message.name, str(message.text))]
 
 
 # LangChain message type -> (semconv role, parts reader). System messages are not
@@ -265,25 +264,12 @@ _ROLES: dict[str, tuple[str, Callable[[BaseMessage], list[dict[str, JsonValue]]]
     "chat": ("user", _parts),
 }
 
-# Invocation parameter -> semconv request attribute suffix (``gen_ai.request.*``). The
-# ``ls_*`` keys are LangChain's standard tracing metadata, for models that keep their
-# parameters elsewhere; an invocation parameter of the same meaning wins (it comes later).
-_REQUEST_PARAMETERS: dict[str, str] = {
+# LangChain's standard tracing metadata names, for models that keep their parameters
+# elsewhere; an invocation parameter of the same meaning wins (it is read later).
+_LS_PARAMETERS = {
     "ls_temperature": "temperature",
     "ls_max_tokens": "max_tokens",
     "ls_stop": "stop_sequences",
-    "temperature": "temperature",
-    "max_tokens": "max_tokens",
-    "max_completion_tokens": "max_tokens",
-    "max_output_tokens": "max_tokens",
-    "top_p": "top_p",
-    "top_k": "top_k",
-    "seed": "seed",
-    "frequency_penalty": "frequency_penalty",
-    "presence_penalty": "presence_penalty",
-    "stop": "stop_sequences",
-    "stop_sequences": "stop_sequences",
-    "n": "choice.count",
 }
 
 
@@ -291,39 +277,31 @@ def _request(
     messages: Sequence[BaseMessage], params: Mapping[str, Any], metadata: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The request fields of a MessageStart, from what LangChain says it sends."""
-    sent: list[dict[str, JsonValue]] = []
+    sent: list[Message] = []
     system: list[str] = []
     for message in messages:
         if message.type == "system":
             system.append(str(message.text))
             continue
         role, reader = _ROLES.get(message.type, ("user", _parts))
-        sent.append({"role": role, "parts": cast(JsonValue, reader(message))})
-    given = {**metadata, **params}
-    parameters: dict[str, JsonValue] = {
-        ours: value
-        for theirs, ours in _REQUEST_PARAMETERS.items()
-        if isinstance(value := given.get(theirs), int | float | str | list) and value != []
-    }
+        sent.append(semconv_message(role, reader(message)))
     tools = [_tool_definition(t) for t in params.get("tools") or () if isinstance(t, Mapping)]
     return {
         "input_messages": sent or None,
         "system_instructions": "\n\n".join(system) or None,
-        "request_parameters": parameters or None,
+        "request_parameters": request_parameters(
+            {_LS_PARAMETERS[k]: v for k, v in metadata.items() if k in _LS_PARAMETERS}, params
+        ),
         "tool_definitions": tools or None,
     }
 
 
-def _tool_definition(tool: Mapping[str, Any]) -> dict[str, JsonValue]:
+def _tool_definition(tool: Mapping[str, Any]) -> Part:
     """One bound tool (OpenAI ``{"function": ...}`` or Anthropic ``input_schema`` shape)."""
     function = tool.get("function")
     spec: Mapping[str, Any] = function if isinstance(function, Mapping) else tool
-    return {
-        "type": "function",
-        "name": spec.get("name"),
-        "description": spec.get("description"),
-        "parameters": spec.get("parameters") or spec.get("input_schema"),
-    }
+    parameters = spec.get("parameters") or spec.get("input_schema")
+    return tool_definition(spec.get("name"), spec.get("description"), parameters)
 
 
 def _usage(message: BaseMessage | None) -> dict[str, Any]:

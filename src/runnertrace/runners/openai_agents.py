@@ -77,13 +77,24 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from contextlib import AbstractContextManager, aclosing
 from typing import Any, ClassVar, cast
 
-from pydantic import BaseModel
-
 from runnertrace._internal.imports import require
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.builder import EventBuilder
 from runnertrace.core.context import ensure_tool_context
 from runnertrace.core.events import StreamEvent
+from runnertrace.core.genai import (
+    Message,
+    Part,
+    as_text,
+    blob_part,
+    message,
+    reasoning_part,
+    request_parameters,
+    text_part,
+    tool_call_part,
+    tool_definition,
+    tool_response_part,
+)
 from runnertrace.core.models import AgentReply, AgentRequest, prompt_of
 from runnertrace.core.module import Module
 from runnertrace.core.observer import (
@@ -158,18 +169,6 @@ def native_input(requests: list[AgentRequest]) -> list[dict[str, Any]]:
 
 
 # -- helpers shared by both modes ---------------------------------------------------------
-def _render(output: Any) -> str:
-    """A tool's output as the text the trace records."""
-    if isinstance(output, str):
-        return output
-    if isinstance(output, BaseModel):
-        return output.model_dump_json()
-    try:
-        return json.dumps(output, default=str)
-    except (TypeError, ValueError):
-        return str(output)
-
-
 def _field(obj: Any, name: str) -> Any:
     """``obj.name`` or ``obj[name]``: SDK items are pydantic models or TypedDicts."""
     if isinstance(obj, dict):
@@ -225,76 +224,55 @@ def _model_of(agent: Any, run_config: Any) -> tuple[str | None, str | None]:
 
 
 # -- what a model call was sent --------------------------------------------------------
-def _part(part: Any) -> dict[str, Any]:
+def _part(part: Any) -> Part:
     """One content part of an SDK input item as a semconv part (never image/file bytes)."""
-    kind = _field(part, "type")
     text = _field(part, "text") or _field(part, "refusal")
     if isinstance(text, str):
-        return {"type": "text", "content": text}
-    modality = "image" if kind == "input_image" else "file"
-    return {
-        "type": "blob" if kind in ("input_image", "input_file") else str(kind),
-        "modality": modality,
-    }
+        return text_part(text)
+    return blob_part("image" if _field(part, "type") == "input_image" else "file")
 
 
-def _semconv_messages(items: Any) -> list[dict[str, Any]]:
+def _semconv_messages(items: Any) -> list[Message]:
     """The SDK's input items (Responses format) as GenAI semconv input messages.
 
     A function call output carries the name of the call it answers, found earlier
     in the same input; reasoning items become reasoning parts.
     """
     if isinstance(items, str):
-        return [{"role": "user", "parts": [{"type": "text", "content": items}]}]
+        return [message("user", [text_part(items)])]
     names: dict[str, str] = {}
-    messages: list[dict[str, Any]] = []
+    messages: list[Message] = []
     for item in items or []:
         kind = _field(item, "type")
         role = _field(item, "role")
+        call_id = _field(item, "call_id")
         if kind == "function_call":
-            call_id = _field(item, "call_id")
             names[call_id] = _field(item, "name")
-            try:
-                arguments: Any = json.loads(_field(item, "arguments") or "{}")
-            except ValueError:
-                arguments = _field(item, "arguments")
-            part = {"type": "tool_call", "id": call_id, "name": names[call_id]}
-            messages.append({"role": "assistant", "parts": [{**part, "arguments": arguments}]})
+            call = tool_call_part(call_id, names[call_id], _field(item, "arguments"))
+            messages.append(message("assistant", [call]))
         elif kind == "function_call_output":
-            call_id = _field(item, "call_id")
-            response = {"type": "tool_call_response", "id": call_id, "name": names.get(call_id)}
-            output = _field(item, "output")
-            response["response"] = output if isinstance(output, str) else _render(output)
-            messages.append({"role": "tool", "parts": [response]})
+            response = tool_response_part(call_id, names.get(call_id), _field(item, "output"))
+            messages.append(message("tool", [response]))
         elif kind == "reasoning":
-            summary = [_field(p, "text") or "" for p in _field(item, "summary") or []]
-            messages.append(
-                {"role": "assistant", "parts": [{"type": "reasoning", "content": "".join(summary)}]}
-            )
+            summary = "".join(_field(p, "text") or "" for p in _field(item, "summary") or [])
+            messages.append(message("assistant", [reasoning_part(summary)]))
         elif role is not None:
             content = _field(item, "content")
             parts = (
-                [{"type": "text", "content": content}]
+                [text_part(content)]
                 if isinstance(content, str)
                 else [_part(p) for p in content or []]
             )
-            messages.append({"role": role, "parts": parts})
+            messages.append(message(role, parts))
         else:
-            messages.append({"role": "assistant", "parts": [{"type": str(kind)}]})
+            messages.append(message("assistant", [{"type": str(kind)}]))
     return messages
-
-
-_PARAMETERS = ("temperature", "top_p", "max_tokens", "frequency_penalty", "presence_penalty")
 
 
 def _request_parameters(agent: Any, run_config: Any) -> dict[str, Any] | None:
     """The sampling parameters of ``agent``'s next call, resolved as the SDK resolves them."""
     settings = agent.model_settings.resolve(_field(run_config, "model_settings"))
-    found = {name: getattr(settings, name) for name in _PARAMETERS}
-    seed = (settings.extra_args or {}).get("seed")
-    if seed is not None:
-        found["seed"] = seed
-    return {k: v for k, v in found.items() if v is not None} or None
+    return request_parameters(settings.extra_args or {}, vars(settings))
 
 
 def _tool_definitions(agent: Any) -> list[dict[str, Any]] | None:
@@ -312,12 +290,7 @@ def _tool_definitions(agent: Any) -> list[dict[str, Any]] | None:
             continue
         if isinstance(tool, FunctionTool):
             definitions.append(
-                {
-                    "type": "function",
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": tool.params_json_schema,
-                }
+                tool_definition(tool.name, tool.description, tool.params_json_schema)
             )
         else:
             definitions.append({"type": str(getattr(tool, "type", "tool")), "name": tool.name})
@@ -328,9 +301,7 @@ def _tool_definitions(agent: Any) -> list[dict[str, Any]] | None:
         else:
             name = Handoff.default_tool_name(target)
             description, parameters = Handoff.default_tool_description(target), {}
-        definitions.append(
-            {"type": "function", "name": name, "description": description, "parameters": parameters}
-        )
+        definitions.append(tool_definition(name, description, parameters))
     return definitions or None
 
 
@@ -511,7 +482,7 @@ class _Observation(RunHooks[Any]):
             return
         name = self._waiting.pop(call_id, name)
         error = self.errors.pop(call_id, None)
-        self.builder.tool_result(call_id, _render(output), name=name, error=error)
+        self.builder.tool_result(call_id, as_text(output), name=name, error=error)
 
     # -- hooks (work done when called; see the class docstring) -------------------------
     def on_llm_start(

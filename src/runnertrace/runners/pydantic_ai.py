@@ -78,7 +78,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
@@ -92,7 +91,6 @@ from runnertrace._internal.imports import require
 require("pydantic_ai", "pydantic-ai")
 
 import pydantic_core  # noqa: E402
-from pydantic import JsonValue  # noqa: E402
 from pydantic_ai import Agent as PydanticAgent  # noqa: E402
 from pydantic_ai.agent import AbstractAgent  # noqa: E402
 from pydantic_ai.capabilities.abstract import (  # noqa: E402
@@ -133,6 +131,7 @@ from runnertrace.core import events as ev  # noqa: E402
 from runnertrace.core.agent import Agent  # noqa: E402
 from runnertrace.core.builder import EventBuilder  # noqa: E402
 from runnertrace.core.context import ensure_tool_context  # noqa: E402
+from runnertrace.core.genai import as_text, request_parameters, tool_definition  # noqa: E402
 from runnertrace.core.models import AgentReply, AgentRequest, prompt_of  # noqa: E402
 from runnertrace.core.module import Module  # noqa: E402
 from runnertrace.core.observer import (  # noqa: E402
@@ -179,15 +178,11 @@ def _media(data: str, mime_type: str, name: str | None, url_type: type[Any]) -> 
     return BinaryContent(data=raw, media_type=mime_type, identifier=name)
 
 
-def _any_text(content: Any) -> str:
-    return content if isinstance(content, str) else json.dumps(content, default=str)
-
-
 _REQUEST_CONVERTERS: dict[str, Callable[[Any], UserContent]] = {
     "text": lambda r: r.prompt,
     "image": lambda r: _media(r.image_data, r.mime_type, r.name, ImageUrl),
     "file": lambda r: _media(r.file_data, r.mime_type, r.name, DocumentUrl),
-    "any": lambda r: _any_text(r.content),
+    "any": lambda r: as_text(r.content),
 }
 
 
@@ -206,12 +201,6 @@ def user_prompt_of(requests: Sequence[AgentRequest]) -> str | list[UserContent]:
 
 
 # -- what a model request is sent ----------------------------------------------------------------
-
-# ModelSettings keys that are GenAI request parameters (``gen_ai.request.<key>``).
-_REQUEST_PARAMETERS = (
-    *("temperature", "max_tokens", "top_p", "seed"),
-    *("presence_penalty", "frequency_penalty", "stop_sequences"),
-)
 
 
 @cache
@@ -248,26 +237,15 @@ def _instructions(request_context: ModelRequestContext) -> str | None:
 
 def _request_fields(request_context: ModelRequestContext) -> dict[str, Any]:
     """The optional ``MessageStart`` fields: messages, instructions, parameters, tools."""
-    settings = request_context.model_settings or {}
-    parameters: dict[str, JsonValue] = {
-        key: settings[key]  # type: ignore[literal-required]
-        for key in _REQUEST_PARAMETERS
-        if settings.get(key) is not None
-    }
-    tools: list[dict[str, JsonValue]] = [
-        {
-            "type": "function",
-            "name": tool.name,
-            "description": tool.description,
-            "parameters": tool.parameters_json_schema,
-        }
+    tools = [
+        tool_definition(tool.name, tool.description, tool.parameters_json_schema)
         for tool in request_context.model_request_parameters.function_tools
     ]
     messages = _no_op_settings().messages_to_otel_messages(request_context.messages)
     return {
         "input_messages": pydantic_core.to_jsonable_python(messages) or None,
         "system_instructions": _instructions(request_context),
-        "request_parameters": parameters or None,
+        "request_parameters": request_parameters(request_context.model_settings or {}),
         "tool_definitions": tools or None,
     }
 
@@ -276,9 +254,7 @@ def _request_fields(request_context: ModelRequestContext) -> dict[str, Any]:
 
 
 def _args_text(args: str | dict[str, Any] | None) -> str:
-    if args is None:
-        return ""
-    return args if isinstance(args, str) else json.dumps(args)
+    return "" if args is None else as_text(args)
 
 
 _RESULT_KINDS = frozenset({"tool-return", "builtin-tool-return", "retry-prompt"})
