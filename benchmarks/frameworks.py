@@ -134,6 +134,67 @@ def _modes(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
     return {"run": run, "stream": stream}
 
 
+# The framework's own call, untraced and without our runner: the baseline of the
+# "runner untraced / framework" rows (issue 11 item 7: the goal is <= 1.03x).
+def _openai_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
+    from agents import Runner as SdkRunner
+
+    async def run() -> None:
+        await SdkRunner.run(agent.native, PROMPT)
+
+    async def stream() -> None:
+        async for _ in SdkRunner.run_streamed(agent.native, PROMPT).stream_events():
+            pass
+
+    return {"run": run, "stream": stream}
+
+
+def _langgraph_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
+    from langchain_core.messages import HumanMessage
+
+    def call() -> tuple[dict[str, Any], dict[str, Any]]:
+        config = {"configurable": {"thread_id": f"s{next(_session_ids)}"}}
+        return {"messages": [HumanMessage(content=PROMPT)]}, config
+
+    async def run() -> None:
+        await agent.native.ainvoke(*call())
+
+    async def stream() -> None:
+        graph_input, config = call()
+        modes = ["messages", "updates"]
+        async for _ in agent.native.astream(graph_input, config, stream_mode=modes, subgraphs=True):
+            pass
+
+    return {"run": run, "stream": stream}
+
+
+def _pydantic_ai_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
+    async def run() -> None:
+        await agent.native.run(PROMPT, deps={})
+
+    async def stream() -> None:
+        async with agent.native.run_stream_events(PROMPT, deps={}) as events:
+            async for _ in events:
+                pass
+
+    return {"run": run, "stream": stream}
+
+
+OWN_CALLS: dict[str, Callable[[CoreAgent], dict[str, Callable[[], Awaitable[None]]]]] = {
+    "openai-agents": _openai_own,
+    "langgraph": _langgraph_own,
+    "pydantic-ai": _pydantic_ai_own,
+}
+
+
+def _row(label: str, base: float, other: float, ratios: list[float]) -> Row:
+    detail = (
+        f"{base * 1e6:.0f} -> {other * 1e6:.0f} us/run ({(other - base) * 1e6:+.0f} us), "
+        f"range {min(ratios):.2f}..{max(ratios):.2f} over {len(ratios)} rounds"
+    )
+    return Row(label, statistics.median(ratios), "x", detail)
+
+
 async def _check(name: str, agent: CoreAgent) -> None:
     """Refuse to time a run that is not the two-step calculator run (a broken script is fast)."""
     reply = await agent.runner.run(agent, Session(f"s{next(_session_ids)}"), REQUESTS)
@@ -148,15 +209,13 @@ async def measure(rounds: int, batch: int) -> list[Row]:
         await _check(name, plain_agent)
         await _check(name, traced_agent)
         plain, traced = _modes(plain_agent), _modes(traced_agent)
+        own = OWN_CALLS[name](build(runner())) if name in OWN_CALLS else None
         for mode in ("run", "stream"):
             b, t, ratios = await _paired(plain[mode], traced[mode], rounds, batch)
-            detail = (
-                f"{b * 1e6:.0f} -> {t * 1e6:.0f} us/run ({(t - b) * 1e6:+.0f} us), "
-                f"range {min(ratios):.2f}..{max(ratios):.2f} over {len(ratios)} rounds"
-            )
-            rows.append(
-                Row(f"{name} traced/untraced, {mode}", statistics.median(ratios), "x", detail)
-            )
+            rows.append(_row(f"{name} traced/untraced, {mode}", b, t, ratios))
+            if own is not None:
+                b, t, ratios = await _paired(own[mode], plain[mode], rounds, batch)
+                rows.append(_row(f"{name} runner untraced/framework, {mode}", b, t, ratios))
     return rows
 
 
