@@ -117,6 +117,7 @@ __all__ = ["STATE_KEY", "SmolagentsModule", "SmolagentsRunner", "StoredAgentErro
 
 STATE_KEY = "smolagents"
 CODE_TOOL = "python_interpreter"  # the tool call a CodeAgent's code runs as (smolagents' name)
+FINAL_ANSWER = "final_answer"  # the tool a ToolCallingAgent answers with
 
 
 # -- requests -> task and images -----------------------------------------------------------------
@@ -294,6 +295,19 @@ def _arguments(arguments: Any) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)
 
 
+def _answer(arguments: Any) -> str:
+    """The text of a ``final_answer`` call: its ``answer`` argument (JSON unless text)."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return arguments
+    if isinstance(arguments, dict) and "answer" in arguments:
+        answer = arguments["answer"]
+        return answer if isinstance(answer, str) else json.dumps(answer, default=str)
+    return _arguments(arguments)
+
+
 # -- one run's mapping ---------------------------------------------------------------------------
 
 
@@ -324,6 +338,7 @@ class _Mapper:
         self._step: int | None = None
         self._queued: list[_Queued] = []
         self._pending: dict[str, str] = {}  # call id -> tool name, no result yet this step
+        self._answers: dict[tuple[str, Any], list[str]] = {}  # streamed final_answer arguments
         self._made_up = 0
 
     def _report(self, what: str, action: Callable[[], None]) -> None:
@@ -384,6 +399,12 @@ class _Mapper:
                 self.builder.text(delta.content, message_id)
             for piece in delta.tool_calls or ():
                 function = piece.function
+                key = (message_id, piece.index)
+                if function is not None and function.name == FINAL_ANSWER:
+                    self._answers[key] = []
+                if key in self._answers:  # the answer, not a tool call: text at message end
+                    self._answers[key].append(function.arguments or "" if function else "")
+                    continue
                 self.builder.tool_call(
                     function.arguments or "" if function is not None else "",
                     tool_call_id=piece.id,
@@ -402,11 +423,16 @@ class _Mapper:
         error: BaseException | None = None,
     ) -> None:
         def end() -> None:
+            for key in [k for k in self._answers if k[0] == message_id]:
+                self.builder.text(_answer("".join(self._answers.pop(key))), message_id)
             if reply is not None:
                 text = reply.content if isinstance(reply.content, str) else None
                 if text:
                     self.builder.text(text, message_id)
                 for call in reply.tool_calls or ():
+                    if call.function.name == FINAL_ANSWER:
+                        self.builder.text(_answer(call.function.arguments), message_id)
+                        continue
                     self.builder.tool_call(
                         _arguments(call.function.arguments),
                         tool_call_id=call.id,
@@ -440,6 +466,8 @@ class _Mapper:
             return f"{name}_{self._made_up}"
 
     def run_tool(self, name: str, arguments: Any, execute: Callable[[], Any]) -> Any:
+        if name == FINAL_ANSWER:  # reported as the answer's text, not as a tool
+            return execute()
         call_id = self._claim(name, arguments)
         try:
             with self.builder.tool_scope(call_id):
@@ -464,7 +492,7 @@ class _Mapper:
     # stream items ---------------------------------------------------------------------------
     def item(self, item: Any) -> None:
         """One item of ``run(stream=True)`` (deltas come through the model stand-in)."""
-        if isinstance(item, ToolCall):
+        if isinstance(item, ToolCall) and item.name != FINAL_ANSWER:
             self._report("tool call", lambda: self._tool_call(item))
 
     def _tool_call(self, call: ToolCall) -> None:
