@@ -61,13 +61,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextvars
 import dataclasses
 import io
 import json
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -332,6 +333,7 @@ class _Mapper:
         self.lock = threading.Lock()
         self.closed = False
         self.code_call: str | None = None  # a CodeAgent call to run in its scope next
+        self.code_context: contextvars.Context | None = None  # that call's scope, while it runs
         self._agent_name = agent_name
         self._native = native
         self._model = native.model
@@ -622,6 +624,35 @@ class _Callbacks(CallbackRegistry):  # type: ignore[misc]
         self._theirs.callback(memory_step, **kwargs)
 
 
+def _tools_in_scope(native: MultiStepAgent, mapper: _Mapper) -> Callable[[], None]:
+    """A ``CodeAgent``'s local executor runs the code in a thread of its own, which
+    starts without our context: for the run, its tools are called in the context of
+    the ``python_interpreter`` call's scope, so what they open nests under it."""
+    executor = getattr(native, "python_executor", None)
+    tools = getattr(executor, "static_tools", None)
+    if not isinstance(tools, dict):
+        return lambda: None  # a remote executor: nothing of ours runs there
+
+    def in_scope(tool: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            context = mapper.code_context
+            if context is None:
+                return tool(*args, **kwargs)
+            return context.copy().run(tool, *args, **kwargs)
+
+        return call
+
+    names = {*native.tools, *native.managed_agents}
+    executor.static_tools = {
+        name: in_scope(value) if name in names else value for name, value in tools.items()
+    }
+
+    def restore() -> None:
+        executor.static_tools = tools
+
+    return restore
+
+
 def _instrumented() -> bool:
     """Whether an instrumentor wraps smolagents' entry points (OpenInference does,
     with ``wrapt``, which exposes the wrapped function as ``__wrapped__``)."""
@@ -740,15 +771,28 @@ class _Call:
         if mapper is None:
             return self._outcome(native.run(**self._arguments(stream=False)))
         items = native.run(**self._arguments(stream=True))
+        restore_tools = _tools_in_scope(native, mapper)  # sent to the executor by run()
+        try:
+            return self._drive(items, tick)
+        finally:
+            restore_tools()
+
+    def _drive(self, items: Iterator[Any], tick: Callable[[], None] | None) -> _Outcome:
+        mapper = self.mapper
+        assert mapper is not None
         output: Any = None
         while True:
             if self.stop.is_set():
                 return self._abandon(items)
             code_call, mapper.code_call = mapper.code_call, None
-            scope: AbstractContextManager[None] = (
-                mapper.builder.tool_scope(code_call) if code_call else nullcontext()
-            )
-            with scope:
+            if code_call:
+                with mapper.builder.tool_scope(code_call):
+                    mapper.code_context = contextvars.copy_context()
+                    try:
+                        item = next(items, _END)
+                    finally:
+                        mapper.code_context = None
+            else:
                 item = next(items, _END)
             if item is _END:
                 break
