@@ -314,8 +314,11 @@ async def test_a_callback_registered_during_a_run_stays_with_the_agent() -> None
     fired: list[str] = []
     native = calculator()
 
+    registered: list[bool] = []
+
     def register(step: MemoryStep, agent: Any = None) -> None:
-        if not fired:
+        if not registered:
+            registered.append(True)
             native.step_callbacks.register(ActionStep, lambda s: fired.append("late"))
         fired.append("first")
 
