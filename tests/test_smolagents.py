@@ -429,11 +429,13 @@ def tracker(captured_spans: CapturedSpans) -> OpenSpanTracker:
     return tracker
 
 
-async def test_a_cancelled_stream_leaves_nothing_open_and_stops_the_agent(
-    tracker: OpenSpanTracker,
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_cancelled_run_leaves_nothing_open_and_stops_the_agent(
+    mode: str, tracker: OpenSpanTracker
 ) -> None:
     release = threading.Event()
     reached = asyncio.Event()
+    loop = asyncio.get_running_loop()
 
     @tool
     def slow(city: str) -> str:
@@ -442,6 +444,7 @@ async def test_a_cancelled_stream_leaves_nothing_open_and_stops_the_agent(
         Args:
             city: Any city.
         """
+        loop.call_soon_threadsafe(reached.set)
         release.wait(5)
         return city
 
@@ -452,24 +455,19 @@ async def test_a_cancelled_stream_leaves_nothing_open_and_stops_the_agent(
         verbosity_level=LogLevel.OFF,
     )
     agent = core(native, TracingRunner(SmolagentsRunner()))
-
-    async def consume() -> None:
-        async for event in agent.runner.stream(agent, Session("s1"), QUESTION):
-            if event.type == "tool_call_end":
-                reached.set()
-
-    task = asyncio.create_task(consume())
+    task = asyncio.create_task(go(agent, mode))
     await reached.wait()
     await cancel_and_settle(task)
-    release.set()
-    for _ in range(200):  # the worker finishes its step in the background, then stops
-        if not native.interrupt_switch:
-            await asyncio.sleep(0.01)
-            continue
-        await asyncio.sleep(0.05)
-        break
     assert tracker.started and not tracker.open
+    release.set()
+    for _ in range(300):  # the worker finishes its step in the background, then stops
+        if native.interrupt_switch:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    assert native.interrupt_switch
     assert len(native.model.received) == 1  # interrupted: no second model call
+    assert not tracker.open  # and it reported nothing after the cancellation
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -74,7 +74,11 @@ from typing import Any, ClassVar
 
 from pydantic import JsonValue
 
-from runnertrace._internal.errors import handle_internal_errors, suppressed_instrumentation
+from runnertrace._internal.errors import (
+    handle_internal_errors,
+    internal_log,
+    suppressed_instrumentation,
+)
 from runnertrace._internal.imports import require
 
 require("smolagents", "smolagents")
@@ -916,11 +920,24 @@ class SmolagentsRunner(Runner):
             def on_exit() -> None:
                 if not worker.done():
                     call.cancel()
+                    # nobody waits for it now: its outcome (or failure) is dropped
+                    worker.add_done_callback(_dropped)
 
             async for event in relay(builder, progress(), on_failure=mapper.fail, on_exit=on_exit):
                 yield event
             outcome = worker.result()
         self._save(session, call, outcome)
+
+
+def _dropped(worker: asyncio.Future[Any]) -> None:
+    """The outcome of a run the consumer left: a failure there is the framework's, logged
+    once as an internal fault rather than as an unretrieved task exception."""
+    if not worker.cancelled() and worker.exception() is not None:
+        internal_log.warning(
+            "smolagents-abandoned-run",
+            "runnertrace: a smolagents run stopped after its consumer left failed: %r",
+            worker.exception(),
+        )
 
 
 def _plain(output: Any) -> Any:
