@@ -70,6 +70,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, ClassVar
 
 from pydantic import JsonValue
@@ -657,6 +658,17 @@ def _tools_in_scope(native: MultiStepAgent, mapper: _Mapper) -> Callable[[], Non
     return restore
 
 
+@cache
+def _quiet_logger() -> AgentLogger:
+    """A logger at verbosity OFF whose console prints nothing: smolagents draws its rich
+    Live display (``stream_outputs``) on the logger's console whatever the verbosity.
+    One is enough (it holds no state); building a console per run would cost more than
+    the rest of the runner."""
+    from rich.console import Console  # a smolagents dependency
+
+    return AgentLogger(level=LogLevel.OFF, console=Console(quiet=True))
+
+
 def _instrumented() -> bool:
     """Whether an instrumentor wraps smolagents' entry points (OpenInference does,
     with ``wrapt``, which exposes the wrapped function as ``__wrapped__``)."""
@@ -723,10 +735,7 @@ class _Call:
         if steps is not None:
             native.memory.steps = list(steps)
         if native.logger.level == LogLevel.OFF:
-            # smolagents draws its rich Live display (stream_outputs) even at OFF
-            from rich.console import Console
-
-            native.logger = AgentLogger(level=LogLevel.OFF, console=Console(quiet=True))
+            native.logger = _quiet_logger()  # the Live display draws even at OFF
         if mapper is not None:
             model = native.model
             streams = hasattr(model, "generate_stream")
@@ -904,8 +913,14 @@ class SmolagentsRunner(Runner):
             ticks: asyncio.Queue[Any] = asyncio.Queue()
             loop = asyncio.get_running_loop()
 
+            waking = threading.Event()  # a tick is on its way: later items need none
+
             def tick() -> None:
-                loop.call_soon_threadsafe(ticks.put_nowait, None)
+                # After the item's events are queued; the consumer clears the flag before
+                # it drains, so an event queued before a skipped tick is drained anyway.
+                if not waking.is_set():
+                    waking.set()
+                    loop.call_soon_threadsafe(ticks.put_nowait, None)
 
             worker = asyncio.ensure_future(
                 asyncio.to_thread(call.execute, self._lock(call.native), tick)
@@ -914,6 +929,7 @@ class SmolagentsRunner(Runner):
 
             async def progress() -> AsyncIterator[None]:
                 while await ticks.get() is not _END:
+                    waking.clear()
                     yield None
                 worker.result()  # the run's failure, if it failed
 
