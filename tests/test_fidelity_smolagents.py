@@ -289,3 +289,15 @@ async def test_with_openinference_active_an_untraced_run_is_its_to_trace(
     names = {s.name for s in instrumentor_spans.get_finished_spans()}
     assert "planner.run" in names
     assert "SimpleTool" in names  # the weather tool, as OpenInference names it
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_without_content_capture_the_code_stays_off_the_step_span(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    model = ScriptedModel([code("final_answer('secret plan')")], model_id="coder-llm")
+    native = CodeAgent(tools=[], model=model, name="coder", verbosity_level=LogLevel.OFF)
+    await run(CoreAgent("coder", TracingRunner(SmolagentsRunner()), native), mode)
+    (step,) = captured_spans.by_name("agent_step coder")
+    assert "runnertrace.step.code" not in (step.attributes or {})
+    assert not any("secret plan" in str(dict(s.attributes or {})) for s in captured_spans.spans)
