@@ -304,10 +304,11 @@ def _arguments(arguments: Any) -> str:
 def _answer(arguments: Any) -> str:
     """The text of a ``final_answer`` call: its ``answer`` argument (JSON unless text)."""
     if isinstance(arguments, str):
+        text = arguments
         try:
-            arguments = json.loads(arguments)
+            arguments = json.loads(text)
         except ValueError:
-            return arguments
+            return text
     if isinstance(arguments, dict) and "answer" in arguments:
         answer = arguments["answer"]
         return answer if isinstance(answer, str) else json.dumps(answer, default=str)
@@ -633,7 +634,7 @@ def _tools_in_scope(native: MultiStepAgent, mapper: _Mapper) -> Callable[[], Non
     """A ``CodeAgent``'s local executor runs the code in a thread of its own, which
     starts without our context: for the run, its tools are called in the context of
     the ``python_interpreter`` call's scope, so what they open nests under it."""
-    executor = getattr(native, "python_executor", None)
+    executor: Any = getattr(native, "python_executor", None)
     tools = getattr(executor, "static_tools", None)
     if not isinstance(tools, dict):
         return lambda: None  # a remote executor: nothing of ours runs there
