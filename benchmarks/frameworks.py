@@ -16,8 +16,7 @@ examples, so each framework's own loop is the whole "framework" cost:
 - Pydantic AI: the example's ``FunctionModel`` (``offline_reply`` /
   ``offline_stream``);
 - smolagents: a ``ToolCallingAgent`` over ``ScriptedModel`` (skipped with a notice
-  when smolagents is not installed); its untraced runner is also timed against
-  smolagents' own ``agent.run`` in a worker thread.
+  when smolagents is not installed); its own call is ``agent.run`` in a worker thread.
 
 Runners are called directly (``CoreAgent(name, runner, native)`` plus a fresh
 ``Session`` per run, as the tests do), so no ``Runtime`` cost dilutes the ratio.
@@ -160,36 +159,6 @@ def _smolagents_runner() -> Runner:
     return SmolagentsRunner()
 
 
-async def _smolagents_own_rows(rounds: int, batch: int) -> list[Row]:
-    """The untraced runner against smolagents' own call, in a worker thread as the runner
-    runs it (an async app must not block its loop on the synchronous ``agent.run``)."""
-    from rich.console import Console
-    from smolagents.monitoring import AgentLogger, LogLevel
-
-    own = _smolagents_native()
-    own.logger = AgentLogger(level=LogLevel.OFF, console=Console(quiet=True))  # no Live output
-    modes = _modes(_smolagents_agent(_smolagents_runner()))
-
-    async def own_run() -> None:
-        own.stream_outputs = False
-        await asyncio.to_thread(own.run, PROMPT)
-
-    async def own_stream() -> None:
-        own.stream_outputs = True
-        await asyncio.to_thread(lambda: list(own.run(PROMPT, stream=True)))
-
-    rows: list[Row] = []
-    for mode, call in (("run", own_run), ("stream", own_stream)):
-        b, t, ratios = await _paired(call, modes[mode], rounds, batch)
-        detail = (
-            f"{b * 1e6:.0f} -> {t * 1e6:.0f} us/run ({(t - b) * 1e6:+.0f} us), "
-            f"range {min(ratios):.2f}..{max(ratios):.2f} over {len(ratios)} rounds"
-        )
-        label = f"smolagents untraced runner/own call, {mode}"
-        rows.append(Row(label, statistics.median(ratios), "x", detail))
-    return rows
-
-
 FRAMEWORKS: list[tuple[str, Callable[[AnyRunner], CoreAgent], Callable[[], Runner]]] = [
     ("openai-agents", _openai_agent, OpenAIRunner),
     ("langgraph", _langgraph_agent, LangGraphRunner),
@@ -211,6 +180,88 @@ def _modes(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
     return {"run": run, "stream": stream}
 
 
+# The framework's own call, untraced and without our runner: the baseline of the
+# "runner untraced / framework" rows (issue 11 item 7: the goal is <= 1.03x).
+def _openai_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
+    from agents import Runner as SdkRunner
+
+    async def run() -> None:
+        await SdkRunner.run(agent.native, PROMPT)
+
+    async def stream() -> None:
+        async for _ in SdkRunner.run_streamed(agent.native, PROMPT).stream_events():
+            pass
+
+    return {"run": run, "stream": stream}
+
+
+def _langgraph_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
+    from langchain_core.messages import HumanMessage
+
+    def call() -> tuple[dict[str, Any], dict[str, Any]]:
+        config = {"configurable": {"thread_id": f"s{next(_session_ids)}"}}
+        return {"messages": [HumanMessage(content=PROMPT)]}, config
+
+    async def run() -> None:
+        await agent.native.ainvoke(*call())
+
+    async def stream() -> None:
+        graph_input, config = call()
+        modes = ["messages", "updates"]
+        async for _ in agent.native.astream(graph_input, config, stream_mode=modes, subgraphs=True):
+            pass
+
+    return {"run": run, "stream": stream}
+
+
+def _pydantic_ai_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
+    async def run() -> None:
+        await agent.native.run(PROMPT, deps={})
+
+    async def stream() -> None:
+        async with agent.native.run_stream_events(PROMPT, deps={}) as events:
+            async for _ in events:
+                pass
+
+    return {"run": run, "stream": stream}
+
+
+def _smolagents_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
+    """smolagents' own ``agent.run`` in a worker thread, as the runner runs it (an async
+    app must not block its loop on the synchronous call), with its Live display quiet."""
+    from rich.console import Console
+    from smolagents.monitoring import AgentLogger, LogLevel
+
+    native = agent.native
+    native.logger = AgentLogger(level=LogLevel.OFF, console=Console(quiet=True))
+
+    async def run() -> None:
+        native.stream_outputs = False
+        await asyncio.to_thread(native.run, PROMPT)
+
+    async def stream() -> None:
+        native.stream_outputs = True
+        await asyncio.to_thread(lambda: list(native.run(PROMPT, stream=True)))
+
+    return {"run": run, "stream": stream}
+
+
+OWN_CALLS: dict[str, Callable[[CoreAgent], dict[str, Callable[[], Awaitable[None]]]]] = {
+    "openai-agents": _openai_own,
+    "langgraph": _langgraph_own,
+    "pydantic-ai": _pydantic_ai_own,
+    "smolagents": _smolagents_own,
+}
+
+
+def _row(label: str, base: float, other: float, ratios: list[float]) -> Row:
+    detail = (
+        f"{base * 1e6:.0f} -> {other * 1e6:.0f} us/run ({(other - base) * 1e6:+.0f} us), "
+        f"range {min(ratios):.2f}..{max(ratios):.2f} over {len(ratios)} rounds"
+    )
+    return Row(label, statistics.median(ratios), "x", detail)
+
+
 async def _check(name: str, agent: CoreAgent) -> None:
     """Refuse to time a run that is not the two-step calculator run (a broken script is fast)."""
     reply = await agent.runner.run(agent, Session(f"s{next(_session_ids)}"), REQUESTS)
@@ -229,17 +280,13 @@ async def measure(rounds: int, batch: int) -> list[Row]:
         await _check(name, plain_agent)
         await _check(name, traced_agent)
         plain, traced = _modes(plain_agent), _modes(traced_agent)
+        own = OWN_CALLS[name](build(runner())) if name in OWN_CALLS else None
         for mode in ("run", "stream"):
             b, t, ratios = await _paired(plain[mode], traced[mode], rounds, batch)
-            detail = (
-                f"{b * 1e6:.0f} -> {t * 1e6:.0f} us/run ({(t - b) * 1e6:+.0f} us), "
-                f"range {min(ratios):.2f}..{max(ratios):.2f} over {len(ratios)} rounds"
-            )
-            rows.append(
-                Row(f"{name} traced/untraced, {mode}", statistics.median(ratios), "x", detail)
-            )
-        if name == "smolagents":
-            rows.extend(await _smolagents_own_rows(rounds, batch))
+            rows.append(_row(f"{name} traced/untraced, {mode}", b, t, ratios))
+            if own is not None:
+                b, t, ratios = await _paired(own[mode], plain[mode], rounds, batch)
+                rows.append(_row(f"{name} runner untraced/framework, {mode}", b, t, ratios))
     return rows
 
 

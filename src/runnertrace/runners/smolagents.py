@@ -68,12 +68,10 @@ import json
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import nullcontext
+from contextlib import aclosing, nullcontext
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, ClassVar
-
-from pydantic import JsonValue
 
 from runnertrace._internal.errors import (
     handle_internal_errors,
@@ -104,6 +102,7 @@ from smolagents.monitoring import AgentLogger, LogLevel  # noqa: E402
 from smolagents.utils import AgentError  # noqa: E402
 
 from runnertrace.core import events as ev  # noqa: E402
+from runnertrace.core import genai  # noqa: E402
 from runnertrace.core.agent import Agent  # noqa: E402
 from runnertrace.core.builder import EventBuilder  # noqa: E402
 from runnertrace.core.context import ensure_tool_context  # noqa: E402
@@ -210,109 +209,66 @@ _ROLES: dict[str, str] = {
     **{str(k.value): str(v.value) for k, v in tool_role_conversions.items()},
 }
 
-# Model completion settings that are GenAI request parameters (``gen_ai.request.<key>``).
-_REQUEST_PARAMETERS = (
-    *("temperature", "max_tokens", "top_p", "top_k", "seed"),
-    *("presence_penalty", "frequency_penalty"),
-)
 
-
-def _parts(message: ChatMessage) -> list[JsonValue]:
+def _parts(message: ChatMessage) -> list[genai.Part]:
+    """A smolagents message's content (text blocks, images) and tool calls as parts."""
     content = message.content
-    parts: list[JsonValue] = []
+    parts: list[genai.Part] = []
     if isinstance(content, str):
         if content:
-            parts.append({"type": "text", "content": content})
+            parts.append(genai.text_part(content))
     else:
         for block in content or ():
             kind = block.get("type")
             if kind == "text":
-                parts.append({"type": "text", "content": str(block.get("text") or "")})
+                parts.append(genai.text_part(str(block.get("text") or "")))
             elif kind in ("image", "image_url"):
-                parts.append({"type": "blob", "modality": "image"})  # never the bytes
-    for call in message.tool_calls or ():
-        parts.append(
-            {
-                "type": "tool_call",
-                "id": call.id,
-                "name": call.function.name,
-                "arguments": _jsonable(call.function.arguments),
-            }
-        )
-    return parts
-
-
-def _jsonable(value: Any) -> JsonValue:
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return json.loads(json.dumps(value, default=str))  # type: ignore[no-any-return]
-
-
-def _text_of(message: ChatMessage) -> str:
-    return "\n".join(
-        str(p.get("content")) for p in _parts(message) if isinstance(p, dict) and "content" in p
+                parts.append(genai.blob_part("image"))
+    parts.extend(
+        genai.tool_call_part(call.id, call.function.name, call.function.arguments)
+        for call in message.tool_calls or ()
     )
+    return parts
 
 
 def _request(
     model: Any, messages: Sequence[Any], stop: list[str] | None, tools: Sequence[Tool] | None
 ) -> dict[str, Any]:
-    """The request fields of a MessageStart, from what the agent passes its model."""
-    sent: list[dict[str, JsonValue]] = []
+    """The request fields of a MessageStart, from what the agent passes its model: the
+    system prompt is the instructions, the model's completion settings and the stop
+    sequences the parameters, the tools (managed agents too) their definitions."""
+    sent: list[genai.Message] = []
     system: list[str] = []
     for message in messages:
         if isinstance(message, dict):
             message = ChatMessage.from_dict(dict(message))
         role = _ROLES.get(str(getattr(message.role, "value", message.role)), "user")
+        parts = _parts(message)
         if role == "system":
-            system.append(_text_of(message))
-            continue
-        sent.append({"role": role, "parts": _parts(message)})
+            system.extend(str(p["content"]) for p in parts if p["type"] == "text")
+        else:
+            sent.append(genai.message(role, parts))
     settings: Mapping[str, Any] = getattr(model, "kwargs", None) or {}
-    parameters: dict[str, JsonValue] = {
-        key: settings[key]
-        for key in _REQUEST_PARAMETERS
-        if isinstance(settings.get(key), int | float | str)
-    }
-    if stop:
-        parameters["stop_sequences"] = list(stop)
-    definitions: list[dict[str, JsonValue]] = []
+    definitions = []
     for tool in tools or ():
         schema = get_tool_json_schema(tool)["function"]
         definitions.append(
-            {
-                "type": "function",
-                "name": schema["name"],
-                "description": schema["description"],
-                "parameters": _jsonable(schema["parameters"]),
-            }
+            genai.tool_definition(schema["name"], schema["description"], schema["parameters"])
         )
     return {
-        "input_messages": sent or None,
+        "input_messages": genai.or_none(sent),
         "system_instructions": "\n\n".join(system) or None,
-        "request_parameters": parameters or None,
-        "tool_definitions": definitions or None,
+        "request_parameters": genai.request_parameters(settings, {"stop_sequences": stop}),
+        "tool_definitions": genai.or_none(definitions),
     }
-
-
-def _arguments(arguments: Any) -> str:
-    if arguments is None:
-        return ""
-    return arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)
 
 
 def _answer(arguments: Any) -> str:
     """The text of a ``final_answer`` call: its ``answer`` argument (JSON unless text)."""
-    if isinstance(arguments, str):
-        text = arguments
-        try:
-            arguments = json.loads(text)
-        except ValueError:
-            return text
-    if isinstance(arguments, dict) and "answer" in arguments:
-        answer = arguments["answer"]
-        return answer if isinstance(answer, str) else json.dumps(answer, default=str)
-    return _arguments(arguments)
+    parsed = genai.arguments_of(arguments)
+    if isinstance(parsed, dict) and "answer" in parsed:
+        return genai.as_text(parsed["answer"])
+    return genai.as_text(parsed)
 
 
 # -- one run's mapping ---------------------------------------------------------------------------
@@ -442,7 +398,7 @@ class _Mapper:
                         self.builder.text(_answer(call.function.arguments), message_id)
                         continue
                     self.builder.tool_call(
-                        _arguments(call.function.arguments),
+                        genai.as_text(call.function.arguments),
                         tool_call_id=call.id,
                         name=call.function.name,
                         message_id=message_id,
@@ -506,7 +462,7 @@ class _Mapper:
     def _tool_call(self, call: ToolCall) -> None:
         # Announced by the model already, unless smolagents parsed it from text or it
         # is a CodeAgent's code; then it starts here, before it runs.
-        self.builder.tool_start(call.id, call.name, _arguments(call.arguments))
+        self.builder.tool_start(call.id, call.name, genai.as_text(call.arguments))
         self._pending[call.id] = call.name
         if call.name == CODE_TOOL:
             self.code_call = call.id
@@ -940,8 +896,10 @@ class SmolagentsRunner(Runner):
                     # nobody waits for it now: its outcome (or failure) is dropped
                     worker.add_done_callback(_dropped)
 
-            async for event in relay(builder, progress(), on_failure=mapper.fail, on_exit=on_exit):
-                yield event
+            relayed = relay(builder, progress(), on_failure=mapper.fail, on_exit=on_exit)
+            async with aclosing(relayed):
+                async for event in relayed:
+                    yield event
             outcome = worker.result()
         self._save(session, call, outcome)
 
