@@ -3,7 +3,7 @@
     python benchmarks/frameworks.py            # about 40-80 s on a busy 2-core machine
     python benchmarks/frameworks.py --quick    # a few-second smoke run
 
-For each framework runner (OpenAI Agents SDK, LangGraph, Pydantic AI) the same
+For each framework runner (OpenAI Agents SDK, LangGraph, Pydantic AI, smolagents) the same
 two-step calculator run -- the model asks for ``multiply``, the tool runs, the
 model answers -- is timed through ``TracingRunner(runner)`` and through the bare
 runner, in run mode and in stream mode. The offline models come from the
@@ -14,7 +14,9 @@ examples, so each framework's own loop is the whole "framework" cost:
 - LangGraph: ``create_react_agent`` over the example's ``ScriptedChatModel``
   script, replayed in a loop (``_LoopingChatModel``) with an ``InMemorySaver``;
 - Pydantic AI: the example's ``FunctionModel`` (``offline_reply`` /
-  ``offline_stream``).
+  ``offline_stream``);
+- smolagents: a ``ToolCallingAgent`` over ``ScriptedModel`` (skipped with a notice
+  when smolagents is not installed); its own call is ``agent.run`` in a worker thread.
 
 Runners are called directly (``CoreAgent(name, runner, native)`` plus a fresh
 ``Session`` per run, as the tests do), so no ``Runtime`` cost dilutes the ratio.
@@ -114,10 +116,54 @@ def _pydantic_ai_agent(runner: AnyRunner) -> CoreAgent:
     return CoreAgent("calculator", runner, native)
 
 
+def _smolagents_native() -> Any:
+    """A smolagents ``ToolCallingAgent`` over the scripted model, replayed in a loop.
+
+    smolagents is imported here, not at the top: it may live in a venv of its own.
+    """
+    from smolagents import ToolCallingAgent, tool
+    from smolagents.monitoring import LogLevel
+
+    from runnertrace.runners.smolagents_testing import ScriptedModel, calls
+
+    class Looping(ScriptedModel):  # type: ignore[misc]
+        def _next(self, messages: list[Any]) -> Any:
+            if len(self.received) >= len(self.turns):
+                self.received.clear()
+            return super()._next(messages)
+
+    @tool
+    def multiply(a: int, b: int) -> int:
+        """Multiply two whole numbers.
+
+        Args:
+            a: The first factor.
+            b: The second factor.
+        """
+        return a * b
+
+    answer = calls(("final_answer", {"answer": "The product is 42."}), prefix="fin")
+    model = Looping([calls(("multiply", {"a": 6, "b": 7})), answer], model_id="offline")
+    return ToolCallingAgent(
+        tools=[multiply], model=model, name="calculator", verbosity_level=LogLevel.OFF
+    )
+
+
+def _smolagents_agent(runner: AnyRunner) -> CoreAgent:
+    return CoreAgent("calculator", runner, _smolagents_native())
+
+
+def _smolagents_runner() -> Runner:
+    from runnertrace.runners.smolagents import SmolagentsRunner
+
+    return SmolagentsRunner()
+
+
 FRAMEWORKS: list[tuple[str, Callable[[AnyRunner], CoreAgent], Callable[[], Runner]]] = [
     ("openai-agents", _openai_agent, OpenAIRunner),
     ("langgraph", _langgraph_agent, LangGraphRunner),
     ("pydantic-ai", _pydantic_ai_agent, PydanticAIRunner),
+    ("smolagents", _smolagents_agent, _smolagents_runner),  # imported lazily: may be absent
 ]
 
 
@@ -180,10 +226,31 @@ def _pydantic_ai_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]
     return {"run": run, "stream": stream}
 
 
+def _smolagents_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
+    """smolagents' own ``agent.run`` in a worker thread, as the runner runs it (an async
+    app must not block its loop on the synchronous call), with its Live display quiet."""
+    from rich.console import Console
+    from smolagents.monitoring import AgentLogger, LogLevel
+
+    native = agent.native
+    native.logger = AgentLogger(level=LogLevel.OFF, console=Console(quiet=True))
+
+    async def run() -> None:
+        native.stream_outputs = False
+        await asyncio.to_thread(native.run, PROMPT)
+
+    async def stream() -> None:
+        native.stream_outputs = True
+        await asyncio.to_thread(lambda: list(native.run(PROMPT, stream=True)))
+
+    return {"run": run, "stream": stream}
+
+
 OWN_CALLS: dict[str, Callable[[CoreAgent], dict[str, Callable[[], Awaitable[None]]]]] = {
     "openai-agents": _openai_own,
     "langgraph": _langgraph_own,
     "pydantic-ai": _pydantic_ai_own,
+    "smolagents": _smolagents_own,
 }
 
 
@@ -205,7 +272,11 @@ async def _check(name: str, agent: CoreAgent) -> None:
 async def measure(rounds: int, batch: int) -> list[Row]:
     rows: list[Row] = []
     for name, build, runner in FRAMEWORKS:
-        plain_agent, traced_agent = build(runner()), build(TracingRunner(runner(), DISCARD))
+        try:
+            plain_agent, traced_agent = build(runner()), build(TracingRunner(runner(), DISCARD))
+        except ImportError as exc:  # a framework kept in a venv of its own
+            print(f"{name}: skipped, not installed here ({exc})")
+            continue
         await _check(name, plain_agent)
         await _check(name, traced_agent)
         plain, traced = _modes(plain_agent), _modes(traced_agent)

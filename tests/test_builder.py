@@ -131,3 +131,23 @@ def test_text_without_a_started_message_starts_one() -> None:
     b.text("orphan")
     b.message_end()
     assert [e.type for e in b.drain()] == ["message_start", "text_delta", "message_end"]
+
+
+def test_a_call_no_message_asked_for_starts_whole_before_it_runs_and_only_once() -> None:
+    b = EventBuilder(queue=True)
+    b.step_start("coder", 1)
+    b.tool_start("c1", "python_interpreter", "print(1)")
+    b.tool_start("c1", "python_interpreter", "print(1)")  # known: nothing more
+    b.tool_result("c1", "1")
+    b.step_end(code="print(1)")
+    events = list(b.drain())
+    assert shape(events) == [
+        ("step_start", ""),
+        ("tool_call_start", "c1"),
+        ("tool_call_args", "c1", "print(1)"),
+        ("tool_call_end", "c1"),
+        ("tool_call_result", "c1"),
+        ("step_end", ""),
+    ]
+    assert isinstance(events[1], ev.ToolCallStart) and events[1].parent_message_id is None
+    assert isinstance(events[-1], ev.StepEnd) and events[-1].code == "print(1)"

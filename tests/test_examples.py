@@ -189,3 +189,28 @@ def test_redaction_keeps_planted_secrets_out_of_the_store(tmp_path: Path) -> Non
     for placeholder in ("[REDACTED_SECRET]", "[REDACTED_EMAIL]", "[REDACTED_CUSTOMER]"):
         assert placeholder in dump
     assert "Please remember my key" in dump
+
+
+def test_smolagents_example_runs_offline_and_traces_both_modes(tmp_path: Path) -> None:
+    out = run_example(EXAMPLES / "smolagents_agent.py", tmp_path)
+    assert out.splitlines() == [
+        "run:     The product is 42.",
+        "stream:  [tool -> 42] The product is 42.",
+        "memory:  6 steps kept in the session",
+        "context: {'unit': 'cm'}",
+    ]
+    store = SpanStore(user_store())
+    runs = sorted(store.list_runs(10), key=lambda r: r.mode)
+    assert [(r.agent, r.framework, r.mode, r.status) for r in runs] == [
+        ("calculator", "smolagents", "run", "ok"),
+        ("calculator", "smolagents", "stream", "ok"),
+    ]
+    for run in runs:
+        assert tree(store.get_trace(run.trace_id)) == [
+            "invoke_agent calculator",
+            "  agent_step calculator",
+            "    chat scripted-smol",
+            "    execute_tool multiply",
+            "  agent_step calculator",
+            "    chat scripted-smol",
+        ]

@@ -103,15 +103,17 @@ class EventBuilder:
             )
         )
 
-    def step_end(self, name: str | None = None, index: int | None = None) -> None:
-        """End the named step (default: the innermost open one)."""
+    def step_end(
+        self, name: str | None = None, index: int | None = None, *, code: str | None = None
+    ) -> None:
+        """End the named step (default: the innermost open one); ``code`` is what it ran."""
         if name is None:
             if not self._steps:
                 return
             name, index = self._steps[-1]
         if (name, index) in self._steps:
             self._steps.remove((name, index))
-        self.emit(ev.StepEnd(step_name=name, step_index=index))
+        self.emit(ev.StepEnd(step_name=name, step_index=index, code=code))
 
     # -- model calls ----------------------------------------------------------------------
     def message_start(
@@ -244,6 +246,18 @@ class EventBuilder:
                 error=ev.EventError.from_exception(error) if error is not None else None,
             )
         )
+
+    def tool_start(self, tool_call_id: str, name: str, arguments: str = "") -> None:
+        """A tool call no model message asked for (a framework's own action, such as
+        running the code a reply held): it starts, with its arguments, before it runs,
+        so its scope has a span to make current. Nothing happens for a known call."""
+        if tool_call_id in self._announced:
+            return
+        self._announced.add(tool_call_id)
+        self.emit(ev.ToolCallStart(tool_call_id=tool_call_id, tool_name=name))
+        if arguments:
+            self.emit(ev.ToolCallArgs(tool_call_id=tool_call_id, delta=arguments))
+        self.emit(ev.ToolCallEnd(tool_call_id=tool_call_id))
 
     # -- tool results ---------------------------------------------------------------------
     def tool_result(

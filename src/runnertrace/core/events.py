@@ -185,9 +185,14 @@ class StepStart(_Event):
 
 
 class StepEnd(_Event):
+    """A step ends. ``code`` is the code the step ran, for frameworks whose agents act
+    by writing code (a smolagents ``CodeAgent``); it is content, recorded only under
+    content capture."""
+
     type: Literal["step_end"] = "step_end"
     step_name: str
     step_index: int | None = None
+    code: str | None = None
 
 
 StreamEvent = Annotated[

@@ -56,6 +56,7 @@ MODE = "runnertrace.mode"
 REPLY_TYPE = "runnertrace.reply.type"
 STEP_NAME = "runnertrace.step.name"
 STEP_INDEX = "runnertrace.step.index"
+STEP_CODE = "runnertrace.step.code"  # the code a step ran (content capture only)
 DELTA_COUNT = "runnertrace.delta.count"
 DELTA_CHARS = "runnertrace.delta.chars"
 CANCELLED = "runnertrace.cancelled"

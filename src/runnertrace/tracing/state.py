@@ -276,6 +276,9 @@ class RunTracer:
             return
         popped = [item for _, item in self.steps[pos:]]
         del self.steps[pos:]
+        code = getattr(event, "code", None)
+        if code and self.capture:
+            self._set(popped[0], A.STEP_CODE, self.policy.truncate(str(code)))
         if len(popped) > 1:
             self._anomaly(f"step {key} ended while {len(popped) - 1} inner step(s) were open")
         for step in reversed(popped):

@@ -1,0 +1,149 @@
+"""An offline smolagents model for tests and examples (needs the ``smolagents`` extra).
+
+It lives apart from the production adapter so that importing the runner never
+defines a test double, and apart from :mod:`runnertrace.testing` (a pytest plugin
+loaded by every test run) so that plugin never imports smolagents.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeAlias
+
+from runnertrace._internal.imports import require
+
+require("smolagents", "smolagents")
+
+from smolagents.models import (  # noqa: E402
+    ChatMessage,
+    ChatMessageStreamDelta,
+    ChatMessageToolCall,
+    ChatMessageToolCallFunction,
+    ChatMessageToolCallStreamDelta,
+    MessageRole,
+    Model,
+)
+from smolagents.monitoring import TokenUsage  # noqa: E402
+
+__all__ = ["ScriptedModel", "Turn", "calls", "code", "text"]
+
+Turn: TypeAlias = "ChatMessage | BaseException | Callable[[list[ChatMessage]], ChatMessage]"
+"""One scripted reply: a message, an exception to raise (a failed request), or a
+function of the messages sent that returns the message (it runs inside the call,
+so a span it opens stands for the provider's HTTP request)."""
+
+
+def calls(*wanted: tuple[str, dict[str, Any]], prefix: str = "call") -> ChatMessage:
+    """A reply asking for tools: ``(name, arguments)`` pairs, ids ``<prefix>_<n>``."""
+    return ChatMessage(
+        role=MessageRole.ASSISTANT,
+        content=None,
+        tool_calls=[
+            ChatMessageToolCall(
+                function=ChatMessageToolCallFunction(name=name, arguments=arguments),
+                id=f"{prefix}_{position}",
+                type="function",
+            )
+            for position, (name, arguments) in enumerate(wanted, 1)
+        ],
+    )
+
+
+def text(content: str) -> ChatMessage:
+    """A plain text reply."""
+    return ChatMessage(role=MessageRole.ASSISTANT, content=content)
+
+
+def code(source: str, thought: str = "Thought: I will run some code.") -> ChatMessage:
+    """A ``CodeAgent`` reply: a thought, then ``source`` in the default code tags."""
+    return text(f"{thought}\n<code>\n{source}\n</code>")
+
+
+class ScriptedModel(Model):  # type: ignore[misc]
+    """A deterministic offline smolagents model that replays scripted turns.
+
+    ``generate`` plays the next :data:`Turn`; ``generate_stream`` plays it as
+    chunks: the text word by word, then each tool call as a name chunk and two
+    argument chunks (as providers stream them), with the usage on the last chunk.
+    ``received`` records the messages each call was sent, and ``kwargs`` (such as
+    ``temperature``) are kept as smolagents keeps a model's completion settings.
+    """
+
+    def __init__(
+        self,
+        turns: Sequence[Turn],
+        *,
+        model_id: str = "scripted",
+        input_tokens: int = 11,
+        output_tokens: int = 7,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(model_id=model_id, **kwargs)
+        self.turns = list(turns)
+        self.received: list[list[ChatMessage]] = []
+        self._usage = (input_tokens, output_tokens)
+
+    def _next(self, messages: list[ChatMessage]) -> ChatMessage:
+        if len(self.received) >= len(self.turns):
+            raise RuntimeError(f"ScriptedModel ran out of turns after {len(self.turns)} calls")
+        turn = self.turns[len(self.received)]
+        self.received.append(list(messages))
+        if isinstance(turn, BaseException):
+            raise turn
+        reply = turn(messages) if callable(turn) else turn
+        return ChatMessage(
+            role=reply.role,
+            content=reply.content,
+            tool_calls=reply.tool_calls,
+            token_usage=TokenUsage(*self._usage),
+        )
+
+    def generate(
+        self,
+        messages: list[ChatMessage | dict[str, Any]],
+        stop_sequences: list[str] | None = None,
+        response_format: dict[str, str] | None = None,
+        tools_to_call_from: list[Any] | None = None,
+        **kwargs: Any,
+    ) -> ChatMessage:
+        return self._next([m for m in messages if isinstance(m, ChatMessage)])
+
+    def generate_stream(
+        self,
+        messages: list[ChatMessage | dict[str, Any]],
+        stop_sequences: list[str] | None = None,
+        response_format: dict[str, str] | None = None,
+        tools_to_call_from: list[Any] | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatMessageStreamDelta]:
+        reply = self._next([m for m in messages if isinstance(m, ChatMessage)])
+        content = reply.content if isinstance(reply.content, str) else ""
+        words = content.split(" ")
+        for position, word in enumerate(words):
+            if word or position:
+                yield ChatMessageStreamDelta(content=word if position == 0 else f" {word}")
+        for index, call in enumerate(reply.tool_calls or ()):
+            arguments = call.function.arguments
+            args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            half = len(args) // 2
+            yield ChatMessageStreamDelta(
+                tool_calls=[
+                    ChatMessageToolCallStreamDelta(
+                        index=index,
+                        id=call.id,
+                        type="function",
+                        function=ChatMessageToolCallFunction(name=call.function.name, arguments=""),
+                    )
+                ]
+            )
+            for piece in (args[:half], args[half:]):
+                yield ChatMessageStreamDelta(
+                    tool_calls=[
+                        ChatMessageToolCallStreamDelta(
+                            index=index,
+                            function=ChatMessageToolCallFunction(name="", arguments=piece),
+                        )
+                    ]
+                )
+        yield ChatMessageStreamDelta(content="", token_usage=reply.token_usage)
