@@ -229,7 +229,7 @@ _PARTS: dict[str, Callable[[Content], dict[str, JsonValue]]] = {
     "function_result": lambda c: {
         "type": "tool_call_response",
         "id": c.call_id,
-        "result": _jsonable(c.result if c.exception is None else c.exception),
+        "result": _jsonable(c.result),  # what the model is sent (an error text for a failure)
     },
     "uri": lambda c: {"type": "uri", "uri": c.uri, "mime_type": c.media_type},
     "data": lambda c: {"type": "uri", "uri": c.uri, "mime_type": c.media_type},
