@@ -318,7 +318,7 @@ async def test_unknown_options_reach_the_framework_which_rejects_them() -> None:
         await s.run()
 
 
-# -- the user's own middleware ----------------------------------------------------------------------
+# -- the user's own middleware -------------------------------------------------------------------
 def counting(counts: dict[str, int], prefix: str) -> list[Any]:
     def bump(kind: str) -> None:
         counts[f"{prefix}{kind}"] = counts.get(f"{prefix}{kind}", 0) + 1
@@ -387,7 +387,7 @@ async def test_a_nested_untraced_run_inside_a_tool_does_not_report_into_the_oute
 
 async def test_a_non_maf_agent_is_refused() -> None:
     runner = MAFRunner()
-    with pytest.raises(TypeError, match="is not an agent_framework.Agent"):
+    with pytest.raises(TypeError, match=r"is not an agent_framework\.Agent"):
         await runner.run(CoreAgent("odd", runner, native=object()), Session("x"), QUESTION)
 
 
