@@ -3,7 +3,8 @@
     python benchmarks/frameworks.py            # about 40-80 s on a busy 2-core machine
     python benchmarks/frameworks.py --quick    # a few-second smoke run
 
-For each framework runner (OpenAI Agents SDK, LangGraph, Pydantic AI) the same
+For each framework runner (OpenAI Agents SDK, LangGraph, Pydantic AI, Microsoft
+Agent Framework) the same
 two-step calculator run -- the model asks for ``multiply``, the tool runs, the
 model answers -- is timed through ``TracingRunner(runner)`` and through the bare
 runner, in run mode and in stream mode. The offline models come from the
@@ -14,7 +15,12 @@ examples, so each framework's own loop is the whole "framework" cost:
 - LangGraph: ``create_react_agent`` over the example's ``ScriptedChatModel``
   script, replayed in a loop (``_LoopingChatModel``) with an ``InMemorySaver``;
 - Pydantic AI: the example's ``FunctionModel`` (``offline_reply`` /
-  ``offline_stream``).
+  ``offline_stream``);
+- Microsoft Agent Framework (imported lazily: skipped with a notice when the
+  ``maf`` extra is not installed): the example's ``ScriptedChatClient`` turns in
+  loop mode, Agent Framework's own instrumentation on (its default). For it the
+  untraced runner is also timed against the plain ``agent.run`` it wraps (a fresh
+  ``AgentSession`` per call, as the runner makes one per session).
 
 Runners are called directly (``CoreAgent(name, runner, native)`` plus a fresh
 ``Session`` per run, as the tests do), so no ``Runtime`` cost dilutes the ratio.
@@ -114,11 +120,53 @@ def _pydantic_ai_agent(runner: AnyRunner) -> CoreAgent:
     return CoreAgent("calculator", runner, native)
 
 
+def _maf_agent(runner: AnyRunner) -> CoreAgent:
+    from agent_framework import Agent as MAFAgent
+    from maf_agent import ask_for_the_tool, multiply, state_the_result
+
+    from runnertrace.runners.maf_testing import ScriptedChatClient
+
+    client = ScriptedChatClient([ask_for_the_tool, state_the_result], model="offline", loop=True)
+    return CoreAgent("calculator", runner, MAFAgent(client, name="calculator", tools=[multiply]))
+
+
+def _maf_runner() -> Runner:
+    from runnertrace.runners.maf import MAFRunner  # the `maf` extra, maybe not installed
+
+    return MAFRunner()
+
+
 FRAMEWORKS: list[tuple[str, Callable[[AnyRunner], CoreAgent], Callable[[], Runner]]] = [
     ("openai-agents", _openai_agent, OpenAIRunner),
     ("langgraph", _langgraph_agent, LangGraphRunner),
     ("pydantic-ai", _pydantic_ai_agent, PydanticAIRunner),
+    ("maf", _maf_agent, _maf_runner),
 ]
+
+
+async def _maf_untraced_rows(rounds: int, batch: int) -> list[Row]:
+    """``MAFRunner`` untraced against the plain ``agent.run`` it wraps, per mode."""
+    agent = _maf_agent(_maf_runner())
+    native = agent.native
+    modes = _modes(agent)
+
+    async def own_run() -> None:
+        await native.run(PROMPT, session=native.create_session())
+
+    async def own_stream() -> None:
+        async for _ in native.run(PROMPT, stream=True, session=native.create_session()):
+            pass
+
+    rows: list[Row] = []
+    for mode, own in (("run", own_run), ("stream", own_stream)):
+        b, t, ratios = await _paired(own, modes[mode], rounds, batch)
+        detail = (
+            f"{b * 1e6:.0f} -> {t * 1e6:.0f} us/run ({(t - b) * 1e6:+.0f} us), "
+            f"range {min(ratios):.2f}..{max(ratios):.2f} over {len(ratios)} rounds"
+        )
+        label = f"maf runner untraced/agent.run, {mode}"
+        rows.append(Row(label, statistics.median(ratios), "x", detail))
+    return rows
 
 
 def _modes(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
@@ -144,7 +192,11 @@ async def _check(name: str, agent: CoreAgent) -> None:
 async def measure(rounds: int, batch: int) -> list[Row]:
     rows: list[Row] = []
     for name, build, runner in FRAMEWORKS:
-        plain_agent, traced_agent = build(runner()), build(TracingRunner(runner(), DISCARD))
+        try:
+            plain_agent, traced_agent = build(runner()), build(TracingRunner(runner(), DISCARD))
+        except ImportError as exc:  # an extra that lives in another venv
+            print(f"{name}: skipped ({exc})")
+            continue
         await _check(name, plain_agent)
         await _check(name, traced_agent)
         plain, traced = _modes(plain_agent), _modes(traced_agent)
@@ -157,6 +209,8 @@ async def measure(rounds: int, batch: int) -> list[Row]:
             rows.append(
                 Row(f"{name} traced/untraced, {mode}", statistics.median(ratios), "x", detail)
             )
+        if name == "maf":
+            rows.extend(await _maf_untraced_rows(rounds, batch))
     return rows
 
 

@@ -53,8 +53,8 @@ def state_the_result(messages: list[Message]) -> Any:
 @tool
 def multiply(a: int, b: int, ctx: FunctionInvocationContext) -> int:
     """Multiply two whole numbers."""
-    if ctx.session is not None:
-        context = ctx.session.state[CONTEXT_KEY]
+    context = ctx.session.state.get(CONTEXT_KEY) if ctx.session is not None else None
+    if context is not None:  # run through MAFRunner: the session's framework context
         context["multiplications"] = context.get("multiplications", 0) + 1
     return a * b
 
