@@ -276,6 +276,14 @@ def agent(runner):
     )
     return CoreAgent("calc", runner, Agent(client, name="calc", tools=[multiply]))
 
+def delegating(runner):
+    # A sub-agent through Agent Framework's own as_tool(): none of our spans covers it.
+    expert = Agent(ScriptedChatClient([say("None.")], model="expert-llm"), name="expert")
+    client = ScriptedChatClient(
+        [call(("x1", "expert", {"task": "Flights?"})), say("No flights.")], model="calc-llm"
+    )
+    return CoreAgent("calc", runner, Agent(client, name="calc", tools=[expert.as_tool()]))
+
 async def go(core, mode):
     requests = [AgentRequestText(prompt="6 times 7?")]
     if mode == "run":
@@ -286,7 +294,13 @@ async def go(core, mode):
 
 def spans():
     found = [
-        {"name": s.name, "scope": s.instrumentation_scope.name, "trace": s.context.trace_id}
+        {
+            "name": s.name,
+            "scope": s.instrumentation_scope.name,
+            "trace": s.context.trace_id,
+            "id": s.context.span_id,
+            "parent": s.parent.span_id if s.parent else None,
+        }
         for s in exporter.get_finished_spans()
     ]
     exporter.clear()
@@ -304,6 +318,8 @@ async def main():
             go(agent(MAFRunner()), mode),
         )
         report[f"side by side {mode}"] = spans()
+        await go(delegating(traced(MAFRunner(), TraceConfig(type="app"))), mode)
+        report[f"sub-agent {mode}"] = spans()
     print(json.dumps(report))
 
 asyncio.run(main())
@@ -369,3 +385,17 @@ def test_the_suppression_is_per_run_not_per_process(
     traces = {s["trace"] for s in spans if s["scope"] == "agent_framework"}
     assert len(traces) == 1
     assert traces.isdisjoint(s["trace"] for s in spans if s["scope"] != "agent_framework")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_sub_agent_from_as_tool_keeps_its_own_spans_nested_under_our_tool_span(
+    mode: str, native_spans: dict[str, list[dict[str, Any]]]
+) -> None:
+    spans = native_spans[f"sub-agent {mode}"]
+    # Agent Framework's spans cover only what ours do not: the sub-agent's run.
+    assert names(spans, framework=True) == ["chat expert-llm", "invoke_agent expert"]
+    assert names(spans, framework=False) == [o.replace("multiply", "expert") for o in OURS]
+    by_id = {s["id"]: s for s in spans}
+    (inner,) = [s for s in spans if s["name"] == "invoke_agent expert"]
+    assert by_id[inner["parent"]]["name"] == "execute_tool expert"
+    assert by_id[inner["parent"]]["scope"] != "agent_framework"

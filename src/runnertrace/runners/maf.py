@@ -53,19 +53,19 @@ An untraced run-mode call installs none of them (the plain ``agent.run``); strea
 mode always needs them (the events are the stream) but builds the request fields
 only when someone observes.
 
-**Agent Framework's own OpenTelemetry spans: suppressed in traced runs.** Agent
-Framework emits ``invoke_agent`` / ``chat`` / ``execute_tool`` spans to the global
-tracer provider by default. Next to ours (or nested under them, since ours are
-current) they would show each call twice and count its tokens twice. Its only
+**Agent Framework's own OpenTelemetry spans: ours replace the ones we cover.**
+Agent Framework emits ``invoke_agent`` / ``chat`` / ``execute_tool`` spans to the
+global tracer provider by default. Next to ours (or nested under them, since ours
+are current) they would show each call twice and count its tokens twice. Its only
 switch, ``OBSERVABILITY_SETTINGS``, is process-wide, so the first traced run gives
 that settings object a subclass whose ``enable_instrumentation`` also reads a
-context variable of ours: it reads "off" only in the context of a traced
-``MAFRunner`` run (the whole run, tool bodies included; a nested ``MAFRunner``
-run sets its own value), and exactly as before everywhere else, so untraced runs
-and other agents keep Agent Framework's spans, and HTTP instrumentation inside a
-call still nests under our span. A bare Agent Framework agent called directly
-inside a tool of a traced run emits no spans of its own; run it through
-``MAFRunner`` to trace it.
+context variable of ours: it reads "off" for the agent, model and tool calls of a
+traced ``MAFRunner`` run (the ones our spans stand for), and exactly as before
+everywhere else: untraced runs, concurrent runs of other agents, and what a tool
+body runs (a sub-agent from ``agent.as_tool()`` keeps its own spans, nested under
+our ``execute_tool`` span, so it is seen once). HTTP instrumentation inside a call
+still nests under our span. Inside our tool scope, the one read that decides on the
+tool's own span is the quiet one (see :class:`_ToolSpanOnly`).
 """
 
 from __future__ import annotations
@@ -448,8 +448,9 @@ class _FunctionObserver(FunctionMiddleware):
         mapper = self.mapper
         call_id = str(context.metadata.get("call_id") or "")
         name = context.function.name
+        quiet: bool | _ToolSpanOnly = _ToolSpanOnly() if _quiet.get() is True else False
         try:
-            with mapper.builder.tool_scope(call_id):
+            with mapper.builder.tool_scope(call_id), _quiet_as(quiet):
                 await call_next()
         except Exception as exc:
             mapper.tool_failed(call_id, name, exc)
@@ -480,9 +481,33 @@ def _observers(mapper: _Mapper) -> list[Any]:
 
 # -- Agent Framework's own instrumentation -----------------------------------------------------
 
-_quiet: contextvars.ContextVar[bool] = contextvars.ContextVar(
+
+class _ToolSpanOnly:
+    """The quiet state inside our tool scope: Agent Framework's first read of its
+    settings there is ``FunctionTool.invoke`` deciding on its own ``execute_tool``
+    span, which ours replaces, so that one read is quiet; every later read (what
+    the tool body runs: a sub-agent from ``agent.as_tool()``, a bare agent) is not,
+    and those spans nest under our ``execute_tool`` span."""
+
+    __slots__ = ("spent",)
+
+    def __init__(self) -> None:
+        self.spent = False
+
+    def quiet(self) -> bool:
+        spent, self.spent = self.spent, True
+        return not spent
+
+
+_quiet: contextvars.ContextVar[bool | _ToolSpanOnly] = contextvars.ContextVar(
     "runnertrace_maf_quiet", default=False
 )
+
+
+def _silenced() -> bool:
+    """Whether Agent Framework's own instrumentation is off in the current context."""
+    state = _quiet.get()
+    return state if isinstance(state, bool) else state.quiet()
 
 
 def _quiet_settings(base: type[Any]) -> type[Any]:
@@ -494,7 +519,7 @@ def _quiet_settings(base: type[Any]) -> type[Any]:
     class QuietWhenTraced(base):  # type: ignore[misc]
         @property
         def enable_instrumentation(self) -> bool:
-            return not _quiet.get() and bool(flag.fget(self))
+            return bool(flag.fget(self)) and not _silenced()
 
         @enable_instrumentation.setter
         def enable_instrumentation(self, value: bool) -> None:
@@ -517,7 +542,7 @@ def _allow_quiet() -> None:
 
 
 @contextmanager
-def _quiet_as(value: bool) -> Iterator[None]:
+def _quiet_as(value: bool | _ToolSpanOnly) -> Iterator[None]:
     """:data:`_quiet` set to ``value`` for the block (a no-op when it already is)."""
     if _quiet.get() is value:
         yield
