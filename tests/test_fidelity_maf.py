@@ -8,8 +8,10 @@ answers. Agent Framework does not retry a model call that raised, so a failing
 model call ends the run: its chat span fails in the step that held it. A tool that
 raises ``MiddlewareFailure`` fails the run. A sub-agent run inside a tool nests
 under that tool. Agent Framework's own spans (on by default, to the global
-provider) are suppressed during traced runs: checked in a subprocess that owns its
-global provider, so each call is counted where both vocabularies would land.
+provider) are suppressed for the calls a traced run covers, and kept for a
+sub-agent from ``as_tool()`` (nested under our ``execute_tool`` span): checked in a
+subprocess that owns its global provider, so each call is counted where both
+vocabularies land.
 """
 
 from __future__ import annotations

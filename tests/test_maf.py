@@ -22,6 +22,8 @@ from agent_framework import (
     Agent,
     AgentContext,
     ChatContext,
+    ChatResponseUpdate,
+    Content,
     FunctionInvocationContext,
     Message,
     agent_middleware,
@@ -161,6 +163,21 @@ async def test_run_returns_the_text_and_reports_the_same_events_as_a_stream() ->
     assert starts[0].system_instructions == "Be exact."  # someone observes: fields are built
     assert starts[0].tool_definitions is not None
     assert starts[0].tool_definitions[0]["name"] == "multiply"
+
+
+@pytest.mark.parametrize("mode", ["run", "stream"])
+async def test_reasoning_is_a_block_of_its_own_before_the_tool_call(mode: str) -> None:
+    thinking = [
+        ChatResponseUpdate(role="assistant", contents=[Content.from_text_reasoning(text=t)])
+        for t in ("6 times ", "7")
+    ]
+    s = Setup([[*thinking, *call(("call_1", "multiply", {"a": 6, "b": 7}))], say("42")])
+    events = await s.go(mode)
+    assert kinds(events)[:6] == [
+        *("step_start", "message_start", "reasoning_start", "reasoning_delta"),
+        *("reasoning_end", "tool_call_start"),
+    ]
+    assert "".join(e.delta for e in events if isinstance(e, ev.ReasoningDelta)) == "6 times 7"
 
 
 async def test_an_untraced_stream_builds_no_request_fields() -> None:
