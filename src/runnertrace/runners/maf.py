@@ -74,21 +74,17 @@ import base64
 import binascii
 import contextvars
 import copy
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import aclosing, contextmanager
 from functools import partial
 from typing import Any, ClassVar
-
-from pydantic import JsonValue
 
 from runnertrace._internal.errors import handle_internal_errors
 from runnertrace._internal.imports import require
 
 require("agent_framework", "maf")
 
-import pydantic_core  # noqa: E402
 from agent_framework import (  # noqa: E402
     Agent as MAFAgent,
 )
@@ -114,6 +110,20 @@ from runnertrace.core import events as ev  # noqa: E402
 from runnertrace.core.agent import Agent  # noqa: E402
 from runnertrace.core.builder import EventBuilder  # noqa: E402
 from runnertrace.core.context import ensure_tool_context, reset_var  # noqa: E402
+from runnertrace.core.genai import Message as SemconvMessage  # noqa: E402
+from runnertrace.core.genai import (  # noqa: E402
+    Part,
+    as_text,
+    blob_part,
+    or_none,
+    reasoning_part,
+    request_parameters,
+    text_part,
+    tool_call_part,
+    tool_definition,
+    tool_response_part,
+)
+from runnertrace.core.genai import message as semconv_message  # noqa: E402
 from runnertrace.core.models import AgentReply, AgentRequest, prompt_of  # noqa: E402
 from runnertrace.core.module import Module  # noqa: E402
 from runnertrace.core.observer import (  # noqa: E402
@@ -165,15 +175,11 @@ def _media(data: str, mime_type: str, name: str | None) -> Content:
     return Content.from_data(raw, mime_type, name=name)
 
 
-def _any_text(content: Any) -> str:
-    return content if isinstance(content, str) else json.dumps(content, default=str)
-
-
 _REQUEST_CONTENTS: dict[str, Callable[[Any], Content]] = {
     "text": lambda r: Content.from_text(r.prompt),
     "image": lambda r: _media(r.image_data, r.mime_type, r.name),
     "file": lambda r: _media(r.file_data, r.mime_type, r.name),
-    "any": lambda r: Content.from_text(_any_text(r.content)),
+    "any": lambda r: Content.from_text(as_text(r.content)),
 }
 
 
@@ -186,65 +192,46 @@ def messages_of(requests: Sequence[AgentRequest]) -> list[Message]:
 
 # -- what a model request is sent ----------------------------------------------------------------
 
-# Chat option -> GenAI request parameter (``gen_ai.request.<name>``).
-_REQUEST_PARAMETERS = {
-    "temperature": "temperature",
-    "max_tokens": "max_tokens",
-    "top_p": "top_p",
-    "seed": "seed",
-    "frequency_penalty": "frequency_penalty",
-    "presence_penalty": "presence_penalty",
-    "stop": "stop_sequences",
+
+def _result_value(result: Any) -> Any:
+    """A tool result as Agent Framework hands it on: its text contents joined (what the
+    model reads), anything else as given (:func:`as_text` renders it)."""
+    contents = isinstance(result, list | tuple) and bool(result)
+    if contents and all(isinstance(item, Content) for item in result):
+        return "\n".join(item.text or "" for item in result if item.type == "text")
+    return result
+
+
+def _modality(content: Content) -> str:
+    return (content.media_type or "file").split("/", 1)[0]
+
+
+# Content type -> its GenAI semconv message part (types not listed are left out).
+_PARTS: dict[str, Callable[[Content, dict[str, str]], Part]] = {
+    "text": lambda c, names: text_part(c.text or ""),
+    "text_reasoning": lambda c, names: reasoning_part(c.text or ""),
+    "function_call": lambda c, names: tool_call_part(c.call_id, c.name, c.arguments),
+    "function_result": lambda c, names: tool_response_part(
+        c.call_id, names.get(c.call_id or ""), _result_value(c.result)
+    ),
+    "uri": lambda c, names: blob_part(_modality(c)),
+    "data": lambda c, names: blob_part(_modality(c)),
 }
 
 
-def _jsonable(value: Any) -> JsonValue:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Sequence) and all(isinstance(v, Content) for v in value):
-        return "\n".join(v.text or "" for v in value if v.type == "text") or str(value)
-    return pydantic_core.to_jsonable_python(value, fallback=str)  # type: ignore[no-any-return]
-
-
-def _arguments(content: Content) -> JsonValue:
-    arguments = content.arguments
-    if isinstance(arguments, str):
-        try:
-            return json.loads(arguments) if arguments else {}
-        except ValueError:
-            return arguments
-    return _jsonable(arguments)
-
-
-# Content type -> its GenAI semconv message part (types not listed keep only their type).
-_PARTS: dict[str, Callable[[Content], dict[str, JsonValue]]] = {
-    "text": lambda c: {"type": "text", "content": c.text or ""},
-    "text_reasoning": lambda c: {"type": "reasoning", "content": c.text or ""},
-    "function_call": lambda c: {
-        "type": "tool_call",
-        "id": c.call_id,
-        "name": c.name,
-        "arguments": _arguments(c),
-    },
-    "function_result": lambda c: {
-        "type": "tool_call_response",
-        "id": c.call_id,
-        "result": _jsonable(c.result),  # what the model is sent (an error text for a failure)
-    },
-    "uri": lambda c: {"type": "uri", "uri": c.uri, "mime_type": c.media_type},
-    "data": lambda c: {"type": "uri", "uri": c.uri, "mime_type": c.media_type},
-}
-
-
-def _semconv_messages(messages: Sequence[Message]) -> list[dict[str, JsonValue]]:
-    converted: list[dict[str, JsonValue]] = []
-    for message in messages:
-        parts: list[JsonValue] = [
-            _PARTS[c.type](c) if c.type in _PARTS else {"type": str(c.type)}
-            for c in message.contents
-            if c.type != "usage"
-        ]
-        converted.append({"role": str(message.role), "parts": parts})
+def _semconv_messages(messages: Sequence[Message]) -> list[SemconvMessage]:
+    """The messages as GenAI semconv messages (tool results named after their calls)."""
+    names: dict[str, str] = {}
+    converted: list[SemconvMessage] = []
+    for msg in messages:
+        parts: list[Part] = []
+        for content in msg.contents:
+            if content.type == "function_call" and content.call_id and content.name:
+                names[content.call_id] = content.name
+            part = _PARTS.get(content.type)
+            if part is not None:
+                parts.append(part(content, names))
+        converted.append(semconv_message(str(msg.role), parts))
     return converted
 
 
@@ -257,30 +244,23 @@ def _instructions(options: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _tool_definition(tool: Any) -> dict[str, JsonValue]:
+def _tool_definition(tool: Any) -> Part:
     parameters = getattr(tool, "parameters", None)
-    return {
-        "type": "function",
-        "name": getattr(tool, "name", None) or type(tool).__name__,
-        "description": getattr(tool, "description", None) or "",
-        "parameters": _jsonable(parameters() if callable(parameters) else parameters),
-    }
+    return tool_definition(
+        getattr(tool, "name", None) or type(tool).__name__,
+        getattr(tool, "description", None),
+        parameters() if callable(parameters) else parameters,
+    )
 
 
 def _request_fields(context: ChatContext) -> dict[str, Any]:
     """The optional ``MessageStart`` fields: messages, instructions, parameters, tools."""
     options: Mapping[str, Any] = context.options or {}
-    parameters: dict[str, JsonValue] = {
-        name: _jsonable(options[key])
-        for key, name in _REQUEST_PARAMETERS.items()
-        if options.get(key) is not None
-    }
-    tools = [_tool_definition(tool) for tool in options.get("tools") or ()]
     return {
-        "input_messages": _semconv_messages(context.messages) or None,
+        "input_messages": or_none(_semconv_messages(context.messages)),
         "system_instructions": _instructions(options),
-        "request_parameters": parameters or None,
-        "tool_definitions": tools or None,
+        "request_parameters": request_parameters(options),
+        "tool_definitions": or_none(_tool_definition(t) for t in options.get("tools") or ()),
     }
 
 
@@ -292,11 +272,6 @@ def _model_of(context: ChatContext) -> str | None:
 def _provider_of(context: ChatContext) -> str | None:
     provider = getattr(context.client, "otel_provider_name", None)
     return str(provider) if provider and provider != "unknown" else None
-
-
-def _result_text(result: Any) -> str:
-    text = _jsonable(result)
-    return text if isinstance(text, str) else json.dumps(text)
 
 
 # -- native progress -> builder calls ------------------------------------------------------------
@@ -351,7 +326,7 @@ class _Mapper:
             if call_id:
                 self._calls[message_id] = call_id
             arguments = content.arguments
-            delta = arguments if isinstance(arguments, str) else _result_text(arguments or {})
+            delta = arguments if isinstance(arguments, str) else as_text(arguments or {})
             self.builder.tool_call(
                 delta if arguments else "",
                 tool_call_id=call_id or None,
@@ -398,7 +373,7 @@ class _Mapper:
     # tools ---------------------------------------------------------------------------------
     def tool_returned(self, call_id: str, name: str, result: Any) -> None:
         with handle_internal_errors("maf tool result"):
-            self.builder.tool_result(call_id, _result_text(result), name=name)
+            self.builder.tool_result(call_id, as_text(_result_value(result)), name=name)
 
     def tool_failed(self, call_id: str, name: str, error: BaseException) -> None:
         with handle_internal_errors("maf tool failure"):
@@ -706,8 +681,9 @@ class MAFRunner(Runner):
                 native_stream = target.run(stream=True, **kwargs)
             if _quiet.get() is not quiet:  # every pull runs with the run's own setting
                 native_stream.with_pull_context_manager(partial(_quiet_as, quiet))
-            async for event in relay(builder, native_stream):
-                yield event
+            async with aclosing(relay(builder, native_stream)) as events:
+                async for event in events:
+                    yield event
             await native_stream.get_final_response()
         self._save(session, prepared, native_session)
 
