@@ -545,6 +545,13 @@ def _with_configuration(native: MAFAgent[Any], declared: Mapping[str, Any]) -> M
     return agent
 
 
+def _listed(middleware: Any) -> list[Any]:
+    """A declared ``middleware`` option (one middleware or a sequence) as a list."""
+    if middleware is None:
+        return []
+    return list(middleware) if isinstance(middleware, list | tuple) else [middleware]
+
+
 def _ignore(error: BaseException) -> None:
     """``on_failure`` of an untraced run: there is nothing open to close."""
 
@@ -616,16 +623,8 @@ class MAFRunner(Runner):
             else native.create_session(session_id=session.id)
         )
         native_session.state[CONTEXT_KEY] = prepared.context if prepared.context is not None else {}
-        if observers:
-            theirs = options.get("middleware")
-            kept = (
-                list(theirs)
-                if isinstance(theirs, list | tuple)
-                else []
-                if theirs is None
-                else [theirs]
-            )
-            options["middleware"] = [*kept, *observers]
+        if observers:  # the caller's middleware first: ours are innermost
+            options["middleware"] = [*_listed(options.get("middleware")), *observers]
         # Owned keys last, so no declared option can displace them.
         options["messages"] = messages_of(requests)
         options["session"] = native_session
@@ -681,10 +680,12 @@ class MAFRunner(Runner):
                 native_stream = target.run(stream=True, **kwargs)
             if _quiet.get() is not quiet:  # every pull runs with the run's own setting
                 native_stream.with_pull_context_manager(partial(_quiet_as, quiet))
-            async with aclosing(relay(builder, native_stream)) as events:
+            # Closing the native stream too: a consumer that stops early leaves no
+            # suspended provider stream behind.
+            async with native_stream, aclosing(relay(builder, native_stream)) as events:
                 async for event in events:
                     yield event
-            await native_stream.get_final_response()
+                await native_stream.get_final_response()
         self._save(session, prepared, native_session)
 
 
