@@ -3,7 +3,8 @@
     python benchmarks/frameworks.py            # about 40-80 s on a busy 2-core machine
     python benchmarks/frameworks.py --quick    # a few-second smoke run
 
-For each framework runner (OpenAI Agents SDK, LangGraph, Pydantic AI, smolagents) the same
+For each framework runner (OpenAI Agents SDK, LangGraph, Pydantic AI, smolagents,
+Microsoft Agent Framework, ...) the same
 two-step calculator run -- the model asks for ``multiply``, the tool runs, the
 model answers -- is timed through ``TracingRunner(runner)`` and through the bare
 runner, in run mode and in stream mode. The offline models come from the
@@ -17,6 +18,9 @@ examples, so each framework's own loop is the whole "framework" cost:
   ``offline_stream``);
 - smolagents: a ``ToolCallingAgent`` over ``ScriptedModel`` (skipped with a notice
   when smolagents is not installed); its own call is ``agent.run`` in a worker thread.
+- Microsoft Agent Framework (imported lazily: skipped with a notice when the
+  ``maf`` extra is not installed): the example's ``ScriptedChatClient`` turns in
+  loop mode, Agent Framework's own instrumentation on (its default).
 
 Runners are called directly (``CoreAgent(name, runner, native)`` plus a fresh
 ``Session`` per run, as the tests do), so no ``Runtime`` cost dilutes the ratio.
@@ -159,11 +163,28 @@ def _smolagents_runner() -> Runner:
     return SmolagentsRunner()
 
 
+def _maf_agent(runner: AnyRunner) -> CoreAgent:
+    from agent_framework import Agent as MAFAgent
+    from maf_agent import ask_for_the_tool, multiply, state_the_result
+
+    from runnertrace.runners.maf_testing import ScriptedChatClient
+
+    client = ScriptedChatClient([ask_for_the_tool, state_the_result], model="offline", loop=True)
+    return CoreAgent("calculator", runner, MAFAgent(client, name="calculator", tools=[multiply]))
+
+
+def _maf_runner() -> Runner:
+    from runnertrace.runners.maf import MAFRunner  # the `maf` extra, maybe not installed
+
+    return MAFRunner()
+
+
 FRAMEWORKS: list[tuple[str, Callable[[AnyRunner], CoreAgent], Callable[[], Runner]]] = [
     ("openai-agents", _openai_agent, OpenAIRunner),
     ("langgraph", _langgraph_agent, LangGraphRunner),
     ("pydantic-ai", _pydantic_ai_agent, PydanticAIRunner),
     ("smolagents", _smolagents_agent, _smolagents_runner),  # imported lazily: may be absent
+    ("maf", _maf_agent, _maf_runner),
 ]
 
 
@@ -243,6 +264,17 @@ def _smolagents_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]
         native.stream_outputs = True
         await asyncio.to_thread(lambda: list(native.run(PROMPT, stream=True)))
 
+
+def _maf_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
+    native = agent.native  # a fresh AgentSession per call, as the runner makes one per session
+
+    async def run() -> None:
+        await native.run(PROMPT, session=native.create_session())
+
+    async def stream() -> None:
+        async for _ in native.run(PROMPT, stream=True, session=native.create_session()):
+            pass
+
     return {"run": run, "stream": stream}
 
 
@@ -251,6 +283,7 @@ OWN_CALLS: dict[str, Callable[[CoreAgent], dict[str, Callable[[], Awaitable[None
     "langgraph": _langgraph_own,
     "pydantic-ai": _pydantic_ai_own,
     "smolagents": _smolagents_own,
+    "maf": _maf_own,
 }
 
 

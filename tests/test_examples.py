@@ -31,7 +31,9 @@ def user_store() -> Path:
     return Path(os.environ["XDG_DATA_HOME"]) / "runnertrace" / "traces.db"
 
 
-def run_example(source: Path, workdir: Path, script: str | None = None) -> str:
+def run_example(
+    source: Path, workdir: Path, script: str | None = None, args: list[str] | None = None
+) -> str:
     """Copy ``source`` (a file or a directory) into ``workdir`` and run it there."""
     workdir.mkdir(parents=True, exist_ok=True)
     if source.is_dir():
@@ -43,7 +45,7 @@ def run_example(source: Path, workdir: Path, script: str | None = None) -> str:
         target = workdir / source.name
         shutil.copy(source, target)
     done = subprocess.run(
-        [sys.executable, str(target)],
+        [sys.executable, str(target), *(args or [])],
         cwd=workdir,
         capture_output=True,
         text=True,
@@ -214,3 +216,30 @@ def test_smolagents_example_runs_offline_and_traces_both_modes(tmp_path: Path) -
             "  agent_step calculator",
             "    chat scripted-smol",
         ]
+
+
+def test_maf_agent_runs_offline_in_both_modes_and_traces_by_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = [
+        "run:     The product is 408.",
+        "stream:  [tool -> 408] The product is 408.",
+        "context: {'multiplications': 2}",
+    ]
+    monkeypatch.setenv("RUNNERTRACE_TRACE__ENABLED", "true")
+    out = run_example(EXAMPLES / "maf_agent.py", tmp_path, args=["What is 12 times 34?"])
+    assert out.splitlines() == expected
+    store = SpanStore(user_store())
+    runs = {run.mode: run for run in store.list_runs(10)}
+    assert set(runs) == {"run", "stream"}
+    assert all(
+        (r.agent, r.framework, r.status) == ("calculator", "maf", "ok") for r in runs.values()
+    )
+    assert tree(store.get_trace(runs["stream"].trace_id)) == [
+        "invoke_agent calculator",
+        "  agent_step calculator",
+        "    chat offline",
+        "    execute_tool multiply",
+        "  agent_step calculator",
+        "    chat offline",
+    ]

@@ -20,6 +20,7 @@ import pytest
 HEAVY = (
     "openai",
     "agents",
+    "agent_framework",
     "langgraph",
     "langchain_core",
     "pydantic_ai",

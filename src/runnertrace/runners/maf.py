@@ -1,0 +1,708 @@
+"""``MAFRunner``: the runner contract over a Microsoft Agent Framework ``Agent``.
+
+Install with ``pip install 'runnertrace[maf]'``; importing this module without
+``agent-framework-core`` raises :class:`~runnertrace._internal.imports.MissingExtraError`.
+
+What the runner does, per run:
+
+* **Session state.** The conversation lives in an Agent Framework ``AgentSession``
+  (made by ``agent.create_session(session_id=<our session id>)`` on the first run;
+  its history provider keeps the messages in ``session.state``). The session is
+  stored as its ``to_dict()`` under the session key ``"maf"`` and rebuilt with
+  ``AgentSession.from_dict`` for each run, so a failed run never touches what is
+  stored: it is saved only after the run succeeded.
+* **Framework context** (full round trip). The loaded copy of the session's
+  framework context is put in the native session's state under
+  :data:`CONTEXT_KEY`; tools read and mutate it through
+  ``FunctionInvocationContext.session.state[CONTEXT_KEY]``, and what is there
+  after a successful run is written back (tool-added keys included). Without a
+  stored context, tools get a throw-away ``{}``.
+* **Run options** go to ``agent.run`` (``options`` holds the model settings:
+  ``{"temperature": ..., "max_tokens": ...}``; also ``tools``, ``middleware``,
+  ``function_invocation_kwargs``, ...). ``messages``, ``session`` and ``stream``
+  are the runner's. The caller's ``middleware`` is kept and ours is appended.
+  ``function_invocation_configuration`` (the tool loop's limits, e.g.
+  ``{"max_iterations": 3}``) is also a run option: Agent Framework keeps it on
+  the chat client, so a run that declares it runs on a shallow copy of the agent
+  whose client copy carries the merged configuration; the shared client is
+  never changed.
+* **Replies.** The response's ``value`` when the run asked for structured output
+  (``options={"response_format": Model}``), else its text.
+
+**Events** come from three middleware of ours, passed per run with
+``run(middleware=...)``, which Agent Framework appends to the agent's and the
+client's own (so every user middleware still runs exactly once, and ours are
+innermost, nearest to the model and the tool):
+
+* a chat middleware: a step and a message start when a model request is sent,
+  with what it is sent (the messages in GenAI semconv shape, the instructions as
+  text, the request parameters from the options, the tool definitions); the
+  request runs in the model scope. In run mode the response becomes the message's
+  events; in stream mode the model stream's own hooks report each update (a pull
+  context manager keeps the model scope current while the provider produces) and
+  end the message with the final response's usage;
+* a function middleware: each tool runs in the tool scope (a span opened in the
+  tool nests under ``execute_tool``); a tool that raises is reported with its
+  exception, whether Agent Framework feeds it back to the model (its default) or
+  the run fails (``MiddlewareFailure``);
+* an agent middleware: it ends the last step. In stream mode its "after" runs
+  before the stream is consumed, so it registers a result hook on the agent's
+  stream instead.
+
+An untraced run-mode call installs none of them (the plain ``agent.run``); stream
+mode always needs them (the events are the stream) but builds the request fields
+only when someone observes.
+
+**Agent Framework's own OpenTelemetry spans: ours replace the ones we cover.**
+Agent Framework emits ``invoke_agent`` / ``chat`` / ``execute_tool`` spans to the
+global tracer provider by default. Next to ours (or nested under them, since ours
+are current) they would show each call twice and count its tokens twice. Its only
+switch, ``OBSERVABILITY_SETTINGS``, is process-wide, so the first traced run gives
+that settings object a subclass whose ``enable_instrumentation`` also reads a
+context variable of ours: it reads "off" for the agent, model and tool calls of a
+traced ``MAFRunner`` run (the ones our spans stand for), and exactly as before
+everywhere else: untraced runs, concurrent runs of other agents, and what a tool
+body runs (a sub-agent from ``agent.as_tool()`` keeps its own spans, nested under
+our ``execute_tool`` span, so it is seen once). HTTP instrumentation inside a call
+still nests under our span. Inside our tool scope, the one read that decides on the
+tool's own span is the quiet one (see :class:`_ToolSpanOnly`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextvars
+import copy
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import aclosing, contextmanager
+from functools import partial
+from typing import Any, ClassVar
+
+from runnertrace._internal.errors import handle_internal_errors
+from runnertrace._internal.imports import require
+
+require("agent_framework", "maf")
+
+from agent_framework import (  # noqa: E402
+    Agent as MAFAgent,
+)
+from agent_framework import (  # noqa: E402
+    AgentContext,
+    AgentMiddleware,
+    AgentResponse,
+    AgentSession,
+    ChatContext,
+    ChatMiddleware,
+    ChatResponse,
+    ChatResponseUpdate,
+    Content,
+    FunctionInvocationContext,
+    FunctionMiddleware,
+    Message,
+    ResponseStream,
+    normalize_function_invocation_configuration,
+)
+from agent_framework import observability as maf_observability  # noqa: E402
+
+from runnertrace.core import events as ev  # noqa: E402
+from runnertrace.core.agent import Agent  # noqa: E402
+from runnertrace.core.builder import EventBuilder  # noqa: E402
+from runnertrace.core.context import ensure_tool_context, reset_var  # noqa: E402
+from runnertrace.core.genai import Message as SemconvMessage  # noqa: E402
+from runnertrace.core.genai import (  # noqa: E402
+    Part,
+    as_text,
+    blob_part,
+    or_none,
+    reasoning_part,
+    request_parameters,
+    text_part,
+    tool_call_part,
+    tool_definition,
+    tool_response_part,
+)
+from runnertrace.core.genai import message as semconv_message  # noqa: E402
+from runnertrace.core.models import AgentReply, AgentRequest, prompt_of  # noqa: E402
+from runnertrace.core.module import Module  # noqa: E402
+from runnertrace.core.observer import (  # noqa: E402
+    NULL_OBSERVER,
+    claim_observer,
+    in_traced_run,
+    stream_observer,
+)
+from runnertrace.core.runner import Runner  # noqa: E402
+from runnertrace.core.session import Session  # noqa: E402
+from runnertrace.core.skeleton import (  # noqa: E402
+    Prepared,
+    invoke,
+    native_of,
+    prepare,
+    relay,
+    reply_of,
+    save,
+)
+
+__all__ = ["CONTEXT_KEY", "STATE_KEY", "MAFModule", "MAFRunner", "messages_of"]
+
+logger = logging.getLogger("runnertrace")
+
+STATE_KEY = "maf"
+CONTEXT_KEY = "runnertrace_context"
+"""Where the framework context sits in the native session's ``state`` during a run."""
+
+_CONFIGURATION_OPTION = "function_invocation_configuration"
+_CONFIGURATION_KEYS: frozenset[str] = frozenset(
+    normalize_function_invocation_configuration(None).keys()
+)
+
+
+# -- requests -> messages ------------------------------------------------------------------------
+
+
+def _media(data: str, mime_type: str, name: str | None) -> Content:
+    """One image or file: a URL or ``data:`` URI stays a URI, anything else is base64 bytes."""
+    if data.startswith(("http://", "https://", "data:")):
+        return Content.from_uri(data, media_type=mime_type, name=name)
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        label = f"{name!r} " if name else ""
+        raise ValueError(
+            f"request {label}({mime_type}) is neither base64 data, a data: URI nor an http(s) URL"
+        ) from exc
+    return Content.from_data(raw, mime_type, name=name)
+
+
+_REQUEST_CONTENTS: dict[str, Callable[[Any], Content]] = {
+    "text": lambda r: Content.from_text(r.prompt),
+    "image": lambda r: _media(r.image_data, r.mime_type, r.name),
+    "file": lambda r: _media(r.file_data, r.mime_type, r.name),
+    "any": lambda r: Content.from_text(as_text(r.content)),
+}
+
+
+def messages_of(requests: Sequence[AgentRequest]) -> list[Message]:
+    """Our requests as one Agent Framework user message, contents in request order."""
+    if not requests:
+        raise ValueError("a run needs at least one request")
+    return [Message(role="user", contents=[_REQUEST_CONTENTS[r.type](r) for r in requests])]
+
+
+# -- what a model request is sent ----------------------------------------------------------------
+
+
+def _result_value(result: Any) -> Any:
+    """A tool result as Agent Framework hands it on: its text contents joined (what the
+    model reads), anything else as given (:func:`as_text` renders it)."""
+    contents = isinstance(result, list | tuple) and bool(result)
+    if contents and all(isinstance(item, Content) for item in result):
+        return "\n".join(item.text or "" for item in result if item.type == "text")
+    return result
+
+
+def _modality(content: Content) -> str:
+    return (content.media_type or "file").split("/", 1)[0]
+
+
+# Content type -> its GenAI semconv message part (types not listed are left out).
+_PARTS: dict[str, Callable[[Content, dict[str, str]], Part]] = {
+    "text": lambda c, names: text_part(c.text or ""),
+    "text_reasoning": lambda c, names: reasoning_part(c.text or ""),
+    "function_call": lambda c, names: tool_call_part(c.call_id, c.name, c.arguments),
+    "function_result": lambda c, names: tool_response_part(
+        c.call_id, names.get(c.call_id or ""), _result_value(c.result)
+    ),
+    "uri": lambda c, names: blob_part(_modality(c)),
+    "data": lambda c, names: blob_part(_modality(c)),
+}
+
+
+def _semconv_messages(messages: Sequence[Message]) -> list[SemconvMessage]:
+    """The messages as GenAI semconv messages (tool results named after their calls)."""
+    names: dict[str, str] = {}
+    converted: list[SemconvMessage] = []
+    for msg in messages:
+        parts: list[Part] = []
+        for content in msg.contents:
+            if content.type == "function_call" and content.call_id and content.name:
+                names[content.call_id] = content.name
+            part = _PARTS.get(content.type)
+            if part is not None:
+                parts.append(part(content, names))
+        converted.append(semconv_message(str(msg.role), parts))
+    return converted
+
+
+def _instructions(options: Mapping[str, Any]) -> str | None:
+    instructions = options.get("instructions")
+    if isinstance(instructions, str):
+        return instructions or None
+    if isinstance(instructions, Sequence):
+        return "\n".join(str(i) for i in instructions) or None
+    return None
+
+
+def _tool_definition(tool: Any) -> Part:
+    parameters = getattr(tool, "parameters", None)
+    return tool_definition(
+        getattr(tool, "name", None) or type(tool).__name__,
+        getattr(tool, "description", None),
+        parameters() if callable(parameters) else parameters,
+    )
+
+
+def _request_fields(context: ChatContext) -> dict[str, Any]:
+    """The optional ``MessageStart`` fields: messages, instructions, parameters, tools."""
+    options: Mapping[str, Any] = context.options or {}
+    return {
+        "input_messages": or_none(_semconv_messages(context.messages)),
+        "system_instructions": _instructions(options),
+        "request_parameters": request_parameters(options),
+        "tool_definitions": or_none(_tool_definition(t) for t in options.get("tools") or ()),
+    }
+
+
+def _model_of(context: ChatContext) -> str | None:
+    model = (context.options or {}).get("model") or getattr(context.client, "model", None)
+    return str(model) if model else None
+
+
+def _provider_of(context: ChatContext) -> str | None:
+    provider = getattr(context.client, "otel_provider_name", None)
+    return str(provider) if provider and provider != "unknown" else None
+
+
+# -- native progress -> builder calls ------------------------------------------------------------
+
+
+class _Mapper:
+    """Turns one run's middleware and stream-hook calls into builder calls.
+
+    One per run; every call comes from the run's own task, so plain attributes
+    do. ``detailed`` says whether to build the request fields (only worth it
+    when someone observes).
+    """
+
+    def __init__(self, builder: EventBuilder, agent_name: str, *, detailed: bool) -> None:
+        self.builder = builder
+        self._agent_name = agent_name
+        self._detailed = detailed
+        self._step: int | None = None
+        self._steps = 0
+        self._calls: dict[str, str] = {}  # message id -> the call id its last chunk named
+
+    # steps and messages -------------------------------------------------------------------
+    def chat_started(self, context: ChatContext) -> str:
+        """A model request: the previous step (its tools ran) ends, a new one starts."""
+        self._end_step()
+        self._step = self._steps
+        self._steps += 1
+        self.builder.step_start(self._agent_name, self._step)
+        fields = _request_fields(context) if self._detailed else {}
+        return self.builder.message_start(
+            model=_model_of(context), provider=_provider_of(context), **fields
+        )
+
+    def _end_step(self) -> None:
+        if self._step is not None:
+            self.builder.step_end(self._agent_name, self._step)
+            self._step = None
+
+    def run_finished(self, _: Any = None) -> None:
+        """The run ended (the agent middleware, or the agent stream's result hook)."""
+        with handle_internal_errors("maf run end"):
+            self._end_step()
+
+    def _content(self, message_id: str, content: Content) -> None:
+        kind = content.type
+        if kind == "text":
+            self.builder.text(content.text or "", message_id)
+        elif kind == "text_reasoning":
+            self.builder.reasoning(content.text or "", message_id)
+        elif kind == "function_call":
+            call_id = content.call_id or self._calls.get(message_id)
+            if call_id:
+                self._calls[message_id] = call_id
+            arguments = content.arguments
+            delta = arguments if isinstance(arguments, str) else as_text(arguments or {})
+            self.builder.tool_call(
+                delta if arguments else "",
+                tool_call_id=call_id or None,
+                name=content.name or None,
+                message_id=message_id,
+            )
+
+    def update(self, message_id: str, update: ChatResponseUpdate) -> ChatResponseUpdate:
+        """Stream mode: one update of the model stream (a transform hook that passes
+        the update on unchanged)."""
+        with handle_internal_errors("maf stream update"):
+            for content in update.contents:
+                self._content(message_id, content)
+        return update
+
+    def response(self, message_id: str, response: ChatResponse[Any]) -> None:
+        """Run mode: the whole response, then the message's end."""
+        with handle_internal_errors("maf response"):
+            for message in response.messages:
+                for content in message.contents:
+                    self._content(message_id, content)
+        self.finished(message_id, response)
+
+    def finished(self, message_id: str, response: ChatResponse[Any]) -> None:
+        """The message ends with the response's usage (stream mode: a result hook)."""
+        with handle_internal_errors("maf message end"):
+            usage = response.usage_details or {}
+            reason = response.finish_reason
+            self._calls.pop(message_id, None)
+            self.builder.message_end(
+                message_id,
+                finish_reason=str(reason) if reason is not None else None,
+                input_tokens=usage.get("input_token_count"),
+                output_tokens=usage.get("output_token_count"),
+                response_model=response.model,
+                response_id=response.response_id,
+            )
+
+    def failed(self, message_id: str, error: BaseException) -> None:
+        with handle_internal_errors("maf message failure"):
+            self._calls.pop(message_id, None)
+            self.builder.message_end(message_id, error=error)
+
+    # tools ---------------------------------------------------------------------------------
+    def tool_returned(self, call_id: str, name: str, result: Any) -> None:
+        with handle_internal_errors("maf tool result"):
+            self.builder.tool_result(call_id, as_text(_result_value(result)), name=name)
+
+    def tool_failed(self, call_id: str, name: str, error: BaseException) -> None:
+        with handle_internal_errors("maf tool failure"):
+            self.builder.tool_result(
+                call_id, f"{type(error).__name__}: {error}", name=name, error=error
+            )
+
+
+class _ChatObserver(ChatMiddleware):
+    """Reports each model request; innermost chat middleware, so it sees what is sent."""
+
+    def __init__(self, mapper: _Mapper) -> None:
+        self.mapper = mapper
+
+    async def process(self, context: ChatContext, call_next: Callable[[], Awaitable[None]]) -> None:
+        mapper = self.mapper
+        message_id = ""
+        with handle_internal_errors("maf message start"):
+            message_id = mapper.chat_started(context)
+        try:
+            with mapper.builder.model_scope(message_id):
+                await call_next()
+        except Exception as exc:
+            mapper.failed(message_id, exc)
+            raise
+        result = context.result
+        if isinstance(result, ResponseStream):
+            # The stream is consumed after we return: its own hooks see the updates
+            # and the final response; the model scope is current during each pull.
+            if mapper.builder.observed:
+                result.with_pull_context_manager(partial(mapper.builder.model_scope, message_id))
+            context.stream_transform_hooks.append(partial(mapper.update, message_id))
+            context.stream_result_hooks.append(partial(mapper.finished, message_id))
+        elif isinstance(result, ChatResponse):
+            mapper.response(message_id, result)
+
+
+class _FunctionObserver(FunctionMiddleware):
+    """Runs each tool in its tool scope and reports its result or its exception."""
+
+    def __init__(self, mapper: _Mapper) -> None:
+        self.mapper = mapper
+
+    async def process(
+        self, context: FunctionInvocationContext, call_next: Callable[[], Awaitable[None]]
+    ) -> None:
+        mapper = self.mapper
+        call_id = str(context.metadata.get("call_id") or "")
+        name = context.function.name
+        quiet: bool | _ToolSpanOnly = _ToolSpanOnly() if _quiet.get() is True else False
+        try:
+            with mapper.builder.tool_scope(call_id), _quiet_as(quiet):
+                await call_next()
+        except Exception as exc:
+            mapper.tool_failed(call_id, name, exc)
+            raise
+        mapper.tool_returned(call_id, name, context.result)
+
+
+class _AgentObserver(AgentMiddleware):
+    """Ends the run's last step: after the call in run mode, and in stream mode from
+    the agent stream's result hook (its "after" runs before the stream is consumed)."""
+
+    def __init__(self, mapper: _Mapper) -> None:
+        self.mapper = mapper
+
+    async def process(
+        self, context: AgentContext, call_next: Callable[[], Awaitable[None]]
+    ) -> None:
+        await call_next()
+        if isinstance(context.result, ResponseStream):
+            context.stream_result_hooks.append(self.mapper.run_finished)
+        else:
+            self.mapper.run_finished()
+
+
+def _observers(mapper: _Mapper) -> list[Any]:
+    return [_AgentObserver(mapper), _ChatObserver(mapper), _FunctionObserver(mapper)]
+
+
+# -- Agent Framework's own instrumentation -----------------------------------------------------
+
+
+class _ToolSpanOnly:
+    """The quiet state inside our tool scope: Agent Framework's first read of its
+    settings there is ``FunctionTool.invoke`` deciding on its own ``execute_tool``
+    span, which ours replaces, so that one read is quiet; every later read (what
+    the tool body runs: a sub-agent from ``agent.as_tool()``, a bare agent) is not,
+    and those spans nest under our ``execute_tool`` span."""
+
+    __slots__ = ("spent",)
+
+    def __init__(self) -> None:
+        self.spent = False
+
+    def quiet(self) -> bool:
+        spent, self.spent = self.spent, True
+        return not spent
+
+
+_quiet: contextvars.ContextVar[bool | _ToolSpanOnly] = contextvars.ContextVar(
+    "runnertrace_maf_quiet", default=False
+)
+
+
+def _silenced() -> bool:
+    """Whether Agent Framework's own instrumentation is off in the current context."""
+    state = _quiet.get()
+    return state if isinstance(state, bool) else state.quiet()
+
+
+def _quiet_settings(base: type[Any]) -> type[Any]:
+    """``base`` (Agent Framework's settings class) whose ``enable_instrumentation``
+    also reads "off" while :data:`_quiet` is set in the current context. Every
+    other read (``ENABLED``, ``SENSITIVE_DATA_ENABLED``, ...) derives from it."""
+    flag: Any = base.enable_instrumentation
+
+    class QuietWhenTraced(base):  # type: ignore[misc]
+        @property
+        def enable_instrumentation(self) -> bool:
+            return bool(flag.fget(self)) and not _silenced()
+
+        @enable_instrumentation.setter
+        def enable_instrumentation(self, value: bool) -> None:
+            flag.fset(self, value)
+
+    return QuietWhenTraced
+
+
+_quiet_kinds: set[type[Any]] = set()  # the settings classes made by _quiet_settings
+
+
+def _allow_quiet() -> None:
+    """Make Agent Framework's settings object honour :data:`_quiet` (once; the same
+    object, so every module that imported it sees the change)."""
+    settings = maf_observability.OBSERVABILITY_SETTINGS
+    if type(settings) not in _quiet_kinds:
+        quiet = _quiet_settings(type(settings))
+        _quiet_kinds.add(quiet)
+        settings.__class__ = quiet
+
+
+@contextmanager
+def _quiet_as(value: bool | _ToolSpanOnly) -> Iterator[None]:
+    """:data:`_quiet` set to ``value`` for the block (a no-op when it already is)."""
+    if _quiet.get() is value:
+        yield
+        return
+    token = _quiet.set(value)
+    try:
+        yield
+    finally:
+        reset_var(_quiet, token)
+
+
+# -- the runner ---------------------------------------------------------------------------------
+
+
+def _with_configuration(native: MAFAgent[Any], declared: Mapping[str, Any]) -> MAFAgent[Any]:
+    """A shallow copy of ``native`` over a copy of its client carrying ``declared``
+    on top of the client's function-invocation configuration."""
+    client = copy.copy(native.client)
+    merged = {**client.function_invocation_configuration, **declared}  # type: ignore[attr-defined]
+    client.function_invocation_configuration = normalize_function_invocation_configuration(  # type: ignore[attr-defined]
+        merged  # type: ignore[arg-type]
+    )
+    agent = copy.copy(native)
+    agent.client = client
+    return agent
+
+
+def _listed(middleware: Any) -> list[Any]:
+    """A declared ``middleware`` option (one middleware or a sequence) as a list."""
+    if middleware is None:
+        return []
+    return list(middleware) if isinstance(middleware, list | tuple) else [middleware]
+
+
+def _ignore(error: BaseException) -> None:
+    """``on_failure`` of an untraced run: there is nothing open to close."""
+
+
+def _reply_output(response: AgentResponse[Any]) -> Any:
+    """The structured value when the run asked for one, else the text."""
+    return response.value if response.value is not None else response.text
+
+
+class MAFRunner(Runner):
+    """Runs an ``agent_framework.Agent`` in run or stream mode."""
+
+    framework: ClassVar[str] = "maf"
+    RESERVED_RUN_OPTIONS: ClassVar[dict[str, str]] = {
+        "messages": "the runner builds the input messages from the requests",
+        "session": (
+            f"the runner restores the Agent Framework session from the session (key {STATE_KEY!r})"
+        ),
+        "stream": "the runner chooses the mode (run() or stream())",
+    }
+
+    @classmethod
+    def validate_run_options(cls, options: Mapping[str, Any]) -> None:
+        """Reserved keys, and a ``function_invocation_configuration`` that Agent
+        Framework would not understand."""
+        super().validate_run_options(options)
+        config = options.get(_CONFIGURATION_OPTION)
+        if config is None:
+            return
+        allowed = ", ".join(sorted(_CONFIGURATION_KEYS))
+        if not isinstance(config, Mapping):
+            raise ValueError(
+                f"run option {_CONFIGURATION_OPTION!r} must be a mapping of {allowed}; "
+                f"got {config!r}"
+            )
+        for key in config:
+            if key not in _CONFIGURATION_KEYS:
+                raise ValueError(
+                    f"run option {_CONFIGURATION_OPTION!r} has unknown key {key!r} "
+                    f"(value {config[key]!r}); allowed: {allowed}"
+                )
+        try:
+            normalize_function_invocation_configuration(dict(config))  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise ValueError(
+                f"run option {_CONFIGURATION_OPTION!r}: {exc} (got {config!r})"
+            ) from exc
+
+    @staticmethod
+    def _native(agent: Agent) -> MAFAgent[Any]:
+        return native_of(agent, MAFAgent, "an agent_framework.Agent")
+
+    @staticmethod
+    def _call(
+        native: MAFAgent[Any],
+        session: Session,
+        requests: list[AgentRequest],
+        prepared: Prepared,
+        observers: list[Any],
+    ) -> tuple[MAFAgent[Any], dict[str, Any], AgentSession]:
+        """The agent to call, its keyword arguments, and the run's native session."""
+        options = prepared.options
+        declared = options.pop(_CONFIGURATION_OPTION, None)
+        target = native if declared is None else _with_configuration(native, declared)
+        stored = prepared.state
+        native_session = (
+            AgentSession.from_dict(stored)
+            if isinstance(stored, dict)
+            else native.create_session(session_id=session.id)
+        )
+        native_session.state[CONTEXT_KEY] = prepared.context if prepared.context is not None else {}
+        if observers:  # the caller's middleware first: ours are innermost
+            options["middleware"] = [*_listed(options.get("middleware")), *observers]
+        # Owned keys last, so no declared option can displace them.
+        options["messages"] = messages_of(requests)
+        options["session"] = native_session
+        return target, options, native_session
+
+    @staticmethod
+    def _save(session: Session, prepared: Prepared, native_session: AgentSession) -> None:
+        produced = native_session.state.pop(CONTEXT_KEY, None)
+        if not isinstance(produced, Mapping):
+            produced = prepared.context
+        save(session, STATE_KEY, native_session.to_dict(), prepared, produced)
+
+    async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:
+        native = self._native(agent)
+        quiet = in_traced_run()
+        if quiet:
+            _allow_quiet()
+        with claim_observer() as observer:
+            prepared = await prepare(agent, session, requests, STATE_KEY)
+            # Untraced, nothing is installed: the run is the plain native call.
+            builder = EventBuilder(observer) if observer is not NULL_OBSERVER else None
+            mapper = _Mapper(builder, agent.name, detailed=True) if builder is not None else None
+            target, kwargs, native_session = self._call(
+                native, session, requests, prepared, _observers(mapper) if mapper else []
+            )
+            with _quiet_as(quiet):
+                response: AgentResponse[Any] = await invoke(
+                    agent,
+                    session,
+                    requests,
+                    lambda: target.run(**kwargs),
+                    on_failure=builder.fail if builder is not None else _ignore,
+                )
+        self._save(session, prepared, native_session)
+        return reply_of(_reply_output(response), prompt_of(requests))
+
+    async def stream(
+        self, agent: Agent, session: Session, requests: list[AgentRequest]
+    ) -> AsyncIterator[ev.StreamEvent]:
+        native = self._native(agent)
+        observer = stream_observer()
+        quiet = in_traced_run()
+        if quiet:
+            _allow_quiet()
+        builder = EventBuilder(observer, queue=True)
+        mapper = _Mapper(builder, agent.name, detailed=builder.observed)
+        with ensure_tool_context(agent, session, requests):
+            prepared = await prepare(agent, session, requests, STATE_KEY)
+            target, kwargs, native_session = self._call(
+                native, session, requests, prepared, _observers(mapper)
+            )
+            with _quiet_as(quiet):
+                native_stream = target.run(stream=True, **kwargs)
+            if _quiet.get() is not quiet:  # every pull runs with the run's own setting
+                native_stream.with_pull_context_manager(partial(_quiet_as, quiet))
+            # Closing the native stream too: a consumer that stops early leaves no
+            # suspended provider stream behind.
+            async with native_stream, aclosing(relay(builder, native_stream)) as events:
+                async for event in events:
+                    yield event
+                await native_stream.get_final_response()
+        self._save(session, prepared, native_session)
+
+
+class MAFModule(Module):
+    """Registers ``agent_framework.Agent`` objects with the runtime, each paired with a
+    :class:`MAFRunner`; ``.run_options(agent, [factory], **options)`` declares
+    ``agent.run`` keywords (``options``, ``tools``, ``middleware``,
+    ``function_invocation_configuration``, ...).
+    """
+
+    runner_class = MAFRunner
+
+    def agent_name(self, native: Any) -> str:
+        name = getattr(native, "name", None)
+        if not isinstance(name, str) or not name:
+            raise ValueError(
+                f"cannot register {native!r}: give the Agent Framework agent a name "
+                "(Agent(client, name='assistant'))"
+            )
+        return name
