@@ -25,6 +25,9 @@ os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")  # before CrewAI is im
 os.environ.setdefault("CREWAI_DISABLE_VERSION_CHECK", "true")
 pytest.importorskip("crewai", reason="the crewai extra lives in its own venv (.ci/extra-crewai)")
 
+# CrewAI warns about its own deprecated fields on every crew it builds.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
 from crewai import Agent as CrewAgent  # noqa: E402
 from crewai.tools import tool  # noqa: E402
 from opentelemetry import trace as trace_api  # noqa: E402

@@ -76,7 +76,9 @@ class ScriptedLLM(BaseLLM):
     _script: _Script = PrivateAttr(default_factory=lambda: _Script())
 
     def __init__(self, responses: list[Any], model: str = "scripted", **data: Any) -> None:
-        # CrewAI validates the model name before field defaults apply: pass it.
+        # CrewAI validates the model name and infers the provider before field
+        # defaults apply: pass both.
+        data.setdefault("provider", "scripted")
         super().__init__(responses=responses, model=model, **data)
 
     @property
