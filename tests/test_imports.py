@@ -28,6 +28,7 @@ HEAVY = (
     "boto3",
     "botocore",
     "traceloop",
+    "crewai",
 )
 
 PROBE = """
