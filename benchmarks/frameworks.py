@@ -14,7 +14,13 @@ examples, so each framework's own loop is the whole "framework" cost:
 - LangGraph: ``create_react_agent`` over the example's ``ScriptedChatModel``
   script, replayed in a loop (``_LoopingChatModel``) with an ``InMemorySaver``;
 - Pydantic AI: the example's ``FunctionModel`` (``offline_reply`` /
-  ``offline_stream``).
+  ``offline_stream``);
+- CrewAI: ``ScriptedLLM`` (ReAct text) from ``runners.crewai_testing``, one
+  callable turn that asks for the tool until the observation is back. CrewAI
+  lives in a venv of its own (it pins ``openai<3``), so each framework is
+  imported inside its scenario and skipped with a notice when it is missing.
+  For CrewAI the untraced runner is also timed against CrewAI's own call (a
+  ``Crew`` of the agent and a task, ``kickoff_async``), per mode.
 
 Runners are called directly (``CoreAgent(name, runner, native)`` plus a fresh
 ``Session`` per run, as the tests do), so no ``Runtime`` cost dilutes the ratio.
@@ -41,30 +47,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "examples"))
 os.environ.pop("OPENAI_API_KEY", None)  # offline, always
 
-from agents import Agent as OpenAIAgent  # noqa: E402
-from agents import set_tracing_disabled  # noqa: E402
-from langchain_core.messages import BaseMessage  # noqa: E402
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
-from langgraph.prebuilt import create_react_agent  # noqa: E402
-from langgraph_agent import multiply as lg_multiply  # noqa: E402
-from langgraph_agent import scripted_model  # noqa: E402
-from openai_agents_agent import OfflineModel  # noqa: E402
-from openai_agents_agent import multiply as oa_multiply  # noqa: E402
 from overhead import DISCARD, Row, _paired  # noqa: E402
-from pydantic_ai import Agent as PydanticAgent  # noqa: E402
-from pydantic_ai import RunContext  # noqa: E402
-from pydantic_ai.models.function import FunctionModel  # noqa: E402
-from pydantic_ai_agent import offline_reply, offline_stream  # noqa: E402
 
 from runnertrace import TracingRunner  # noqa: E402
 from runnertrace.core.agent import Agent as CoreAgent  # noqa: E402
 from runnertrace.core.models import AgentRequestText  # noqa: E402
 from runnertrace.core.runner import Runner  # noqa: E402
 from runnertrace.core.session import Session  # noqa: E402
-from runnertrace.runners.langgraph import LangGraphRunner  # noqa: E402
-from runnertrace.runners.langgraph_testing import ScriptedChatModel  # noqa: E402
-from runnertrace.runners.openai_agents import OpenAIRunner  # noqa: E402
-from runnertrace.runners.pydantic_ai import PydanticAIRunner  # noqa: E402
 
 PROMPT = "What is 6 times 7?"
 REQUESTS = [AgentRequestText(prompt=PROMPT)]
@@ -74,22 +63,41 @@ AnyRunner = Runner | TracingRunner  # TracingRunner wraps a Runner without subcl
 _session_ids = itertools.count()
 
 
-class _LoopingChatModel(ScriptedChatModel):
-    """The example's two-turn script, started over when used up, for thousands of runs."""
-
-    def _next(self, messages: list[BaseMessage]) -> Any:
-        if self._position >= len(self.responses):
-            self._position = 0
-            self._calls.clear()  # recorded inputs would otherwise pile up for the whole benchmark
-        return super()._next(messages)
-
-
 def _openai_agent(runner: AnyRunner) -> CoreAgent:
+    from agents import Agent as OpenAIAgent
+    from agents import set_tracing_disabled
+    from openai_agents_agent import OfflineModel
+    from openai_agents_agent import multiply as oa_multiply
+
+    set_tracing_disabled(True)  # the Agents SDK's own tracing: not what is measured here
     native = OpenAIAgent(name="calculator", model=OfflineModel(), tools=[oa_multiply])
     return CoreAgent("calculator", runner, native)
 
 
+def _openai_runner() -> Runner:
+    from runnertrace.runners.openai_agents import OpenAIRunner
+
+    return OpenAIRunner()
+
+
 def _langgraph_agent(runner: AnyRunner) -> CoreAgent:
+    from langchain_core.messages import BaseMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.prebuilt import create_react_agent
+    from langgraph_agent import multiply as lg_multiply
+    from langgraph_agent import scripted_model
+
+    from runnertrace.runners.langgraph_testing import ScriptedChatModel
+
+    class _LoopingChatModel(ScriptedChatModel):
+        """The example's two-turn script, started over when used up, for thousands of runs."""
+
+        def _next(self, messages: list[BaseMessage]) -> Any:
+            if self._position >= len(self.responses):
+                self._position = 0
+                self._calls.clear()  # recorded inputs would otherwise pile up
+            return super()._next(messages)
+
     model = _LoopingChatModel(responses=scripted_model().responses)
     with warnings.catch_warnings():
         # Deprecated in favour of langchain.agents.create_agent (needs full `langchain`).
@@ -100,7 +108,18 @@ def _langgraph_agent(runner: AnyRunner) -> CoreAgent:
     return CoreAgent("calculator", runner, graph)
 
 
+def _langgraph_runner() -> Runner:
+    from runnertrace.runners.langgraph import LangGraphRunner
+
+    return LangGraphRunner()
+
+
 def _pydantic_ai_agent(runner: AnyRunner) -> CoreAgent:
+    from pydantic_ai import Agent as PydanticAgent
+    from pydantic_ai import RunContext
+    from pydantic_ai.models.function import FunctionModel
+    from pydantic_ai_agent import offline_reply, offline_stream
+
     model = FunctionModel(offline_reply, stream_function=offline_stream, model_name="offline")
     native: PydanticAgent[dict[str, Any], str] = PydanticAgent(
         model, name="calculator", deps_type=dict
@@ -114,11 +133,78 @@ def _pydantic_ai_agent(runner: AnyRunner) -> CoreAgent:
     return CoreAgent("calculator", runner, native)
 
 
+def _pydantic_ai_runner() -> Runner:
+    from runnertrace.runners.pydantic_ai import PydanticAIRunner
+
+    return PydanticAIRunner()
+
+
+def _crewai_native() -> Any:
+    """The calculator as a CrewAI agent whose ReAct model never runs out of turns."""
+    os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")  # before CrewAI is imported
+    os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
+    from crewai import Agent as CrewAgent
+    from crewai.tools import tool
+
+    from runnertrace.runners.crewai_testing import ScriptedLLM, action, final
+
+    @tool("multiply")
+    def multiply(a: int, b: int) -> int:
+        """Multiply two whole numbers."""
+        return a * b
+
+    def turn(messages: Any) -> str:  # the tool's observation makes the list longer
+        return final("6 times 7 is 42.") if len(messages) > 2 else action("multiply", a=6, b=7)
+
+    return CrewAgent(
+        role="calculator",
+        goal="Answer arithmetic questions.",
+        backstory="You are careful.",
+        llm=ScriptedLLM([turn] * 1_000_000),
+        tools=[multiply],
+    )
+
+
+def _crewai_agent(runner: AnyRunner) -> CoreAgent:
+    return CoreAgent("calculator", runner, _crewai_native())
+
+
+def _crewai_runner() -> Runner:
+    from runnertrace.runners.crewai import CrewAIRunner
+
+    return CrewAIRunner()
+
+
+def _crewai_own() -> dict[str, Callable[[], Awaitable[None]]]:
+    """CrewAI's own call per mode: what a user would write for one run without us."""
+    from crewai import Crew, Task
+
+    native = _crewai_native()
+
+    def crew(stream: bool) -> Any:
+        task = Task(description=PROMPT, expected_output="The answer.", agent=native)
+        return Crew(agents=[native], tasks=[task], verbose=False, stream=stream)
+
+    async def run() -> None:
+        await crew(False).kickoff_async()
+
+    async def stream() -> None:
+        async for _ in await crew(True).kickoff_async():
+            pass
+
+    return {"run": run, "stream": stream}
+
+
 FRAMEWORKS: list[tuple[str, Callable[[AnyRunner], CoreAgent], Callable[[], Runner]]] = [
-    ("openai-agents", _openai_agent, OpenAIRunner),
-    ("langgraph", _langgraph_agent, LangGraphRunner),
-    ("pydantic-ai", _pydantic_ai_agent, PydanticAIRunner),
+    ("openai-agents", _openai_agent, _openai_runner),
+    ("langgraph", _langgraph_agent, _langgraph_runner),
+    ("pydantic-ai", _pydantic_ai_agent, _pydantic_ai_runner),
+    ("crewai", _crewai_agent, _crewai_runner),
 ]
+# Framework -> its own call per mode, to time the untraced runner against.
+OWN_CALLS: dict[str, Callable[[], dict[str, Callable[[], Awaitable[None]]]]] = {
+    "crewai": _crewai_own,
+}
 
 
 def _modes(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
@@ -144,7 +230,11 @@ async def _check(name: str, agent: CoreAgent) -> None:
 async def measure(rounds: int, batch: int) -> list[Row]:
     rows: list[Row] = []
     for name, build, runner in FRAMEWORKS:
-        plain_agent, traced_agent = build(runner()), build(TracingRunner(runner(), DISCARD))
+        try:
+            plain_agent, traced_agent = build(runner()), build(TracingRunner(runner(), DISCARD))
+        except ImportError as exc:
+            print(f"({name}: skipped, not installed in this venv: {exc.name or exc})")
+            continue
         await _check(name, plain_agent)
         await _check(name, traced_agent)
         plain, traced = _modes(plain_agent), _modes(traced_agent)
@@ -157,12 +247,21 @@ async def measure(rounds: int, batch: int) -> list[Row]:
             rows.append(
                 Row(f"{name} traced/untraced, {mode}", statistics.median(ratios), "x", detail)
             )
+        own = OWN_CALLS.get(name)
+        for mode, call in own().items() if own is not None else ():
+            b, t, ratios = await _paired(call, plain[mode], rounds, batch)
+            detail = (
+                f"{b * 1e6:.0f} -> {t * 1e6:.0f} us/run ({(t - b) * 1e6:+.0f} us), "
+                f"range {min(ratios):.2f}..{max(ratios):.2f} over {len(ratios)} rounds"
+            )
+            rows.append(
+                Row(f"{name} untraced/own call, {mode}", statistics.median(ratios), "x", detail)
+            )
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     quick = "--quick" in (sys.argv[1:] if argv is None else argv)
-    set_tracing_disabled(True)  # the Agents SDK's own tracing: not what is measured here
     started = time.perf_counter()
     rows = asyncio.run(measure(rounds=3 if quick else 9, batch=5 if quick else 20))
     width = max(len(r.label) for r in rows)

@@ -31,14 +31,14 @@ from typing import Any
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")  # before CrewAI is imported
 os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 
-from crewai import Agent  # noqa: E402
-from crewai.tools import tool  # noqa: E402
+from crewai import Agent
+from crewai.tools import tool
 
-from runnertrace.core import Runtime  # noqa: E402
-from runnertrace.core.config import load_settings  # noqa: E402
-from runnertrace.core.models import AgentRequestText  # noqa: E402
-from runnertrace.runners.crewai import CrewAIModule  # noqa: E402
-from runnertrace.runners.crewai_testing import ScriptedLLM, action, final  # noqa: E402
+from runnertrace.core import Runtime
+from runnertrace.core.config import load_settings
+from runnertrace.core.models import AgentRequestText
+from runnertrace.runners.crewai import CrewAIModule
+from runnertrace.runners.crewai_testing import ScriptedLLM, action, final
 
 QUESTION = "What is 6 times 7?"
 

@@ -315,7 +315,7 @@ async def test_declared_options_build_the_crew_and_verbose_defaults_to_off(
     crewai_event_bus.flush()
     assert [(c.verbose, c.max_rpm) for c in crews] == [(False, None), (True, 50)]
     assert crews[0] is not crews[1]  # a crew per run
-    assert crews[0].agents[0] is not native  # of a copy of the agent, never the user's
+    assert crews[0].agents[0] is native  # one run at a time: the user's agent itself
 
 
 async def test_a_run_options_factory_sees_the_session_and_wins_per_key(
@@ -416,7 +416,9 @@ async def test_a_native_that_is_not_a_crewai_agent_is_refused() -> None:
         await agent.runner.run(agent, Session("s1"), PROMPT)
 
 
-@pytest.mark.parametrize("module", ["runnertrace.runners.crewai", "runnertrace.runners.crewai_testing"])
+@pytest.mark.parametrize(
+    "module", ["runnertrace.runners.crewai", "runnertrace.runners.crewai_testing"]
+)
 def test_missing_extra_names_the_install_command(
     module: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

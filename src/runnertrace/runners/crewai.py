@@ -5,9 +5,10 @@ without CrewAI raises :class:`~runnertrace._internal.imports.MissingExtraError`.
 
 How the contract maps onto CrewAI:
 
-- **The native agent** is a ``crewai.Agent``. Each run builds a ``Crew`` of one
-  copy of it (a crew takes its agents over: it sets their crew and executor, so
-  concurrent runs must not share one) and one ``Task`` made from the requests.
+- **The native agent** is a ``crewai.Agent``. Each run builds a ``Crew`` of it
+  and one ``Task`` made from the requests. A crew takes its agents over (it
+  sets their crew and executor), so a run that starts while another run of the
+  same agent is in flight gets a copy of the agent instead.
   The declared run options are the ``Crew(...)`` keywords; ``verbose=False`` is
   a default they can override. ``agents``, ``tasks``, ``memory`` and ``stream``
   are the runner's (``RESERVED_RUN_OPTIONS``). ``before_kickoff_callbacks``
@@ -57,9 +58,9 @@ import json
 import logging
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from opentelemetry import baggage
 from opentelemetry import context as otel_context
@@ -99,6 +100,7 @@ try:
         ToolUsageFinishedEvent,
         ToolUsageStartedEvent,
     )
+    from crewai.types.streaming import CrewStreamingOutput
 except ImportError as exc:
     require(exc.name or "crewai", "crewai")  # raises, naming the extra to install
     raise
@@ -191,15 +193,13 @@ def _tool_definitions(tools: Iterable[Any] | None) -> list[dict[str, JsonValue]]
     """An agent's tools as GenAI tool definitions (CrewAI lists them in the prompt)."""
     definitions: list[dict[str, JsonValue]] = []
     for tool in tools or ():
-        schema = getattr(tool, "args_schema", None)
+        schema = getattr(getattr(tool, "args_schema", None), "model_json_schema", None)
         definitions.append(
             {
                 "type": "function",
                 "name": str(getattr(tool, "name", "")),
                 "description": getattr(tool, "description", None),
-                "parameters": schema.model_json_schema()
-                if hasattr(schema, "model_json_schema")
-                else None,
+                "parameters": schema() if callable(schema) else None,
             }
         )
     return definitions or None
@@ -453,6 +453,7 @@ class _Mapping:
 
 def _same_tool(asked: str, ran: str) -> bool:
     """Whether the tool CrewAI ran is the one the model asked for (CrewAI sanitises names)."""
+
     def norm(name: str) -> str:
         return "".join(c for c in name.lower() if c.isalnum())
 
@@ -510,22 +511,30 @@ def _attach(inputs: Any) -> Any:
 
 
 # -- requests -> task -----------------------------------------------------------------------------
+def _json_text(content: Any) -> str:
+    return content if isinstance(content, str) else json.dumps(content, default=str)
+
+
+# Request type -> its text in the task description. A task is text: images and
+# files have no place in it (a CrewAI tool can take them).
+_REQUEST_TEXT: dict[str, Callable[[Any], str]] = {
+    "text": lambda r: str(r.prompt),
+    "any": lambda r: _json_text(r.content),
+}
+
+
 def _request_text(request: AgentRequest) -> str:
-    if request.type == "text":
-        return request.prompt  # type: ignore[union-attr]
-    if request.type == "any":
-        content = request.content  # type: ignore[union-attr]
-        return content if isinstance(content, str) else json.dumps(content, default=str)
-    raise ValueError(
-        f"CrewAIRunner takes 'text' and 'any' requests; got a {request.type!r} request "
-        "(pass files to a CrewAI tool instead)"
-    )
+    convert = _REQUEST_TEXT.get(request.type)
+    if convert is None:
+        raise ValueError(
+            f"CrewAIRunner takes 'text' and 'any' requests; got a {request.type!r} request "
+            "(pass files to a CrewAI tool instead)"
+        )
+    return convert(request)
 
 
 def task_description(requests: Sequence[AgentRequest], turns: Sequence[Mapping[str, str]]) -> str:
-    """The task for this run: the earlier turns of the session, then the request.
-
-    """
+    """The task for this run: the earlier turns of the session, then the request."""
     request = "\n".join(_request_text(r) for r in requests)
     if not request:
         raise ValueError("a run needs at least one request")
@@ -558,6 +567,28 @@ class CrewAIRunner(Runner):
 
     def __init__(self) -> None:
         self._warned_context = False
+        self._busy: set[int] = set()  # native agents a run of this runner has taken over
+
+    @contextmanager
+    def _worker(self, agent: Agent) -> Iterator[CrewAgent]:
+        """The agent a run's crew takes over.
+
+        A crew sets its agents' crew and executor, so two crews running at once
+        must not share an agent: a run takes the user's own agent when no other
+        run of it is in flight (as a user reusing their agent would, and with
+        nothing to copy), else a copy (``Agent.copy()``, a few milliseconds and
+        a colder first run).
+        """
+        native = native_of(agent, CrewAgent, "a CrewAI Agent")
+        key = id(native)
+        if key in self._busy:
+            yield native.copy()
+            return
+        self._busy.add(key)
+        try:
+            yield native
+        finally:
+            self._busy.discard(key)
 
     def _warn_context(self, prepared: Prepared) -> None:
         if prepared.context is not None and not self._warned_context:
@@ -570,15 +601,14 @@ class CrewAIRunner(Runner):
     def _crew(
         self,
         agent: Agent,
+        worker: CrewAgent,
         prepared: Prepared,
         requests: list[AgentRequest],
         mapping: _Mapping | None,
         *,
         stream: bool,
     ) -> Crew:
-        native = native_of(agent, CrewAgent, "a CrewAI Agent")
         turns = (prepared.state or {}).get(agent.name) or []
-        worker = native.copy()
         task = Task(
             description=task_description(requests, turns),
             expected_output=EXPECTED_OUTPUT,
@@ -597,22 +627,24 @@ class CrewAIRunner(Runner):
             mapping.expect(crew)
         return crew
 
-    def _save(self, agent: Agent, session: Session, prepared: Prepared, prompt: str, text: str) -> None:
+    def _save(
+        self, agent: Agent, session: Session, prepared: Prepared, prompt: str, text: str
+    ) -> None:
         state = dict(prepared.state or {})
         state[agent.name] = [*(state.get(agent.name) or []), {"request": prompt, "reply": text}]
         save(session, STATE_KEY, state, prepared)
 
     async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:
-        with claim_observer() as observer:
+        with claim_observer() as observer, self._worker(agent) as worker:
             prepared = await prepare(agent, session, requests, STATE_KEY)
             self._warn_context(prepared)
             if observer is NULL_OBSERVER:  # untraced: the plain crew, nothing installed
-                crew = self._crew(agent, prepared, requests, None, stream=False)
+                crew = self._crew(agent, worker, prepared, requests, None, stream=False)
                 output = await invoke(agent, session, requests, crew.kickoff_async)
             else:
                 traced = in_traced_run()
                 mapping = _Mapping(EventBuilder(observer), suppress=traced)
-                crew = self._crew(agent, prepared, requests, mapping, stream=False)
+                crew = self._crew(agent, worker, prepared, requests, mapping, stream=False)
                 with suppressed_instrumentation() if traced else nullcontext():
                     output = await invoke(
                         agent,
@@ -633,11 +665,11 @@ class CrewAIRunner(Runner):
         observer = stream_observer()  # before the first yield
         builder = EventBuilder(observer, queue=True)
         mapping = _Mapping(builder, suppress=in_traced_run())
-        with ensure_tool_context(agent, session, requests):
+        with ensure_tool_context(agent, session, requests), self._worker(agent) as worker:
             prepared = await prepare(agent, session, requests, STATE_KEY)
             self._warn_context(prepared)
-            crew = self._crew(agent, prepared, requests, mapping, stream=True)
-            native = await crew.kickoff_async()
+            crew = self._crew(agent, worker, prepared, requests, mapping, stream=True)
+            native = cast(CrewStreamingOutput, await crew.kickoff_async())  # stream=True
             async for event in relay(
                 builder, native, on_failure=mapping.fail, on_exit=mapping.close
             ):

@@ -33,9 +33,7 @@ call, so a span it opens stands for the provider's HTTP request)."""
 
 def action(tool: str, **arguments: Any) -> str:
     """The ReAct text that asks CrewAI to run ``tool`` with ``arguments``."""
-    return (
-        f"Thought: I should use {tool}.\nAction: {tool}\nAction Input: {json.dumps(arguments)}"
-    )
+    return f"Thought: I should use {tool}.\nAction: {tool}\nAction Input: {json.dumps(arguments)}"
 
 
 def final(answer: str) -> str:
