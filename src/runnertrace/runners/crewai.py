@@ -39,7 +39,10 @@ How the contract maps onto CrewAI:
   Events a crew run *inside* a tool emits are its own run's, not ours.
 - **Run mode** untraced is a plain ``kickoff_async``: no callback, no sink.
 - **Stream mode** builds the crew with ``stream=True`` and pulls CrewAI's
-  chunk stream; each chunk is a moment to hand over the events made so far.
+  chunk stream; each chunk is a moment to hand over the events made so far
+  (the spans start on time regardless). CrewAI's stream yields model chunks
+  only, so the events after a message's last chunk (its tool call, the tool's
+  result) reach the consumer with the next chunk or at the end of the run.
 - **Other OpenTelemetry.** CrewAI's own telemetry uses a provider of its own
   (never ours); switch it off with ``CREWAI_DISABLE_TELEMETRY=true``, not
   ``OTEL_SDK_DISABLED``, which would switch ours off too. OpenInference's
@@ -58,8 +61,16 @@ import json
 import logging
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from contextlib import AbstractContextManager, aclosing, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from opentelemetry import baggage
@@ -670,10 +681,14 @@ class CrewAIRunner(Runner):
             self._warn_context(prepared)
             crew = self._crew(agent, worker, prepared, requests, mapping, stream=True)
             native = cast(CrewStreamingOutput, await crew.kickoff_async())  # stream=True
-            async for event in relay(
-                builder, native, on_failure=mapping.fail, on_exit=mapping.close
-            ):
-                yield event
+            events = cast(  # relay is an async generator
+                "AsyncGenerator[StreamEvent, None]",
+                relay(builder, native, on_failure=mapping.fail, on_exit=mapping.close),
+            )
+            # A consumer that stops early closes both at once: ours, then CrewAI's stream.
+            async with native, aclosing(events):
+                async for event in events:
+                    yield event
         output = native.result
         prompt = prompt_of(requests)
         value = _reply_value(output)
