@@ -427,3 +427,26 @@ def test_missing_extra_names_the_install_command(
     monkeypatch.delitem(sys.modules, module)
     with pytest.raises(MissingExtraError, match=r"pip install 'runnertrace\[crewai\]'"):
         importlib.import_module(module)
+
+
+KICKOFFS: list[Any] = []
+
+
+def count_kickoff(inputs: Any) -> Any:
+    """A user's before_kickoff callback (module level: CrewAI warns about closures)."""
+    KICKOFFS.append(inputs)
+    return inputs
+
+
+@pytest.mark.parametrize("traced", [False, True])
+async def test_a_declared_before_kickoff_callback_runs_once_next_to_ours(
+    traced: bool, captured_spans: CapturedSpans
+) -> None:
+    KICKOFFS.clear()
+    native = calc(two_step())
+    runner = TracingRunner(CrewAIRunner()) if traced else CrewAIRunner()
+    agent = Agent("calc", runner, native)
+    agent.declare_run_options(before_kickoff_callbacks=[count_kickoff])
+    await collect(agent, Session("s1"))
+    assert len(KICKOFFS) == 1
+    assert bool(captured_spans.by_name("execute_tool multiply")) is traced
