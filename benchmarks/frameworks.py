@@ -19,8 +19,10 @@ examples, so each framework's own loop is the whole "framework" cost:
   callable turn that asks for the tool until the observation is back. CrewAI
   lives in a venv of its own (it pins ``openai<3``), so each framework is
   imported inside its scenario and skipped with a notice when it is missing.
-  For CrewAI the untraced runner is also timed against CrewAI's own call (a
-  ``Crew`` of the agent and a task, ``kickoff_async``), per mode.
+  CrewAI's own call is a ``Crew`` of the agent and a task, ``kickoff_async``.
+
+Each framework's own call (no runner, untraced) is the baseline of the "runner
+untraced/framework" rows.
 
 Runners are called directly (``CoreAgent(name, runner, native)`` plus a fresh
 ``Session`` per run, as the tests do), so no ``Runtime`` cost dilutes the ratio.
@@ -175,11 +177,11 @@ def _crewai_runner() -> Runner:
     return CrewAIRunner()
 
 
-def _crewai_own() -> dict[str, Callable[[], Awaitable[None]]]:
+def _crewai_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
     """CrewAI's own call per mode: what a user would write for one run without us."""
     from crewai import Crew, Task
 
-    native = _crewai_native()
+    native = agent.native
 
     def crew(stream: bool) -> Any:
         task = Task(description=PROMPT, expected_output="The answer.", agent=native)
@@ -201,10 +203,75 @@ FRAMEWORKS: list[tuple[str, Callable[[AnyRunner], CoreAgent], Callable[[], Runne
     ("pydantic-ai", _pydantic_ai_agent, _pydantic_ai_runner),
     ("crewai", _crewai_agent, _crewai_runner),
 ]
-# Framework -> its own call per mode, to time the untraced runner against.
-OWN_CALLS: dict[str, Callable[[], dict[str, Callable[[], Awaitable[None]]]]] = {
+
+
+# The framework's own call, untraced and without our runner: the baseline of the
+# "runner untraced / framework" rows (issue 11 item 7: the goal is <= 1.03x).
+def _openai_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
+    from agents import Runner as SdkRunner
+
+    async def run() -> None:
+        await SdkRunner.run(agent.native, PROMPT)
+
+    async def stream() -> None:
+        async for _ in SdkRunner.run_streamed(agent.native, PROMPT).stream_events():
+            pass
+
+    return {"run": run, "stream": stream}
+
+
+def _langgraph_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
+    from langchain_core.messages import HumanMessage
+
+    def call() -> tuple[dict[str, Any], dict[str, Any]]:
+        config = {"configurable": {"thread_id": f"s{next(_session_ids)}"}}
+        return {"messages": [HumanMessage(content=PROMPT)]}, config
+
+    async def run() -> None:
+        await agent.native.ainvoke(*call())
+
+    async def stream() -> None:
+        graph_input, config = call()
+        modes = ["messages", "updates"]
+        async for _ in agent.native.astream(graph_input, config, stream_mode=modes, subgraphs=True):
+            pass
+
+    return {"run": run, "stream": stream}
+
+
+def _pydantic_ai_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
+    async def run() -> None:
+        await agent.native.run(PROMPT, deps={})
+
+    async def stream() -> None:
+        async with agent.native.run_stream_events(PROMPT, deps={}) as events:
+            async for _ in events:
+                pass
+
+    return {"run": run, "stream": stream}
+
+
+OWN_CALLS: dict[str, Callable[[CoreAgent], dict[str, Callable[[], Awaitable[None]]]]] = {
+    "openai-agents": _openai_own,
+    "langgraph": _langgraph_own,
+    "pydantic-ai": _pydantic_ai_own,
     "crewai": _crewai_own,
 }
+
+
+def _row(label: str, base: float, other: float, ratios: list[float]) -> Row:
+    detail = (
+        f"{base * 1e6:.0f} -> {other * 1e6:.0f} us/run ({(other - base) * 1e6:+.0f} us), "
+        f"range {min(ratios):.2f}..{max(ratios):.2f} over {len(ratios)} rounds"
+    )
+    return Row(label, statistics.median(ratios), "x", detail)
+
+
+async def _check(name: str, agent: CoreAgent) -> None:
+    """Refuse to time a run that is not the two-step calculator run (a broken script is fast)."""
+    reply = await agent.runner.run(agent, Session(f"s{next(_session_ids)}"), REQUESTS)
+    if "42" not in str(reply):
+        raise SystemExit(f"{name}: unexpected reply {reply!r}; the offline model is not working")
 
 
 def _modes(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
@@ -238,25 +305,13 @@ async def measure(rounds: int, batch: int) -> list[Row]:
         await _check(name, plain_agent)
         await _check(name, traced_agent)
         plain, traced = _modes(plain_agent), _modes(traced_agent)
+        own = OWN_CALLS[name](build(runner())) if name in OWN_CALLS else None
         for mode in ("run", "stream"):
             b, t, ratios = await _paired(plain[mode], traced[mode], rounds, batch)
-            detail = (
-                f"{b * 1e6:.0f} -> {t * 1e6:.0f} us/run ({(t - b) * 1e6:+.0f} us), "
-                f"range {min(ratios):.2f}..{max(ratios):.2f} over {len(ratios)} rounds"
-            )
-            rows.append(
-                Row(f"{name} traced/untraced, {mode}", statistics.median(ratios), "x", detail)
-            )
-        own = OWN_CALLS.get(name)
-        for mode, call in own().items() if own is not None else ():
-            b, t, ratios = await _paired(call, plain[mode], rounds, batch)
-            detail = (
-                f"{b * 1e6:.0f} -> {t * 1e6:.0f} us/run ({(t - b) * 1e6:+.0f} us), "
-                f"range {min(ratios):.2f}..{max(ratios):.2f} over {len(ratios)} rounds"
-            )
-            rows.append(
-                Row(f"{name} untraced/own call, {mode}", statistics.median(ratios), "x", detail)
-            )
+            rows.append(_row(f"{name} traced/untraced, {mode}", b, t, ratios))
+            if own is not None:
+                b, t, ratios = await _paired(own[mode], plain[mode], rounds, batch)
+                rows.append(_row(f"{name} runner untraced/framework, {mode}", b, t, ratios))
     return rows
 
 

@@ -130,6 +130,39 @@ def test_langfuse_client_app_gets_each_span_once(tmp_path: Path, receiver: OtlpR
     assert {r.path for r in receiver.requests} == {"/api/public/otel/v1/traces"}
 
 
+def test_traceloop_app_gets_each_span_once(tmp_path: Path, receiver: OtlpReceiver) -> None:
+    """``Traceloop.init()`` installs an SDK provider that ships to Traceloop; ours joins it.
+
+    traceloop-sdk pulls some 40 instrumentation packages, so it lives in a venv of its
+    own (``.ci/extra-openllmetry``); the main suite skips this test.
+    """
+    pytest.importorskip("traceloop.sdk")
+    setup = f"""
+        from traceloop.sdk import Traceloop
+
+        Traceloop.init(
+            app_name="traceloop-app",
+            api_endpoint="{receiver.url}",
+            api_key="tl-app-key",
+            disable_batch=True,
+            telemetry_enabled=False,
+        )
+        """
+    config = f"""
+        trace:
+          enabled: true
+          type: openllmetry
+          openllmetry:
+            api_key: tl-app-key
+            base_url: {receiver.url}
+        """
+    result = run_app_with(setup, config, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert_each_once(receiver)
+    # They went through Traceloop's pipeline: its resource, not a private one of ours.
+    assert {s.resource.get("service.name") for s in ours(receiver)} == {"traceloop-app"}
+
+
 def test_trace_type_app_uses_the_apps_provider_as_it_stands(
     tmp_path: Path, receiver: OtlpReceiver
 ) -> None:

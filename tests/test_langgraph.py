@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import subprocess
 import sys
@@ -620,8 +621,10 @@ def test_module_registers_graphs_by_name_or_override() -> None:
     assert module.run_options(graph, config={"recursion_limit": 5}) is module
     assert runtime.agents().get("calc").framework == "langgraph"
     with pytest.raises(TypeError, match="not a compiled LangGraph graph"):
-        # private access below: the graph check itself is the unit under test
-        LangGraphRunner._graph(Agent("x", LangGraphRunner(), object()))  # noqa: SLF001
+        runner = LangGraphRunner()
+        asyncio.run(
+            runner.run(Agent("x", runner, object()), Session("s"), [AgentRequestText(prompt="hi")])
+        )
 
 
 def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,6 +7,7 @@ tool fails) goes through the ``otlp`` backend; the metrics that arrive at
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -225,6 +226,53 @@ async def test_cost_on_chat_and_run_spans_and_as_a_metric(receiver: OtlpReceiver
     assert cost.value == pytest.approx(sum(expected))
     assert cost.attributes["gen_ai.request.model"] == "gpt-4o"
     assert cost.attributes["gen_ai.provider.name"] == "openai"
+
+
+async def test_waiting_for_the_price_table_is_not_counted_in_the_model_call(
+    receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call that ends while the price table still loads waits for it, and that wait is
+    ours: the chat span ends when the call did, and the cost is still recorded."""
+    import threading
+
+    from runnertrace.tracing import cost
+
+    cost.preload_prices()  # the real load first, so no loader thread sets the stand-in
+    assert cost._loaded.wait(30)  # noqa: SLF001
+    slow_load = threading.Event()  # the table "loads" 1.5 s from now, long after the call
+    loaded_at: list[int] = []
+
+    def finish_loading() -> None:
+        loaded_at.append(time.time_ns())
+        slow_load.set()
+
+    monkeypatch.setattr(cost, "_loaded", slow_load)
+    monkeypatch.setattr(cost, "_rates", {})
+    threading.Timer(1.5, finish_loading).start()
+    config = otlp_config(receiver)
+    turns = [
+        LlmResponse(
+            content=[Message("assistant", "Hi.")],
+            usage=Usage(input_tokens=1000, output_tokens=500),
+        )
+    ]
+    await run(config, "priced", PricedLlm(turns=turns, model="gpt-4o"), [])
+    assert get_tracing_setup(config).flush()
+    typed = {s.attributes["runnertrace.span.type"]: s for s in receiver.spans}
+    chat, run_span = typed["message"], typed["run"]
+    assert chat.attributes["gen_ai.usage.cost"] > 0  # priced once the table was there
+    assert chat.end_ns < loaded_at[0] < run_span.end_ns  # the wait is after the call
+
+
+def test_an_unpriced_provider_never_waits_for_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runnertrace.tracing import cost
+
+    def never(timeout: float | None = None) -> bool:
+        raise AssertionError("waited for the price table")
+
+    monkeypatch.setattr(cost._loaded, "wait", never)  # noqa: SLF001
+    monkeypatch.setattr(cost._loaded, "is_set", lambda: False)  # noqa: SLF001
+    assert usage_cost("scripted-1", "runnertrace", 10, 5) is None
 
 
 def test_usage_cost_against_published_prices() -> None:

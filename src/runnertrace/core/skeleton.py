@@ -13,7 +13,7 @@ everywhere, and live here once:
   about the end of the call (so nothing it entered stays current);
 - :func:`relay` (stream mode): pull the framework's stream, hand each native item
   to the mapping and yield the events the builder made for it, with the same
-  failure handling, and no extra hop per native item;
+  failure handling, and no task or queue hop per native item;
 - :func:`save`: write the session state and the framework context back, only
   after a run that succeeded (the callers call it last);
 - :func:`reply_of`: the usual framework output (text, an image, a model or any
@@ -22,7 +22,7 @@ everywhere, and live here once:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -132,16 +132,22 @@ async def relay(
     on_item: Callable[[Item], None] | None = None,
     *,
     on_failure: Callable[[BaseException], None] | None = None,
+    on_complete: Callable[[], None] = _no_exit,
     on_exit: Callable[[], None] = _no_exit,
-) -> AsyncIterator[StreamEvent]:
+) -> AsyncGenerator[StreamEvent, None]:
     """Stream mode: pull ``native``, map each item, and yield the events made so far.
 
     The builder reports each event to the observer as it is made (spans start
     when things happen) and queues it; the queue is yielded after each native
-    item. A failure goes to ``on_failure`` (default ``builder.fail``), the
-    events made before it are yielded, and it is re-raised unchanged.
-    ``on_exit`` runs at the end, on failure, and when the consumer stops early.
-    The caller keeps the tool context active around the iteration.
+    item. When ``native`` ends, ``on_complete`` maps what is left (a last usage
+    report, the run's end) before the final events are yielded. A failure goes to
+    ``on_failure`` (default ``builder.fail``), the events made before it are
+    yielded, and it is re-raised unchanged. ``on_exit`` runs at the end, on
+    failure, and when the consumer stops early.
+
+    Iterate it under ``contextlib.aclosing`` (the caller keeps the tool context
+    active around that): then a consumer that stops early closes it at once, in
+    its own context, rather than leaving ``on_exit`` to the garbage collector.
     """
     fail = builder.fail if on_failure is None else on_failure
     try:
@@ -156,18 +162,22 @@ async def relay(
             for event in builder.drain():
                 yield event
             raise
+        on_complete()
         for event in builder.drain():
             yield event
     finally:
         on_exit()
 
 
-def reply_of(output: Any, prompt: str, *, image: str | None = None) -> AgentReply:
+def reply_of(
+    output: Any, prompt: str, *, image: str | None = None, wrap_key: str = "output"
+) -> AgentReply:
     """The reply for a framework's final output.
 
     Text (with ``image``, the base64 of a generated image, when there is one)
     becomes a text or image reply; a Pydantic model, a mapping or any other
-    JSON-able value becomes an ``any`` reply (a non-mapping under ``"output"``).
+    JSON-able value becomes an ``any`` reply (a non-mapping under ``wrap_key``,
+    for a framework that has its own name for it).
     """
     if output is None:
         output = ""
@@ -184,5 +194,5 @@ def reply_of(output: Any, prompt: str, *, image: str | None = None) -> AgentRepl
         else pydantic_core.to_jsonable_python(output, fallback=repr)
     )
     if not isinstance(content, dict):
-        content = {"output": content}
+        content = {wrap_key: content}
     return AgentReplyAny(content=content, prompt=prompt)

@@ -57,12 +57,10 @@ How the contract maps onto CrewAI:
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import uuid
 from collections.abc import (
-    AsyncGenerator,
     AsyncIterator,
     Callable,
     Iterable,
@@ -116,6 +114,7 @@ except ImportError as exc:
     require(exc.name or "crewai", "crewai")  # raises, naming the extra to install
     raise
 
+from runnertrace.core import genai
 from runnertrace.core.builder import EventBuilder
 from runnertrace.core.context import ensure_tool_context
 from runnertrace.core.events import StreamEvent
@@ -148,19 +147,6 @@ class CrewAIReportedError(Exception):
 
 
 # -- what a model call was sent (GenAI semconv shapes) -----------------------------------------
-# LLMCallStartedEvent field -> semconv request attribute suffix (``gen_ai.request.*``).
-_REQUEST_PARAMETERS: dict[str, str] = {
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "max_tokens": "max_tokens",
-    "seed": "seed",
-    "stop_sequences": "stop_sequences",
-    "frequency_penalty": "frequency_penalty",
-    "presence_penalty": "presence_penalty",
-    "n": "choice.count",
-}
-
-
 def _text_of(content: Any) -> str:
     """A message's content as text (CrewAI's content is text or a list of parts)."""
     if isinstance(content, str):
@@ -175,27 +161,23 @@ def _text_of(content: Any) -> str:
 
 def _request(event: LLMCallStartedEvent, tools: list[dict[str, JsonValue]] | None) -> Any:
     """The request fields of a MessageStart, from what CrewAI says it sends."""
-    sent: list[dict[str, JsonValue]] = []
+    sent: list[genai.Message] = []
     system: list[str] = []
     messages = event.messages
     if isinstance(messages, str):
         messages = [{"role": "user", "content": messages}]
-    for message in messages or ():
-        role = str(message.get("role") or "user")
-        text = _text_of(message.get("content"))
+    for entry in messages or ():
+        role = str(entry.get("role") or "user")
+        text = _text_of(entry.get("content"))
         if role == "system":
             system.append(text)
         else:
-            sent.append({"role": role, "parts": [{"type": "text", "content": text}]})
-    parameters: dict[str, JsonValue] = {
-        ours: value
-        for theirs, ours in _REQUEST_PARAMETERS.items()
-        if (value := getattr(event, theirs, None)) is not None and value != []
-    }
+            sent.append(genai.message(role, [genai.text_part(text)]))
+    fields = {name: getattr(event, name, None) for name in genai.REQUEST_PARAMETER_NAMES}
     return {
         "input_messages": sent or None,
         "system_instructions": "\n\n".join(system) or None,
-        "request_parameters": parameters or None,
+        "request_parameters": genai.request_parameters(fields),
         "tool_definitions": tools,
     }
 
@@ -206,14 +188,13 @@ def _tool_definitions(tools: Iterable[Any] | None) -> list[dict[str, JsonValue]]
     for tool in tools or ():
         schema = getattr(getattr(tool, "args_schema", None), "model_json_schema", None)
         definitions.append(
-            {
-                "type": "function",
-                "name": str(getattr(tool, "name", "")),
-                "description": getattr(tool, "description", None),
-                "parameters": schema() if callable(schema) else None,
-            }
+            genai.tool_definition(
+                str(getattr(tool, "name", "")),
+                getattr(tool, "description", None),
+                schema() if callable(schema) else None,
+            )
         )
-    return definitions or None
+    return genai.or_none(definitions)
 
 
 def _usage(usage: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -442,7 +423,7 @@ class _Mapping:
             return
         call_id, name = self._call
         self._call = None
-        self.builder.tool_result(call_id, _content(event.output), name=name)
+        self.builder.tool_result(call_id, genai.as_text(event.output), name=name)
 
     def on_tool_error(self, source: Any, event: ToolUsageErrorEvent) -> None:
         if not self._leave_tool():
@@ -469,12 +450,6 @@ def _same_tool(asked: str, ran: str) -> bool:
         return "".join(c for c in name.lower() if c.isalnum())
 
     return norm(asked) == norm(ran)
-
-
-def _content(output: Any) -> str:
-    if isinstance(output, str):
-        return output
-    return json.dumps(output, default=str, ensure_ascii=False)
 
 
 # Event class -> what the mapping does with it. Everything else is not mapped.
@@ -522,15 +497,11 @@ def _attach(inputs: Any) -> Any:
 
 
 # -- requests -> task -----------------------------------------------------------------------------
-def _json_text(content: Any) -> str:
-    return content if isinstance(content, str) else json.dumps(content, default=str)
-
-
 # Request type -> its text in the task description. A task is text: images and
 # files have no place in it (a CrewAI tool can take them).
 _REQUEST_TEXT: dict[str, Callable[[Any], str]] = {
     "text": lambda r: str(r.prompt),
-    "any": lambda r: _json_text(r.content),
+    "any": lambda r: genai.as_text(r.content),
 }
 
 
@@ -681,10 +652,7 @@ class CrewAIRunner(Runner):
             self._warn_context(prepared)
             crew = self._crew(agent, worker, prepared, requests, mapping, stream=True)
             native = cast(CrewStreamingOutput, await crew.kickoff_async())  # stream=True
-            events = cast(  # relay is an async generator
-                "AsyncGenerator[StreamEvent, None]",
-                relay(builder, native, on_failure=mapping.fail, on_exit=mapping.close),
-            )
+            events = relay(builder, native, on_failure=mapping.fail, on_exit=mapping.close)
             # A consumer that stops early closes both at once: ours, then CrewAI's stream.
             async with native, aclosing(events):
                 async for event in events:

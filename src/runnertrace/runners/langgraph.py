@@ -49,7 +49,6 @@ How the contract maps onto LangGraph:
 from __future__ import annotations
 
 import contextvars
-import json
 import re
 import threading
 from abc import ABCMeta
@@ -75,18 +74,25 @@ from runnertrace.core.agent import Agent
 from runnertrace.core.builder import EventBuilder
 from runnertrace.core.context import ensure_tool_context
 from runnertrace.core.events import StreamEvent
-from runnertrace.core.models import (
-    AgentReply,
-    AgentReplyAny,
-    AgentReplyImage,
-    AgentReplyText,
-    AgentRequest,
-    prompt_of,
+from runnertrace.core.genai import (
+    Message,
+    Part,
+    as_text,
+    blob_part,
+    reasoning_part,
+    request_parameters,
+    text_part,
+    tool_call_part,
+    tool_definition,
+    tool_response_part,
 )
+from runnertrace.core.genai import message as semconv_message
+from runnertrace.core.models import AgentReply, AgentRequest, prompt_of
 from runnertrace.core.module import Module
 from runnertrace.core.observer import NULL_OBSERVER, claim_observer, stream_observer
 from runnertrace.core.runner import Runner
 from runnertrace.core.session import Session
+from runnertrace.core.skeleton import Prepared, invoke, native_of, prepare, relay, reply_of, save
 
 if TYPE_CHECKING:
     from runnertrace.core.runtime import Runtime
@@ -205,14 +211,7 @@ def _content_parts(message: BaseMessage) -> list[tuple[str, str]]:
 
 
 def _stringify(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, BaseMessage):
-        return str(value.text)
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except ValueError:  # circular structure
-        return repr(value)
+    return str(value.text) if isinstance(value, BaseMessage) else as_text(value)
 
 
 def _tool_message(output: Any) -> Any:
@@ -228,36 +227,30 @@ def _tool_message(output: Any) -> Any:
 
 
 # -- what a model call was sent (GenAI semconv shapes) ---------------------------------
-def _parts(message: BaseMessage) -> list[dict[str, JsonValue]]:
-    parts: list[dict[str, JsonValue]] = [
-        {"type": kind, "content": text} for kind, text in _content_parts(message)
+def _parts(message: BaseMessage) -> list[Part]:
+    parts = [
+        reasoning_part(text) if kind == "reasoning" else text_part(text)
+        for kind, text in _content_parts(message)
     ]
     if not isinstance(message.content, str):
         for block in message.content:
             kind = block.get("type") if isinstance(block, Mapping) else None
             if kind in ("image", "file", "audio", "video", "image_url"):
-                # the bytes are never copied into a span; the modality is what helps
-                parts.append({"type": "blob", "modality": str(kind)})
+                parts.append(blob_part(str(kind)))  # the bytes are never copied into a span
     return parts
 
 
-def _ai_parts(message: BaseMessage) -> list[dict[str, JsonValue]]:
-    calls: list[dict[str, JsonValue]] = [
-        {"type": "tool_call", "id": c.get("id"), "name": c["name"], "arguments": c["args"]}
+def _ai_parts(message: BaseMessage) -> list[Part]:
+    calls = [
+        tool_call_part(c.get("id"), c["name"], c["args"])
         for c in getattr(message, "tool_calls", None) or []
     ]
     return [*_parts(message), *calls]
 
 
-def _tool_parts(message: BaseMessage) -> list[dict[str, JsonValue]]:
-    return [
-        {
-            "type": "tool_call_response",
-            "id": getattr(message, "tool_call_id", None),
-            "name": message.name,
-            "response": str(message.text),
-        }
-    ]
+def _tool_parts(message: BaseMessage) -> list[Part]:
+    call_id = getattr(message, "tool_call_id", None)
+    return [tool_response_part(call_id, message.name, str(message.text))]
 
 
 # LangChain message type -> (semconv role, parts reader). System messages are not
@@ -271,25 +264,12 @@ _ROLES: dict[str, tuple[str, Callable[[BaseMessage], list[dict[str, JsonValue]]]
     "chat": ("user", _parts),
 }
 
-# Invocation parameter -> semconv request attribute suffix (``gen_ai.request.*``). The
-# ``ls_*`` keys are LangChain's standard tracing metadata, for models that keep their
-# parameters elsewhere; an invocation parameter of the same meaning wins (it comes later).
-_REQUEST_PARAMETERS: dict[str, str] = {
+# LangChain's standard tracing metadata names, for models that keep their parameters
+# elsewhere; an invocation parameter of the same meaning wins (it is read later).
+_LS_PARAMETERS = {
     "ls_temperature": "temperature",
     "ls_max_tokens": "max_tokens",
     "ls_stop": "stop_sequences",
-    "temperature": "temperature",
-    "max_tokens": "max_tokens",
-    "max_completion_tokens": "max_tokens",
-    "max_output_tokens": "max_tokens",
-    "top_p": "top_p",
-    "top_k": "top_k",
-    "seed": "seed",
-    "frequency_penalty": "frequency_penalty",
-    "presence_penalty": "presence_penalty",
-    "stop": "stop_sequences",
-    "stop_sequences": "stop_sequences",
-    "n": "choice.count",
 }
 
 
@@ -297,39 +277,31 @@ def _request(
     messages: Sequence[BaseMessage], params: Mapping[str, Any], metadata: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The request fields of a MessageStart, from what LangChain says it sends."""
-    sent: list[dict[str, JsonValue]] = []
+    sent: list[Message] = []
     system: list[str] = []
     for message in messages:
         if message.type == "system":
             system.append(str(message.text))
             continue
         role, reader = _ROLES.get(message.type, ("user", _parts))
-        sent.append({"role": role, "parts": cast(JsonValue, reader(message))})
-    given = {**metadata, **params}
-    parameters: dict[str, JsonValue] = {
-        ours: value
-        for theirs, ours in _REQUEST_PARAMETERS.items()
-        if isinstance(value := given.get(theirs), int | float | str | list) and value != []
-    }
+        sent.append(semconv_message(role, reader(message)))
     tools = [_tool_definition(t) for t in params.get("tools") or () if isinstance(t, Mapping)]
     return {
         "input_messages": sent or None,
         "system_instructions": "\n\n".join(system) or None,
-        "request_parameters": parameters or None,
+        "request_parameters": request_parameters(
+            {_LS_PARAMETERS[k]: v for k, v in metadata.items() if k in _LS_PARAMETERS}, params
+        ),
         "tool_definitions": tools or None,
     }
 
 
-def _tool_definition(tool: Mapping[str, Any]) -> dict[str, JsonValue]:
+def _tool_definition(tool: Mapping[str, Any]) -> Part:
     """One bound tool (OpenAI ``{"function": ...}`` or Anthropic ``input_schema`` shape)."""
     function = tool.get("function")
     spec: Mapping[str, Any] = function if isinstance(function, Mapping) else tool
-    return {
-        "type": "function",
-        "name": spec.get("name"),
-        "description": spec.get("description"),
-        "parameters": spec.get("parameters") or spec.get("input_schema"),
-    }
+    parameters = spec.get("parameters") or spec.get("input_schema")
+    return tool_definition(spec.get("name"), spec.get("description"), parameters)
 
 
 def _usage(message: BaseMessage | None) -> dict[str, Any]:
@@ -757,20 +729,14 @@ def _image_data(message: BaseMessage) -> str | None:
 
 def _reply(result: Any, prompt: str) -> AgentReply:
     if not isinstance(result, Mapping):
-        return AgentReplyText(text=_stringify(result), prompt=prompt)
+        return reply_of(_stringify(result), prompt)
     structured = result.get("structured_response")
-    if isinstance(structured, BaseModel):
-        return AgentReplyAny(content=structured.model_dump(mode="json"), prompt=prompt)
-    if isinstance(structured, Mapping):
-        return AgentReplyAny(content=dict(structured), prompt=prompt)
+    if isinstance(structured, BaseModel | Mapping):
+        return reply_of(structured, prompt)
     last = next((m for m in reversed(result.get(MESSAGES) or []) if isinstance(m, AIMessage)), None)
     if last is None:
-        return AgentReplyText(text="", prompt=prompt)
-    text = str(last.text)
-    image = _image_data(last)
-    if image is not None:
-        return AgentReplyImage(text=text, image_data=image, prompt=prompt)
-    return AgentReplyText(text=text, prompt=prompt)
+        return reply_of("", prompt)
+    return reply_of(str(last.text), prompt, image=_image_data(last))
 
 
 def _declared_channels(graph: Graph) -> frozenset[str]:
@@ -782,12 +748,13 @@ def _declared_channels(graph: Graph) -> frozenset[str]:
 
 
 @dataclass
-class _Prepared:
+class _Call:
+    """One graph call: the graph, its input and config, and the shared preparation."""
+
     graph: Graph
     input: dict[str, Any]
     config: dict[str, Any]
-    options: dict[str, Any]
-    loaded_context: dict[str, Any] | None
+    prepared: Prepared
 
 
 # --------------------------------------------------------------------------------------
@@ -833,16 +800,6 @@ class LangGraphRunner(Runner):
 
     # -- helpers ---------------------------------------------------------------------
     @staticmethod
-    def _graph(agent: Agent) -> Graph:
-        native = agent.native
-        if not isinstance(native, Pregel):
-            raise TypeError(
-                f"agent {agent.name!r} is not a compiled LangGraph graph "
-                f"(got {type(native).__name__})"
-            )
-        return native
-
-    @staticmethod
     async def _thread_exists(graph: Graph, thread_id: str) -> bool:
         checkpointer = graph.checkpointer
         if not isinstance(checkpointer, BaseCheckpointSaver):
@@ -856,59 +813,53 @@ class LangGraphRunner(Runner):
         session: Session,
         requests: list[AgentRequest],
         callbacks: list[BaseCallbackHandler],
-    ) -> _Prepared:
-        graph = self._graph(agent)
+    ) -> _Call:
+        graph: Graph = native_of(agent, Pregel, "a compiled LangGraph graph")
         message, request_state = graph_input(requests)
-        options = await agent.resolve_run_options(session, requests)
-        caller_config = options.pop("config", None)
+        prepared = await prepare(agent, session, requests, STATE_KEY)
+        caller_config = prepared.options.pop("config", None)
         ours: dict[str, Any] = {"configurable": {"thread_id": session.id}}
         if callbacks:
             ours["callbacks"] = callbacks
-        config = merge_config(ours, caller_config)
-
-        saved = (session.get(STATE_KEY) or {}).get(agent.name) or {}
+        saved = (prepared.state or {}).get(agent.name) or {}
         messages: list[BaseMessage] = [message]
         if saved.get(MESSAGES) and not await self._thread_exists(graph, session.id):
             messages = [*saved[MESSAGES], message]
-        loaded = session.load_framework_context()
         # The framework context first, so neither it nor a request can replace
         # the messages the runner writes last.
-        native_input = {**(loaded or {}), **request_state, MESSAGES: messages}
-        return _Prepared(graph, native_input, config, options, loaded)
+        native_input = {**(prepared.context or {}), **request_state, MESSAGES: messages}
+        return _Call(graph, native_input, merge_config(ours, caller_config), prepared)
 
-    def _save(self, agent: Agent, session: Session, prepared: _Prepared, final: Any) -> None:
+    def _save(self, agent: Agent, session: Session, call: _Call, final: Any) -> None:
         if not isinstance(final, Mapping):
             return
-        state = dict(session.get(STATE_KEY) or {})
+        state = dict(call.prepared.state or {})
         state[agent.name] = {"thread_id": session.id, MESSAGES: list(final.get(MESSAGES) or [])}
-        session.set(STATE_KEY, state)
-        loaded = prepared.loaded_context
-        if loaded is not None:
-            declared = _declared_channels(prepared.graph) - _RUNNER_OWNED_CHANNELS
-            produced = {k: v for k, v in final.items() if k in declared}
-            session.write_back_framework_context(loaded, produced)
+        declared = _declared_channels(call.graph) - _RUNNER_OWNED_CHANNELS
+        produced = {k: v for k, v in final.items() if k in declared}
+        save(session, STATE_KEY, state, call.prepared, produced)
 
     # -- run / stream ------------------------------------------------------------------
     async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:
-        with claim_observer() as report, ensure_tool_context(agent, session, requests):
+        with claim_observer() as report:
             # Untraced, nothing to observe: a plain ainvoke with no handler of ours.
-            handler = None
-            if report is not NULL_OBSERVER:
+            if report is NULL_OBSERVER:
+                call = await self._prepare(agent, session, requests, [])
+                hooks: dict[str, Any] = {}
+            else:
                 handler = _TracedHandler(EventBuilder(report), agent.name)
-            callbacks = [handler, *_stand_ins()] if handler is not None else []
-            prepared = await self._prepare(agent, session, requests, callbacks)
-            try:
-                # Through a plain callable: the overloads cannot type **options.
-                invoke: Callable[..., Awaitable[Any]] = prepared.graph.ainvoke
-                final = await invoke(prepared.input, prepared.config, **prepared.options)
-            except Exception as exc:
-                if handler is not None:
-                    handler.fail(exc)
-                raise
-            finally:
-                if handler is not None:
-                    handler.close()
-        self._save(agent, session, prepared, final)
+                call = await self._prepare(agent, session, requests, [handler, *_stand_ins()])
+                hooks = {"on_failure": handler.fail, "on_exit": handler.close}
+            # Through a plain callable: the overloads cannot type **options.
+            ainvoke: Callable[..., Awaitable[Any]] = call.graph.ainvoke
+            final = await invoke(
+                agent,
+                session,
+                requests,
+                lambda: ainvoke(call.input, call.config, **call.prepared.options),
+                **hooks,
+            )
+        self._save(agent, session, call, final)
         return _reply(final, prompt_of(requests))
 
     async def stream(
@@ -920,31 +871,25 @@ class LangGraphRunner(Runner):
         handler = (_TracedHandler if traced else _Handler)(builder, agent.name)
         with ensure_tool_context(agent, session, requests):
             callbacks: list[BaseCallbackHandler] = [handler, *(_stand_ins() if traced else ())]
-            prepared = await self._prepare(agent, session, requests, callbacks)
+            call = await self._prepare(agent, session, requests, callbacks)
             # Through a plain callable: the overloads cannot type **options.
-            astream = cast(Callable[..., AsyncGenerator[Any, None]], prepared.graph.astream)
+            astream = cast(Callable[..., AsyncGenerator[Any, None]], call.graph.astream)
             native = astream(
-                prepared.input,
-                prepared.config,
+                call.input,
+                call.config,
                 stream_mode=["messages", "updates"],
                 subgraphs=True,
-                **prepared.options,
+                **call.prepared.options,
             )
-            async with aclosing(native):
-                try:
-                    async for _ in native:
-                        for event in builder.drain():
-                            yield event
-                except Exception as exc:
-                    handler.fail(exc)
-                    for event in builder.drain():
-                        yield event
-                    raise
-                finally:
-                    handler.close()
-            for event in builder.drain():
-                yield event
-        self._save(agent, session, prepared, handler.output)
+            async with (
+                aclosing(native),
+                aclosing(
+                    relay(builder, native, on_failure=handler.fail, on_exit=handler.close)
+                ) as events,
+            ):
+                async for event in events:
+                    yield event
+        self._save(agent, session, call, handler.output)
 
 
 class LangGraphModule(Module):

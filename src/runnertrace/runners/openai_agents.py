@@ -74,25 +74,28 @@ import inspect
 import json
 from asyncio import current_task
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, aclosing
 from typing import Any, ClassVar, cast
-
-from pydantic import BaseModel, TypeAdapter
 
 from runnertrace._internal.imports import require
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.builder import EventBuilder
 from runnertrace.core.context import ensure_tool_context
 from runnertrace.core.events import StreamEvent
-from runnertrace.core.models import (
-    AgentReply,
-    AgentReplyAny,
-    AgentReplyImage,
-    AgentReplyText,
-    AgentRequest,
-    prompt_of,
+from runnertrace.core.genai import (
+    Message,
+    Part,
+    as_text,
+    blob_part,
+    message,
+    reasoning_part,
+    request_parameters,
+    text_part,
+    tool_call_part,
+    tool_definition,
+    tool_response_part,
 )
+from runnertrace.core.models import AgentReply, AgentRequest, prompt_of
 from runnertrace.core.module import Module
 from runnertrace.core.observer import (
     NULL_OBSERVER,
@@ -102,6 +105,15 @@ from runnertrace.core.observer import (
 )
 from runnertrace.core.runner import Runner
 from runnertrace.core.session import Session
+from runnertrace.core.skeleton import (
+    Prepared,
+    invoke,
+    native_of,
+    prepare,
+    relay,
+    reply_of,
+    save,
+)
 
 require("agents", "openai-agents")
 
@@ -157,18 +169,6 @@ def native_input(requests: list[AgentRequest]) -> list[dict[str, Any]]:
 
 
 # -- helpers shared by both modes ---------------------------------------------------------
-def _render(output: Any) -> str:
-    """A tool's output as the text the trace records."""
-    if isinstance(output, str):
-        return output
-    if isinstance(output, BaseModel):
-        return output.model_dump_json()
-    try:
-        return json.dumps(output, default=str)
-    except (TypeError, ValueError):
-        return str(output)
-
-
 def _field(obj: Any, name: str) -> Any:
     """``obj.name`` or ``obj[name]``: SDK items are pydantic models or TypedDicts."""
     if isinstance(obj, dict):
@@ -224,76 +224,55 @@ def _model_of(agent: Any, run_config: Any) -> tuple[str | None, str | None]:
 
 
 # -- what a model call was sent --------------------------------------------------------
-def _part(part: Any) -> dict[str, Any]:
+def _part(part: Any) -> Part:
     """One content part of an SDK input item as a semconv part (never image/file bytes)."""
-    kind = _field(part, "type")
     text = _field(part, "text") or _field(part, "refusal")
     if isinstance(text, str):
-        return {"type": "text", "content": text}
-    modality = "image" if kind == "input_image" else "file"
-    return {
-        "type": "blob" if kind in ("input_image", "input_file") else str(kind),
-        "modality": modality,
-    }
+        return text_part(text)
+    return blob_part("image" if _field(part, "type") == "input_image" else "file")
 
 
-def _semconv_messages(items: Any) -> list[dict[str, Any]]:
+def _semconv_messages(items: Any) -> list[Message]:
     """The SDK's input items (Responses format) as GenAI semconv input messages.
 
     A function call output carries the name of the call it answers, found earlier
     in the same input; reasoning items become reasoning parts.
     """
     if isinstance(items, str):
-        return [{"role": "user", "parts": [{"type": "text", "content": items}]}]
+        return [message("user", [text_part(items)])]
     names: dict[str, str] = {}
-    messages: list[dict[str, Any]] = []
+    messages: list[Message] = []
     for item in items or []:
         kind = _field(item, "type")
         role = _field(item, "role")
+        call_id = _field(item, "call_id")
         if kind == "function_call":
-            call_id = _field(item, "call_id")
             names[call_id] = _field(item, "name")
-            try:
-                arguments: Any = json.loads(_field(item, "arguments") or "{}")
-            except ValueError:
-                arguments = _field(item, "arguments")
-            part = {"type": "tool_call", "id": call_id, "name": names[call_id]}
-            messages.append({"role": "assistant", "parts": [{**part, "arguments": arguments}]})
+            call = tool_call_part(call_id, names[call_id], _field(item, "arguments"))
+            messages.append(message("assistant", [call]))
         elif kind == "function_call_output":
-            call_id = _field(item, "call_id")
-            response = {"type": "tool_call_response", "id": call_id, "name": names.get(call_id)}
-            output = _field(item, "output")
-            response["response"] = output if isinstance(output, str) else _render(output)
-            messages.append({"role": "tool", "parts": [response]})
+            response = tool_response_part(call_id, names.get(call_id), _field(item, "output"))
+            messages.append(message("tool", [response]))
         elif kind == "reasoning":
-            summary = [_field(p, "text") or "" for p in _field(item, "summary") or []]
-            messages.append(
-                {"role": "assistant", "parts": [{"type": "reasoning", "content": "".join(summary)}]}
-            )
+            summary = "".join(_field(p, "text") or "" for p in _field(item, "summary") or [])
+            messages.append(message("assistant", [reasoning_part(summary)]))
         elif role is not None:
             content = _field(item, "content")
             parts = (
-                [{"type": "text", "content": content}]
+                [text_part(content)]
                 if isinstance(content, str)
                 else [_part(p) for p in content or []]
             )
-            messages.append({"role": role, "parts": parts})
+            messages.append(message(role, parts))
         else:
-            messages.append({"role": "assistant", "parts": [{"type": str(kind)}]})
+            messages.append(message("assistant", [{"type": str(kind)}]))
     return messages
-
-
-_PARAMETERS = ("temperature", "top_p", "max_tokens", "frequency_penalty", "presence_penalty")
 
 
 def _request_parameters(agent: Any, run_config: Any) -> dict[str, Any] | None:
     """The sampling parameters of ``agent``'s next call, resolved as the SDK resolves them."""
     settings = agent.model_settings.resolve(_field(run_config, "model_settings"))
-    found = {name: getattr(settings, name) for name in _PARAMETERS}
-    seed = (settings.extra_args or {}).get("seed")
-    if seed is not None:
-        found["seed"] = seed
-    return {k: v for k, v in found.items() if v is not None} or None
+    return request_parameters(settings.extra_args or {}, vars(settings))
 
 
 def _tool_definitions(agent: Any) -> list[dict[str, Any]] | None:
@@ -311,12 +290,7 @@ def _tool_definitions(agent: Any) -> list[dict[str, Any]] | None:
             continue
         if isinstance(tool, FunctionTool):
             definitions.append(
-                {
-                    "type": "function",
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": tool.params_json_schema,
-                }
+                tool_definition(tool.name, tool.description, tool.params_json_schema)
             )
         else:
             definitions.append({"type": str(getattr(tool, "type", "tool")), "name": tool.name})
@@ -327,9 +301,7 @@ def _tool_definitions(agent: Any) -> list[dict[str, Any]] | None:
         else:
             name = Handoff.default_tool_name(target)
             description, parameters = Handoff.default_tool_description(target), {}
-        definitions.append(
-            {"type": "function", "name": name, "description": description, "parameters": parameters}
-        )
+        definitions.append(tool_definition(name, description, parameters))
     return definitions or None
 
 
@@ -510,7 +482,7 @@ class _Observation(RunHooks[Any]):
             return
         name = self._waiting.pop(call_id, name)
         error = self.errors.pop(call_id, None)
-        self.builder.tool_result(call_id, _render(output), name=name, error=error)
+        self.builder.tool_result(call_id, as_text(output), name=name, error=error)
 
     # -- hooks (work done when called; see the class docstring) -------------------------
     def on_llm_start(
@@ -755,15 +727,6 @@ def _observed_options(
 
 
 # -- replies --------------------------------------------------------------------------------
-def _structured(value: Any) -> dict[str, Any]:
-    """A structured final output as a JSON dict; non-objects are wrapped like the SDK does."""
-    if isinstance(value, BaseModel):
-        dumped: Any = value.model_dump(mode="json")
-    else:
-        dumped = TypeAdapter(type(value)).dump_python(value, mode="json")
-    return dumped if isinstance(dumped, dict) else {"response": dumped}
-
-
 def _generated_image(result: RunResultBase) -> str | None:
     """The last image the run's hosted image-generation tool produced, base64."""
     image: str | None = None
@@ -776,23 +739,12 @@ def _generated_image(result: RunResultBase) -> str | None:
 
 def _reply(result: RunResultBase, prompt: str) -> AgentReply:
     final = result.final_output
-    if final is None or isinstance(final, str):
-        text = final or ""
-        image = _generated_image(result)
-        if image is not None:
-            return AgentReplyImage(text=text, image_data=image, prompt=prompt)
-        return AgentReplyText(text=text, prompt=prompt)
-    return AgentReplyAny(content=_structured(final), prompt=prompt)
+    image = _generated_image(result) if final is None or isinstance(final, str) else None
+    # A non-object output type travels as {"response": ...} in the SDK's own schema.
+    return reply_of(final, prompt, image=image, wrap_key="response")
 
 
 # -- the runner -----------------------------------------------------------------------------
-@dataclass
-class _Prepared:
-    input: list[Any]
-    context: dict[str, Any] | None
-    options: dict[str, Any]
-
-
 class OpenAIRunner(Runner):
     """Runs an ``agents.Agent`` in run or stream mode.
 
@@ -823,44 +775,36 @@ class OpenAIRunner(Runner):
         ),
     }
 
-    def _native(self, agent: CoreAgent) -> Agent[Any]:
-        native = agent.native
-        if not isinstance(native, Agent):
-            raise TypeError(
-                f"agent {agent.name!r} is not an agents.Agent (got {type(native).__name__})"
-            )
-        return native
-
-    async def _prepare(
-        self, agent: CoreAgent, session: Session, requests: list[AgentRequest]
-    ) -> _Prepared:
-        new_input = native_input(requests)
-        options = await agent.resolve_run_options(session, requests)
-        history = copy.deepcopy(session.get(STATE_KEY) or [])
-        return _Prepared(
-            input=[*history, *new_input],
-            context=session.load_framework_context(),
-            options=options,
-        )
-
-    def _save(self, session: Session, prepared: _Prepared, result: RunResultBase) -> None:
-        session.set(STATE_KEY, result.to_input_list(mode="normalized"))
-        if prepared.context is not None:
-            # The very object the tools mutated, in full (the fidelity table's "OpenAI" row).
-            session.write_back_framework_context(prepared.context, prepared.context)
-
     def __init__(self, *, keep_sdk_tracing: bool = False) -> None:
         self.keep_sdk_tracing = keep_sdk_tracing
+
+    @staticmethod
+    async def _prepare(
+        agent: CoreAgent, session: Session, requests: list[AgentRequest]
+    ) -> tuple[Agent[Any], Prepared, list[Any]]:
+        """The SDK agent, the run's options and context, and its input: history, then requests."""
+        native = native_of(agent, Agent, "an agents.Agent")
+        prepared = await prepare(agent, session, requests, STATE_KEY)
+        return native, prepared, [*copy.deepcopy(prepared.state or []), *native_input(requests)]
+
+    @staticmethod
+    def _save(session: Session, prepared: Prepared, result: RunResultBase) -> None:
+        # The context is the very object the tools mutated, in full (the fidelity table).
+        save(session, STATE_KEY, result.to_input_list(mode="normalized"), prepared)
 
     async def run(
         self, agent: CoreAgent, session: Session, requests: list[AgentRequest]
     ) -> AgentReply:
-        native = self._native(agent)
-        prepared = await self._prepare(agent, session, requests)
-        with claim_observer() as observer, ensure_tool_context(agent, session, requests):
+        native, prepared, sdk_input = await self._prepare(agent, session, requests)
+        with claim_observer() as observer:
             if observer is NULL_OBSERVER:  # untraced: the SDK's own call, nothing added
-                result = await SdkRunner.run(
-                    native, prepared.input, context=prepared.context, **prepared.options
+                result = await invoke(
+                    agent,
+                    session,
+                    requests,
+                    lambda: SdkRunner.run(
+                        native, sdk_input, context=prepared.context, **prepared.options
+                    ),
                 )
             else:
                 observation = _Observation(
@@ -870,15 +814,15 @@ class OpenAIRunner(Runner):
                     streaming=False,
                 )
                 options = _observed_options(prepared.options, observation, self.keep_sdk_tracing)
-                try:
-                    result = await SdkRunner.run(
-                        native, prepared.input, context=prepared.context, **options
-                    )
-                except Exception as exc:
-                    observation.fail(exc)
-                    raise
-                finally:  # cancelled too: the caller's context never keeps the chat span
-                    observation.exit_model_scope()
+                result = await invoke(
+                    agent,
+                    session,
+                    requests,
+                    lambda: SdkRunner.run(native, sdk_input, context=prepared.context, **options),
+                    on_failure=observation.fail,
+                    # Cancelled too: the caller's context never keeps the chat span.
+                    on_exit=observation.exit_model_scope,
+                )
                 observation.finish()
         self._save(session, prepared, result)
         return _reply(result, prompt_of(requests))
@@ -886,8 +830,7 @@ class OpenAIRunner(Runner):
     async def stream(
         self, agent: CoreAgent, session: Session, requests: list[AgentRequest]
     ) -> AsyncIterator[StreamEvent]:
-        native = self._native(agent)
-        prepared = await self._prepare(agent, session, requests)
+        native, prepared, sdk_input = await self._prepare(agent, session, requests)
         observer = stream_observer()
         builder = EventBuilder(observer, queue=True)
         run_config = prepared.options.get("run_config")
@@ -899,33 +842,36 @@ class OpenAIRunner(Runner):
         # observer around its creation hides any run-mode sink from the tools,
         # so a nested untraced run never reports into an outer run's trace.
         with claim_observer(), ensure_tool_context(agent, session, requests):
-            result = SdkRunner.run_streamed(
-                native, prepared.input, context=prepared.context, **options
-            )
+            result = SdkRunner.run_streamed(native, sdk_input, context=prepared.context, **options)
+        completed: list[bool] = []
+
+        def complete() -> None:
+            observation.finish()
+            completed.append(True)
+
+        def stop_unless_completed() -> None:
+            # The consumer stopped or the run failed: stop the SDK's background
+            # loop instead of letting it run on unobserved.
+            if not completed:
+                result.cancel()
+
         # stream_events() is an async generator; typed as an iterator by the SDK.
         native_events = cast("AsyncGenerator[Any, None]", result.stream_events())
-        completed = False
-        try:
-            try:
-                async for native_event in native_events:
-                    observation.on_stream_event(native_event)
-                    for event in builder.drain():
-                        yield event
-            except Exception as exc:
-                observation.fail(exc)
-                for event in builder.drain():
-                    yield event
-                raise
-            observation.finish()
-            for event in builder.drain():
+        async with (
+            aclosing(native_events),
+            aclosing(
+                relay(
+                    builder,
+                    native_events,
+                    observation.on_stream_event,
+                    on_failure=observation.fail,
+                    on_complete=complete,
+                    on_exit=stop_unless_completed,
+                )
+            ) as events,
+        ):
+            async for event in events:
                 yield event
-            completed = True
-        finally:
-            if not completed:
-                # The consumer stopped or the run failed: stop the SDK's
-                # background loop instead of letting it run on unobserved.
-                result.cancel()
-            await native_events.aclose()
         self._save(session, prepared, result)
 
 

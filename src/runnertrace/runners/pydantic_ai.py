@@ -78,9 +78,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, ClassVar
@@ -91,7 +91,6 @@ from runnertrace._internal.imports import require
 require("pydantic_ai", "pydantic-ai")
 
 import pydantic_core  # noqa: E402
-from pydantic import BaseModel, JsonValue  # noqa: E402
 from pydantic_ai import Agent as PydanticAgent  # noqa: E402
 from pydantic_ai.agent import AbstractAgent  # noqa: E402
 from pydantic_ai.capabilities.abstract import (  # noqa: E402
@@ -132,14 +131,8 @@ from runnertrace.core import events as ev  # noqa: E402
 from runnertrace.core.agent import Agent  # noqa: E402
 from runnertrace.core.builder import EventBuilder  # noqa: E402
 from runnertrace.core.context import ensure_tool_context  # noqa: E402
-from runnertrace.core.models import (  # noqa: E402
-    AgentReply,
-    AgentReplyAny,
-    AgentReplyImage,
-    AgentReplyText,
-    AgentRequest,
-    prompt_of,
-)
+from runnertrace.core.genai import as_text, request_parameters, tool_definition  # noqa: E402
+from runnertrace.core.models import AgentReply, AgentRequest, prompt_of  # noqa: E402
 from runnertrace.core.module import Module  # noqa: E402
 from runnertrace.core.observer import (  # noqa: E402
     NULL_OBSERVER,
@@ -149,6 +142,15 @@ from runnertrace.core.observer import (  # noqa: E402
 )
 from runnertrace.core.runner import Runner  # noqa: E402
 from runnertrace.core.session import Session  # noqa: E402
+from runnertrace.core.skeleton import (  # noqa: E402
+    Prepared,
+    invoke,
+    native_of,
+    prepare,
+    relay,
+    reply_of,
+    save,
+)
 
 __all__ = ["STATE_KEY", "PydanticAIModule", "PydanticAIRunner", "user_prompt_of"]
 
@@ -176,15 +178,11 @@ def _media(data: str, mime_type: str, name: str | None, url_type: type[Any]) -> 
     return BinaryContent(data=raw, media_type=mime_type, identifier=name)
 
 
-def _any_text(content: Any) -> str:
-    return content if isinstance(content, str) else json.dumps(content, default=str)
-
-
 _REQUEST_CONVERTERS: dict[str, Callable[[Any], UserContent]] = {
     "text": lambda r: r.prompt,
     "image": lambda r: _media(r.image_data, r.mime_type, r.name, ImageUrl),
     "file": lambda r: _media(r.file_data, r.mime_type, r.name, DocumentUrl),
-    "any": lambda r: _any_text(r.content),
+    "any": lambda r: as_text(r.content),
 }
 
 
@@ -203,12 +201,6 @@ def user_prompt_of(requests: Sequence[AgentRequest]) -> str | list[UserContent]:
 
 
 # -- what a model request is sent ----------------------------------------------------------------
-
-# ModelSettings keys that are GenAI request parameters (``gen_ai.request.<key>``).
-_REQUEST_PARAMETERS = (
-    *("temperature", "max_tokens", "top_p", "seed"),
-    *("presence_penalty", "frequency_penalty", "stop_sequences"),
-)
 
 
 @cache
@@ -245,26 +237,15 @@ def _instructions(request_context: ModelRequestContext) -> str | None:
 
 def _request_fields(request_context: ModelRequestContext) -> dict[str, Any]:
     """The optional ``MessageStart`` fields: messages, instructions, parameters, tools."""
-    settings = request_context.model_settings or {}
-    parameters: dict[str, JsonValue] = {
-        key: settings[key]  # type: ignore[literal-required]
-        for key in _REQUEST_PARAMETERS
-        if settings.get(key) is not None
-    }
-    tools: list[dict[str, JsonValue]] = [
-        {
-            "type": "function",
-            "name": tool.name,
-            "description": tool.description,
-            "parameters": tool.parameters_json_schema,
-        }
+    tools = [
+        tool_definition(tool.name, tool.description, tool.parameters_json_schema)
         for tool in request_context.model_request_parameters.function_tools
     ]
     messages = _no_op_settings().messages_to_otel_messages(request_context.messages)
     return {
         "input_messages": pydantic_core.to_jsonable_python(messages) or None,
         "system_instructions": _instructions(request_context),
-        "request_parameters": parameters or None,
+        "request_parameters": request_parameters(request_context.model_settings or {}),
         "tool_definitions": tools or None,
     }
 
@@ -273,9 +254,7 @@ def _request_fields(request_context: ModelRequestContext) -> dict[str, Any]:
 
 
 def _args_text(args: str | dict[str, Any] | None) -> str:
-    if args is None:
-        return ""
-    return args if isinstance(args, str) else json.dumps(args)
+    return "" if args is None else as_text(args)
 
 
 _RESULT_KINDS = frozenset({"tool-return", "builtin-tool-return", "retry-prompt"})
@@ -739,25 +718,17 @@ class PydanticAIRunner(Runner):
     def __init__(self) -> None:
         self._warned_stream_handler = False
 
-    def _native(self, agent: Agent) -> AbstractAgent[Any, Any]:
-        native = agent.native
-        if not isinstance(native, AbstractAgent):
-            raise TypeError(
-                f"agent {agent.name!r} is not a pydantic_ai agent (got {type(native).__name__})"
-            )
-        return native
-
     async def _call_options(
         self,
         agent: Agent,
-        session: Session,
+        prepared: Prepared,
         requests: list[AgentRequest],
         observer: _Observer | None,
         *,
         streaming: bool,
-    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """The native call's keyword arguments, and the loaded framework context."""
-        options = await agent.resolve_run_options(session, requests)
+    ) -> dict[str, Any]:
+        """The native call's keyword arguments (``deps`` is the loaded framework context)."""
+        options = prepared.options
         dropped = streaming and options.pop("event_stream_handler", None) is not None
         if dropped and not self._warned_stream_handler:
             self._warned_stream_handler = True
@@ -769,97 +740,67 @@ class PydanticAIRunner(Runner):
             )
         capabilities = list(options.get("capabilities") or [])
         if in_traced_run():
-            ids = _instrumentation_ids(self._native(agent), options)
+            ids = _instrumentation_ids(agent.native, options)
             capabilities.extend(_silenced_instrumentation(i) for i in sorted(ids))
         if observer is not None:
             capabilities.append(observer)
-        loaded = session.load_framework_context()
         # Owned keys last, so no declared option can displace them.
         options["user_prompt"] = user_prompt_of(requests)
-        options["message_history"] = list(session.get(STATE_KEY) or [])
-        options["deps"] = loaded if loaded is not None else {}
+        options["message_history"] = list(prepared.state or [])
+        options["deps"] = prepared.context if prepared.context is not None else {}
         options["capabilities"] = capabilities
-        return options, loaded
-
-    def _save(
-        self,
-        session: Session,
-        result: AgentRunResult[Any],
-        loaded: dict[str, Any] | None,
-        deps: dict[str, Any],
-    ) -> None:
-        session.set(STATE_KEY, result.all_messages())
-        if loaded is not None:
-            session.write_back_framework_context(loaded, deps)
-
-    @staticmethod
-    def _reply(result: AgentRunResult[Any], prompt: str) -> AgentReply:
-        output = result.output
-        response = result.response
-        if isinstance(output, BinaryContent) and output.is_image:
-            text = response.text or ""
-            return AgentReplyImage(text=text, image_data=output.base64, prompt=prompt)
-        if isinstance(output, str):
-            images = response.images
-            if images:
-                return AgentReplyImage(text=output, image_data=images[0].base64, prompt=prompt)
-            return AgentReplyText(text=output, prompt=prompt)
-        if isinstance(output, BaseModel):
-            content: Any = output.model_dump(mode="json")
-        else:
-            content = pydantic_core.to_jsonable_python(output)
-        if not isinstance(content, dict):
-            content = {"output": content}
-        return AgentReplyAny(content=content, prompt=prompt)
+        return options
 
     async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:
-        native = self._native(agent)
+        native = native_of(agent, AbstractAgent, "a pydantic_ai agent")
         with claim_observer() as report:
             # Untraced, nothing is installed: the run is the plain native call.
             observer = None
             if report is not NULL_OBSERVER:
                 observer = _Observer(_Mapper(EventBuilder(report), agent.name, detailed=True))
-            options, loaded = await self._call_options(
-                agent, session, requests, observer, streaming=False
-            )
-            with ensure_tool_context(agent, session, requests):
-                result = await native.run(**options)
-        self._save(session, result, loaded, options["deps"])
-        return self._reply(result, prompt_of(requests))
+            prepared = await prepare(agent, session, requests, STATE_KEY)
+            options = await self._call_options(agent, prepared, requests, observer, streaming=False)
+            result = await invoke(agent, session, requests, lambda: native.run(**options))
+        save(session, STATE_KEY, result.all_messages(), prepared, options["deps"])
+        return _reply(result, prompt_of(requests))
 
     async def stream(
         self, agent: Agent, session: Session, requests: list[AgentRequest]
     ) -> AsyncIterator[ev.StreamEvent]:
-        native = self._native(agent)
-        # The builder reports each event to the observer as it is made (spans start
-        # when things happen) and queues it; we yield the queue after each native
-        # event, so a consumer gets a step's last events with the next native event.
+        native = native_of(agent, AbstractAgent, "a pydantic_ai agent")
         reporter = stream_observer()
         builder = EventBuilder(reporter, queue=True)
         traced = reporter is not NULL_OBSERVER
         mapper = _Mapper(builder, agent.name, detailed=traced)
         observer = _StreamObserver(mapper) if traced else _UntracedStream(mapper)
+        results: list[AgentRunResult[Any]] = []
+
+        def keep_result(item: Any) -> None:
+            if isinstance(item, AgentRunResultEvent):
+                results.append(item.result)
+
         with ensure_tool_context(agent, session, requests):
-            options, loaded = await self._call_options(
-                agent, session, requests, observer, streaming=True
-            )
-            result: AgentRunResult[Any] | None = None
-            try:
-                async with native.run_stream_events(**options) as native_events:
-                    async for item in native_events:
-                        for event in builder.drain():
-                            yield event
-                        if isinstance(item, AgentRunResultEvent):
-                            result = item.result
-            except Exception:
-                for event in builder.drain():  # what was made before the failure
+            prepared = await prepare(agent, session, requests, STATE_KEY)
+            options = await self._call_options(agent, prepared, requests, observer, streaming=True)
+            async with (
+                native.run_stream_events(**options) as native_events,
+                aclosing(relay(builder, native_events, keep_result)) as events,
+            ):
+                async for event in events:
                     yield event
-                raise
-            for event in builder.drain():
-                yield event
-        if result is None:
+        if not results:
             raise RuntimeError("the Pydantic AI event stream ended without a run result")
-        self._save(session, result, loaded, options["deps"])
+        save(session, STATE_KEY, results[-1].all_messages(), prepared, options["deps"])
+
+
+def _reply(result: AgentRunResult[Any], prompt: str) -> AgentReply:
+    output = result.output
+    if isinstance(output, BinaryContent) and output.is_image:
+        return reply_of(result.response.text or "", prompt, image=output.base64)
+    if isinstance(output, str):
+        images = result.response.images
+        return reply_of(output, prompt, image=images[0].base64 if images else None)
+    return reply_of(output, prompt)
 
 
 class PydanticAIModule(Module):

@@ -40,6 +40,10 @@ LOAD_WAIT_S = 3.0
 
 _PER = 1_000_000  # probe size: prices are quoted per million tokens
 
+# Providers with no list price: their calls are never priced, so they never wait for the
+# table either (the native agent's offline ScriptedLlm reports "runnertrace").
+_UNPRICED_PROVIDERS = frozenset({"runnertrace"})
+
 # Semantic-convention provider names that genai-prices does not match by itself.
 _PROVIDER_ALIASES = {
     "x_ai": "x-ai",
@@ -125,6 +129,8 @@ def usage_cost(
     """
     inputs, outputs = _count(input_tokens), _count(output_tokens)
     if not model or not provider or inputs is None or outputs is None:
+        return None
+    if provider in _UNPRICED_PROVIDERS:
         return None
     cached = _count(cache_read_tokens) or 0
     try:

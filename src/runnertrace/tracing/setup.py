@@ -269,9 +269,26 @@ def _langfuse_client_active() -> bool:
     return any(getattr(m, "tracer_provider", None) is app for m in list(live.values()))
 
 
+def _traceloop_active() -> bool:
+    """Has the app called ``Traceloop.init()`` with an endpoint to ship to?
+
+    Traceloop keeps its one tracer wrapper as a class attribute (``instance``) and
+    the endpoint it exports to on the class; with both set, its own processor on
+    the global SDK provider already ships every span there.
+    """
+    module = sys.modules.get("traceloop.sdk.tracing.tracing")
+    if module is None:  # the app never imported Traceloop (we never import it ourselves)
+        return False
+    wrapper = getattr(module, "TracerWrapper", None)
+    return getattr(wrapper, "instance", None) is not None and bool(
+        getattr(wrapper, "endpoint", None)
+    )
+
+
 _APP_VENDOR_DETECTORS: dict[str, Callable[[], bool]] = {
     "logfire": _logfire_configured,
     "langfuse": _langfuse_client_active,
+    "openllmetry": _traceloop_active,
 }
 
 

@@ -386,6 +386,9 @@ class RunTracer:
         return attrs
 
     def _on_message_end(self, event: Any) -> None:
+        # The call ended now: pricing it below may first wait for the price table
+        # (once per process), and that wait is ours, not the model's.
+        ended_ns = time.time_ns()
         item = self.messages.pop(event.message_id, None)
         if item is None:
             self._anomaly(f"message_end for unknown message {event.message_id!r}")
@@ -440,7 +443,7 @@ class RunTracer:
             parts.extend(item.calls or ())
             message = {"role": "assistant", "parts": parts, "finish_reason": _finish(finish)}
             self._set(item, A.OUTPUT_MESSAGES, self.policy.messages([message]))
-        span.end()
+        span.end(end_time=ended_ns)
 
     # -- reasoning --------------------------------------------------------------------
     def _on_reasoning_start(self, event: Any) -> None:
