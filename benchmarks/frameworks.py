@@ -51,6 +51,11 @@ os.environ.pop("OPENAI_API_KEY", None)  # offline, always
 
 from overhead import DISCARD, Row, _paired  # noqa: E402
 
+try:  # Pydantic AI reads the tool's (string) annotations in this module's globals
+    from pydantic_ai import RunContext
+except ImportError:  # another framework's venv: the scenario is skipped
+    RunContext = None  # type: ignore[assignment,misc]
+
 from runnertrace import TracingRunner  # noqa: E402
 from runnertrace.core.agent import Agent as CoreAgent  # noqa: E402
 from runnertrace.core.models import AgentRequestText  # noqa: E402
@@ -118,7 +123,6 @@ def _langgraph_runner() -> Runner:
 
 def _pydantic_ai_agent(runner: AnyRunner) -> CoreAgent:
     from pydantic_ai import Agent as PydanticAgent
-    from pydantic_ai import RunContext
     from pydantic_ai.models.function import FunctionModel
     from pydantic_ai_agent import offline_reply, offline_stream
 
