@@ -318,6 +318,8 @@ async def test_declared_options_build_the_crew_and_verbose_defaults_to_off(
     assert crews[0].agents[0] is native  # one run at a time: the user's agent itself
 
 
+# CrewAI warns that the factory's closure (a task_callback) cannot be checkpointed.
+@pytest.mark.filterwarnings("ignore:function callbacks cannot be serialized")
 async def test_a_run_options_factory_sees_the_session_and_wins_per_key(
     crews: list[Any],
 ) -> None:
