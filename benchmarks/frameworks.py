@@ -21,6 +21,14 @@ examples, so each framework's own loop is the whole "framework" cost:
 - Microsoft Agent Framework (imported lazily: skipped with a notice when the
   ``maf`` extra is not installed): the example's ``ScriptedChatClient`` turns in
   loop mode, Agent Framework's own instrumentation on (its default).
+- CrewAI: ``ScriptedLLM`` (ReAct text) from ``runners.crewai_testing``, one
+  callable turn that asks for the tool until the observation is back. CrewAI
+  lives in a venv of its own (it pins ``openai<3``), so each framework is
+  imported inside its scenario and skipped with a notice when it is missing.
+  CrewAI's own call is a ``Crew`` of the agent and a task, ``kickoff_async``.
+
+Each framework's own call (no runner, untraced) is the baseline of the "runner
+untraced/framework" rows.
 
 Runners are called directly (``CoreAgent(name, runner, native)`` plus a fresh
 ``Session`` per run, as the tests do), so no ``Runtime`` cost dilutes the ratio.
@@ -47,30 +55,18 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "examples"))
 os.environ.pop("OPENAI_API_KEY", None)  # offline, always
 
-from agents import Agent as OpenAIAgent  # noqa: E402
-from agents import set_tracing_disabled  # noqa: E402
-from langchain_core.messages import BaseMessage  # noqa: E402
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
-from langgraph.prebuilt import create_react_agent  # noqa: E402
-from langgraph_agent import multiply as lg_multiply  # noqa: E402
-from langgraph_agent import scripted_model  # noqa: E402
-from openai_agents_agent import OfflineModel  # noqa: E402
-from openai_agents_agent import multiply as oa_multiply  # noqa: E402
 from overhead import DISCARD, Row, _paired  # noqa: E402
-from pydantic_ai import Agent as PydanticAgent  # noqa: E402
-from pydantic_ai import RunContext  # noqa: E402
-from pydantic_ai.models.function import FunctionModel  # noqa: E402
-from pydantic_ai_agent import offline_reply, offline_stream  # noqa: E402
+
+try:  # Pydantic AI reads the tool's (string) annotations in this module's globals
+    from pydantic_ai import RunContext
+except ImportError:  # another framework's venv: the scenario is skipped
+    RunContext = None  # type: ignore[assignment,misc]
 
 from runnertrace import TracingRunner  # noqa: E402
 from runnertrace.core.agent import Agent as CoreAgent  # noqa: E402
 from runnertrace.core.models import AgentRequestText  # noqa: E402
 from runnertrace.core.runner import Runner  # noqa: E402
 from runnertrace.core.session import Session  # noqa: E402
-from runnertrace.runners.langgraph import LangGraphRunner  # noqa: E402
-from runnertrace.runners.langgraph_testing import ScriptedChatModel  # noqa: E402
-from runnertrace.runners.openai_agents import OpenAIRunner  # noqa: E402
-from runnertrace.runners.pydantic_ai import PydanticAIRunner  # noqa: E402
 
 PROMPT = "What is 6 times 7?"
 REQUESTS = [AgentRequestText(prompt=PROMPT)]
@@ -80,22 +76,41 @@ AnyRunner = Runner | TracingRunner  # TracingRunner wraps a Runner without subcl
 _session_ids = itertools.count()
 
 
-class _LoopingChatModel(ScriptedChatModel):
-    """The example's two-turn script, started over when used up, for thousands of runs."""
-
-    def _next(self, messages: list[BaseMessage]) -> Any:
-        if self._position >= len(self.responses):
-            self._position = 0
-            self._calls.clear()  # recorded inputs would otherwise pile up for the whole benchmark
-        return super()._next(messages)
-
-
 def _openai_agent(runner: AnyRunner) -> CoreAgent:
+    from agents import Agent as OpenAIAgent
+    from agents import set_tracing_disabled
+    from openai_agents_agent import OfflineModel
+    from openai_agents_agent import multiply as oa_multiply
+
+    set_tracing_disabled(True)  # the Agents SDK's own tracing: not what is measured here
     native = OpenAIAgent(name="calculator", model=OfflineModel(), tools=[oa_multiply])
     return CoreAgent("calculator", runner, native)
 
 
+def _openai_runner() -> Runner:
+    from runnertrace.runners.openai_agents import OpenAIRunner
+
+    return OpenAIRunner()
+
+
 def _langgraph_agent(runner: AnyRunner) -> CoreAgent:
+    from langchain_core.messages import BaseMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.prebuilt import create_react_agent
+    from langgraph_agent import multiply as lg_multiply
+    from langgraph_agent import scripted_model
+
+    from runnertrace.runners.langgraph_testing import ScriptedChatModel
+
+    class _LoopingChatModel(ScriptedChatModel):
+        """The example's two-turn script, started over when used up, for thousands of runs."""
+
+        def _next(self, messages: list[BaseMessage]) -> Any:
+            if self._position >= len(self.responses):
+                self._position = 0
+                self._calls.clear()  # recorded inputs would otherwise pile up
+            return super()._next(messages)
+
     model = _LoopingChatModel(responses=scripted_model().responses)
     with warnings.catch_warnings():
         # Deprecated in favour of langchain.agents.create_agent (needs full `langchain`).
@@ -106,7 +121,17 @@ def _langgraph_agent(runner: AnyRunner) -> CoreAgent:
     return CoreAgent("calculator", runner, graph)
 
 
+def _langgraph_runner() -> Runner:
+    from runnertrace.runners.langgraph import LangGraphRunner
+
+    return LangGraphRunner()
+
+
 def _pydantic_ai_agent(runner: AnyRunner) -> CoreAgent:
+    from pydantic_ai import Agent as PydanticAgent
+    from pydantic_ai.models.function import FunctionModel
+    from pydantic_ai_agent import offline_reply, offline_stream
+
     model = FunctionModel(offline_reply, stream_function=offline_stream, model_name="offline")
     native: PydanticAgent[dict[str, Any], str] = PydanticAgent(
         model, name="calculator", deps_type=dict
@@ -179,26 +204,76 @@ def _maf_runner() -> Runner:
     return MAFRunner()
 
 
-FRAMEWORKS: list[tuple[str, Callable[[AnyRunner], CoreAgent], Callable[[], Runner]]] = [
-    ("openai-agents", _openai_agent, OpenAIRunner),
-    ("langgraph", _langgraph_agent, LangGraphRunner),
-    ("pydantic-ai", _pydantic_ai_agent, PydanticAIRunner),
-    ("smolagents", _smolagents_agent, _smolagents_runner),  # imported lazily: may be absent
-    ("maf", _maf_agent, _maf_runner),
-]
+def _pydantic_ai_runner() -> Runner:
+    from runnertrace.runners.pydantic_ai import PydanticAIRunner
+
+    return PydanticAIRunner()
 
 
-def _modes(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
-    """One run of ``agent`` per call, in each mode, each on a fresh session."""
+def _crewai_native() -> Any:
+    """The calculator as a CrewAI agent whose ReAct model never runs out of turns."""
+    os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")  # before CrewAI is imported
+    os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
+    from crewai import Agent as CrewAgent
+    from crewai.tools import tool
+
+    from runnertrace.runners.crewai_testing import ScriptedLLM, action, final
+
+    @tool("multiply")
+    def multiply(a: int, b: int) -> int:
+        """Multiply two whole numbers."""
+        return a * b
+
+    def turn(messages: Any) -> str:  # the tool's observation makes the list longer
+        return final("6 times 7 is 42.") if len(messages) > 2 else action("multiply", a=6, b=7)
+
+    return CrewAgent(
+        role="calculator",
+        goal="Answer arithmetic questions.",
+        backstory="You are careful.",
+        llm=ScriptedLLM([turn] * 1_000_000),
+        tools=[multiply],
+    )
+
+
+def _crewai_agent(runner: AnyRunner) -> CoreAgent:
+    return CoreAgent("calculator", runner, _crewai_native())
+
+
+def _crewai_runner() -> Runner:
+    from runnertrace.runners.crewai import CrewAIRunner
+
+    return CrewAIRunner()
+
+
+def _crewai_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
+    """CrewAI's own call per mode: what a user would write for one run without us."""
+    from crewai import Crew, Task
+
+    native = agent.native
+
+    def crew(stream: bool) -> Any:
+        task = Task(description=PROMPT, expected_output="The answer.", agent=native)
+        return Crew(agents=[native], tasks=[task], verbose=False, stream=stream)
 
     async def run() -> None:
-        await agent.runner.run(agent, Session(f"s{next(_session_ids)}"), REQUESTS)
+        await crew(False).kickoff_async()
 
     async def stream() -> None:
-        async for _ in agent.runner.stream(agent, Session(f"s{next(_session_ids)}"), REQUESTS):
+        async for _ in await crew(True).kickoff_async():
             pass
 
     return {"run": run, "stream": stream}
+
+
+FRAMEWORKS: list[tuple[str, Callable[[AnyRunner], CoreAgent], Callable[[], Runner]]] = [
+    ("openai-agents", _openai_agent, _openai_runner),
+    ("langgraph", _langgraph_agent, _langgraph_runner),
+    ("pydantic-ai", _pydantic_ai_agent, _pydantic_ai_runner),
+    ("smolagents", _smolagents_agent, _smolagents_runner),
+    ("maf", _maf_agent, _maf_runner),
+    ("crewai", _crewai_agent, _crewai_runner),
+]
 
 
 # The framework's own call, untraced and without our runner: the baseline of the
@@ -284,6 +359,7 @@ OWN_CALLS: dict[str, Callable[[CoreAgent], dict[str, Callable[[], Awaitable[None
     "pydantic-ai": _pydantic_ai_own,
     "smolagents": _smolagents_own,
     "maf": _maf_own,
+    "crewai": _crewai_own,
 }
 
 
@@ -302,13 +378,33 @@ async def _check(name: str, agent: CoreAgent) -> None:
         raise SystemExit(f"{name}: unexpected reply {reply!r}; the offline model is not working")
 
 
+def _modes(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
+    """One run of ``agent`` per call, in each mode, each on a fresh session."""
+
+    async def run() -> None:
+        await agent.runner.run(agent, Session(f"s{next(_session_ids)}"), REQUESTS)
+
+    async def stream() -> None:
+        async for _ in agent.runner.stream(agent, Session(f"s{next(_session_ids)}"), REQUESTS):
+            pass
+
+    return {"run": run, "stream": stream}
+
+
+async def _check(name: str, agent: CoreAgent) -> None:
+    """Refuse to time a run that is not the two-step calculator run (a broken script is fast)."""
+    reply = await agent.runner.run(agent, Session(f"s{next(_session_ids)}"), REQUESTS)
+    if "42" not in str(reply):
+        raise SystemExit(f"{name}: unexpected reply {reply!r}; the offline model is not working")
+
+
 async def measure(rounds: int, batch: int) -> list[Row]:
     rows: list[Row] = []
     for name, build, runner in FRAMEWORKS:
         try:
             plain_agent, traced_agent = build(runner()), build(TracingRunner(runner(), DISCARD))
-        except ImportError as exc:  # a framework kept in a venv of its own
-            print(f"{name}: skipped, not installed here ({exc})")
+        except ImportError as exc:
+            print(f"({name}: skipped, not installed in this venv: {exc.name or exc})")
             continue
         await _check(name, plain_agent)
         await _check(name, traced_agent)
@@ -325,7 +421,6 @@ async def measure(rounds: int, batch: int) -> list[Row]:
 
 def main(argv: list[str] | None = None) -> int:
     quick = "--quick" in (sys.argv[1:] if argv is None else argv)
-    set_tracing_disabled(True)  # the Agents SDK's own tracing: not what is measured here
     started = time.perf_counter()
     rows = asyncio.run(measure(rounds=3 if quick else 9, batch=5 if quick else 20))
     width = max(len(r.label) for r in rows)

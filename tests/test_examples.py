@@ -243,3 +243,25 @@ def test_maf_agent_runs_offline_in_both_modes_and_traces_by_config(
         "  agent_step calculator",
         "    chat offline",
     ]
+
+
+def test_crewai_agent_runs_offline_and_traces_the_crew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("crewai", reason="the crewai extra lives in its own venv")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # CrewAI writes under $HOME
+    monkeypatch.setenv("CREWAI_DISABLE_TELEMETRY", "true")
+    monkeypatch.setenv("RUNNERTRACE_TRACE__ENABLED", "true")
+    out = run_example(EXAMPLES / "crewai_agent.py", tmp_path / "work")
+
+    assert "agent: 6 times 7 is 42." in out
+    (run,) = SpanStore(user_store()).list_runs(10)
+    assert (run.agent, run.framework, run.status) == ("calculator", "crewai", "ok")
+    assert tree(SpanStore(user_store()).get_trace(run.trace_id)) == [
+        "invoke_agent calculator",
+        "  agent_step task",
+        "    agent_step calculator",
+        "      chat scripted",
+        "      execute_tool multiply",
+        "      chat scripted",
+    ]

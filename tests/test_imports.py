@@ -30,6 +30,7 @@ HEAVY = (
     "botocore",
     "traceloop",
     "smolagents",
+    "crewai",
 )
 
 PROBE = """

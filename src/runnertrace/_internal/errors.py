@@ -48,6 +48,15 @@ _logging_fault: contextvars.ContextVar[bool] = contextvars.ContextVar(
 _SUPPRESS_KEYS = (otel_context._SUPPRESS_INSTRUMENTATION_KEY, "suppress_instrumentation")  # noqa: SLF001
 
 
+def suppressing_context() -> otel_context.Context:
+    """The current OTel context with instrumentation suppressed (for a thread that
+    attaches it for good, such as a framework's worker thread in a traced run)."""
+    ctx = otel_context.get_current()
+    for key in _SUPPRESS_KEYS:
+        ctx = otel_context.set_value(key, True, ctx)
+    return ctx
+
+
 @contextmanager
 def suppressed_instrumentation() -> Iterator[None]:
     """Within this block, OTel instrumentations (and logging integrations) stay silent.
@@ -55,10 +64,7 @@ def suppressed_instrumentation() -> Iterator[None]:
     Used around our own logging and on our export threads, so that what we do to
     report or ship telemetry never becomes telemetry that comes back to us.
     """
-    ctx = otel_context.get_current()
-    for key in _SUPPRESS_KEYS:
-        ctx = otel_context.set_value(key, True, ctx)
-    token = otel_context.attach(ctx)
+    token = otel_context.attach(suppressing_context())
     try:
         yield
     finally:

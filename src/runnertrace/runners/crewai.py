@@ -1,0 +1,693 @@
+"""``CrewAIRunner``: the runner contract over a CrewAI ``Agent``, one crew per run.
+
+Install with ``pip install 'runnertrace[crewai]'``; importing this module
+without CrewAI raises :class:`~runnertrace._internal.imports.MissingExtraError`.
+
+How the contract maps onto CrewAI:
+
+- **The native agent** is a ``crewai.Agent``. Each run builds a ``Crew`` of it
+  and one ``Task`` made from the requests. A crew takes its agents over (it
+  sets their crew and executor), so a run that starts while another run of the
+  same agent is in flight gets a copy of the agent instead.
+  The declared run options are the ``Crew(...)`` keywords; ``verbose=False`` is
+  a default they can override. ``agents``, ``tasks``, ``memory`` and ``stream``
+  are the runner's (``RESERVED_RUN_OPTIONS``). ``before_kickoff_callbacks``
+  declared by the caller are kept; the runner adds its own after them.
+- **Session state.** CrewAI keeps no conversation between kickoffs, so the
+  runner keeps the turns under the session key ``"crewai"`` (per agent) and
+  puts them in front of the next task's description. Saved only after a run
+  that succeeded.
+- **Framework context** is not supported: a session's context is neither
+  injected nor written back, and one warning per runner says so.
+- **Events.** CrewAI reports a run on its event bus. Bus *handlers* run in a
+  thread pool, in no guaranteed order, and see every crew in the process; so
+  the runner does not register one. It adds a *stream sink* instead
+  (``crewai.events.stream_context.add_stream_sink``), which the bus calls
+  synchronously in ``emit``, in the emitting thread, before any handler: the
+  events arrive in emission order, at the moment they happen, and a sink is a
+  context variable, so each run sees only its own crew's events (20 concurrent
+  runs are tested). The sink is added by a ``before_kickoff`` callback, inside
+  the kickoff's own thread. A task and an agent execution become steps (the
+  agent's role is the step's agent name), an LLM call a message (its
+  ``call_id`` is the message id), stream chunks deltas, tool usage a tool call.
+  In a ReAct run the tool call is the ``Action`` the model's text asks for, so
+  it is announced in the message that asked; CrewAI's retries of a failing tool
+  are attempts of that one call, which ends with the last error. A failed LLM
+  call ends its message with the exception CrewAI is handling (its event only
+  carries the text). A model call and a tool run in their scopes, so a span
+  opened there (an HTTP client, a user's own) nests under chat / execute_tool.
+  Events a crew run *inside* a tool emits are its own run's, not ours.
+- **Run mode** untraced is a plain ``kickoff_async``: no callback, no sink.
+- **Stream mode** builds the crew with ``stream=True`` and pulls CrewAI's
+  chunk stream; each chunk is a moment to hand over the events made so far
+  (the spans start on time regardless). CrewAI's stream yields model chunks
+  only, so the events after a message's last chunk (its tool call, the tool's
+  result) reach the consumer with the next chunk or at the end of the run.
+- **Other OpenTelemetry.** CrewAI's own telemetry uses a provider of its own
+  (never ours); switch it off with ``CREWAI_DISABLE_TELEMETRY=true``, not
+  ``OTEL_SDK_DISABLED``, which would switch ours off too. OpenInference's
+  CrewAI instrumentor would add a kickoff, a task and a tool span for what our
+  spans already show: a *traced* run suppresses OTel instrumentation in the
+  crew's thread (``suppress_instrumentation``, which the instrumentor and most
+  others honour), so each call is one span, ours. A span a tool or a model
+  call opens with a tracer still nests under our spans (tracers do not check
+  the flag), but an HTTP client's instrumentation inside a traced crew is
+  silenced with the rest. Untraced runs are left to the instrumentor.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import uuid
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from contextlib import AbstractContextManager, aclosing, contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, ClassVar, cast
+
+from opentelemetry import baggage
+from opentelemetry import context as otel_context
+from pydantic import JsonValue
+
+from runnertrace._internal.errors import (
+    handle_internal_errors,
+    suppressed_instrumentation,
+    suppressing_context,
+)
+from runnertrace._internal.imports import require
+
+try:
+    from crewai import Agent as CrewAgent
+    from crewai import Crew, Task
+    from crewai.agents.parser import AgentAction, OutputParserError, parse
+    from crewai.events.stream_context import add_stream_sink
+    from crewai.events.types.agent_events import (
+        AgentExecutionCompletedEvent,
+        AgentExecutionErrorEvent,
+        AgentExecutionStartedEvent,
+    )
+    from crewai.events.types.llm_events import (
+        LLMCallCompletedEvent,
+        LLMCallFailedEvent,
+        LLMCallStartedEvent,
+        LLMStreamChunkEvent,
+        LLMThinkingChunkEvent,
+    )
+    from crewai.events.types.task_events import (
+        TaskCompletedEvent,
+        TaskFailedEvent,
+        TaskStartedEvent,
+    )
+    from crewai.events.types.tool_usage_events import (
+        ToolUsageErrorEvent,
+        ToolUsageFinishedEvent,
+        ToolUsageStartedEvent,
+    )
+    from crewai.types.streaming import CrewStreamingOutput
+except ImportError as exc:
+    require(exc.name or "crewai", "crewai")  # raises, naming the extra to install
+    raise
+
+from runnertrace.core import genai
+from runnertrace.core.builder import EventBuilder
+from runnertrace.core.context import ensure_tool_context
+from runnertrace.core.events import StreamEvent
+from runnertrace.core.models import AgentReply, AgentRequest, prompt_of
+from runnertrace.core.module import Module
+from runnertrace.core.observer import (
+    NULL_OBSERVER,
+    claim_observer,
+    in_traced_run,
+    stream_observer,
+)
+from runnertrace.core.runner import Runner
+from runnertrace.core.skeleton import Prepared, invoke, native_of, prepare, relay, reply_of, save
+
+if TYPE_CHECKING:
+    from runnertrace.core.agent import Agent
+    from runnertrace.core.runtime import Runtime
+    from runnertrace.core.session import Session
+
+__all__ = ["STATE_KEY", "CrewAIModule", "CrewAIReportedError", "CrewAIRunner"]
+
+logger = logging.getLogger("runnertrace")
+
+STATE_KEY = "crewai"
+EXPECTED_OUTPUT = "A complete answer to the current request."
+
+
+class CrewAIReportedError(Exception):
+    """A failure CrewAI reported only as text (the exception itself was not in reach)."""
+
+
+# -- what a model call was sent (GenAI semconv shapes) -----------------------------------------
+def _text_of(content: Any) -> str:
+    """A message's content as text (CrewAI's content is text or a list of parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text", "")) if isinstance(part, Mapping) else str(part)
+            for part in content
+        )
+    return "" if content is None else str(content)
+
+
+def _request(event: LLMCallStartedEvent, tools: list[dict[str, JsonValue]] | None) -> Any:
+    """The request fields of a MessageStart, from what CrewAI says it sends."""
+    sent: list[genai.Message] = []
+    system: list[str] = []
+    messages = event.messages
+    if isinstance(messages, str):
+        messages = [{"role": "user", "content": messages}]
+    for entry in messages or ():
+        role = str(entry.get("role") or "user")
+        text = _text_of(entry.get("content"))
+        if role == "system":
+            system.append(text)
+        else:
+            sent.append(genai.message(role, [genai.text_part(text)]))
+    fields = {name: getattr(event, name, None) for name in genai.REQUEST_PARAMETER_NAMES}
+    return {
+        "input_messages": sent or None,
+        "system_instructions": "\n\n".join(system) or None,
+        "request_parameters": genai.request_parameters(fields),
+        "tool_definitions": tools,
+    }
+
+
+def _tool_definitions(tools: Iterable[Any] | None) -> list[dict[str, JsonValue]] | None:
+    """An agent's tools as GenAI tool definitions (CrewAI lists them in the prompt)."""
+    definitions: list[dict[str, JsonValue]] = []
+    for tool in tools or ():
+        schema = getattr(getattr(tool, "args_schema", None), "model_json_schema", None)
+        definitions.append(
+            genai.tool_definition(
+                str(getattr(tool, "name", "")),
+                getattr(tool, "description", None),
+                schema() if callable(schema) else None,
+            )
+        )
+    return genai.or_none(definitions)
+
+
+def _usage(usage: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Token counts from a completed call (OpenAI or Anthropic spelling)."""
+    usage = usage or {}
+    return {
+        "input_tokens": usage.get("prompt_tokens", usage.get("input_tokens")),
+        "output_tokens": usage.get("completion_tokens", usage.get("output_tokens")),
+        "cache_read_input_tokens": usage.get("cached_prompt_tokens"),
+    }
+
+
+def _handled(text: str) -> BaseException:
+    """The exception CrewAI is handling while it reports a failure as ``text``.
+
+    The bus calls our sink synchronously inside CrewAI's ``except`` block, so the
+    exception is the one being handled, when its message is the reported text.
+    """
+    current = sys.exc_info()[1]
+    if current is not None and str(current) == text:
+        return current
+    return CrewAIReportedError(text)
+
+
+# -- CrewAI events -> our events ------------------------------------------------------------------
+class _Mapping:
+    """One run's sink: maps the crew's events, in emission order, onto the builder.
+
+    Called in the crew's thread only (the bus calls sinks in the emitting thread),
+    so scopes it enters at a start event are left at the matching end event in
+    the same context. After :meth:`close` (the run ended or was cancelled while
+    the crew's thread keeps going) it ignores everything.
+    """
+
+    def __init__(self, builder: EventBuilder, *, suppress: bool = False) -> None:
+        self.builder = builder
+        self.suppress = suppress
+        self.closed = False
+        self.crew_id: str | None = None
+        self._model_scopes: dict[str, AbstractContextManager[None]] = {}
+        self._tool_scope: AbstractContextManager[None] | None = None
+        self._tools: list[dict[str, JsonValue]] | None = None
+        self._streamed: set[str] = set()
+        self._steps: list[tuple[str, int | None]] = []
+        self._tasks = 0
+        self._asked: tuple[str, str] | None = None  # (call id, tool) the last message asked for
+        self._call: tuple[str, str] | None = None  # the tool call running or being retried
+        self._call_error: BaseException | None = None
+        self._nested = 0  # tool usage of a crew run inside one of our tools
+
+    # -- entry points ----------------------------------------------------------------------
+    def expect(self, crew: Crew) -> None:
+        """The crew this run kicks off: :func:`_attach` finds this mapping by its id."""
+        self.crew_id = str(crew.id)
+        _MAPPINGS[self.crew_id] = self
+
+    def sink(self, source: Any, event: Any) -> None:
+        handler = _HANDLERS.get(type(event))
+        if handler is None or self.closed:
+            return
+        with handle_internal_errors("crewai event mapping"):
+            handler(self, source, event)
+
+    def fail(self, error: BaseException) -> None:
+        self._settle_call()
+        self.builder.fail(error)
+
+    def close(self) -> None:
+        """The run is over: ignore what the crew's thread still emits. Scopes it
+        entered belong to that thread's context and end with it."""
+        self.closed = True
+        if self.crew_id is not None:
+            _MAPPINGS.pop(self.crew_id, None)
+        self._model_scopes.clear()
+        self._tool_scope = None
+
+    # -- steps -----------------------------------------------------------------------------
+    def _step_start(self, name: str, index: int | None, agent_name: str | None = None) -> None:
+        self._steps.append((name, index))
+        self.builder.step_start(name, index, agent_name=agent_name)
+
+    def _step_end(self, name: str, index: int | None = None) -> None:
+        if (name, index) in self._steps:
+            self._steps.remove((name, index))
+            self.builder.step_end(name, index)
+
+    def on_task_started(self, source: Any, event: TaskStartedEvent) -> None:
+        if self._nested:
+            return
+        self._settle_call()
+        self._step_start("task", self._tasks)
+        self._tasks += 1
+
+    def on_task_ended(self, source: Any, event: Any) -> None:
+        if self._nested:
+            return
+        self._settle_call()
+        self._step_end("task", self._tasks - 1)
+
+    def on_agent_started(self, source: Any, event: AgentExecutionStartedEvent) -> None:
+        if self._nested:
+            return
+        self._settle_call()
+        role = str(event.agent.role)
+        if self.builder.observed:
+            self._tools = _tool_definitions(event.tools)
+        self._step_start(role, None, agent_name=role)
+
+    def on_agent_ended(self, source: Any, event: Any) -> None:
+        if self._nested:
+            return
+        self._settle_call()
+        self._step_end(str(event.agent.role))
+
+    # -- model calls -----------------------------------------------------------------------
+    def on_llm_started(self, source: Any, event: LLMCallStartedEvent) -> None:
+        if self._nested:
+            return
+        self._settle_call()
+        request = _request(event, self._tools) if self.builder.observed else {}
+        provider = getattr(source, "provider", None)
+        message_id = self.builder.message_start(
+            event.call_id,
+            model=event.model,
+            provider=provider if isinstance(provider, str) else None,
+            **request,
+        )
+        scope = self.builder.model_scope(message_id)
+        scope.__enter__()
+        self._model_scopes[message_id] = scope
+
+    def _leave_model(self, call_id: str) -> None:
+        scope = self._model_scopes.pop(call_id, None)
+        if scope is not None:
+            scope.__exit__(None, None, None)
+
+    def on_llm_chunk(self, source: Any, event: LLMStreamChunkEvent) -> None:
+        if self._nested:
+            return
+        self._streamed.add(event.call_id)
+        call = event.tool_call
+        if call is None:
+            self.builder.text(event.chunk, event.call_id)
+            return
+        self.builder.tool_call(
+            call.function.arguments,
+            tool_call_id=call.id,
+            name=call.function.name,
+            index=call.index,
+            message_id=event.call_id,
+        )
+
+    def on_llm_thinking(self, source: Any, event: LLMThinkingChunkEvent) -> None:
+        if not self._nested:
+            self.builder.reasoning(event.chunk, event.call_id)
+
+    def on_llm_completed(self, source: Any, event: LLMCallCompletedEvent) -> None:
+        if self._nested:
+            return
+        call_id = event.call_id
+        self._leave_model(call_id)
+        response = event.response
+        if isinstance(response, str):
+            if call_id not in self._streamed:
+                self.builder.text(response, call_id)
+            self._ask(call_id, response)
+        self._streamed.discard(call_id)
+        self.builder.message_end(
+            call_id,
+            finish_reason=event.finish_reason,
+            response_id=event.response_id,
+            **_usage(event.usage),
+        )
+
+    def _ask(self, call_id: str, text: str) -> None:
+        """A ReAct ``Action`` in the model's text is the tool call it asks for."""
+        try:
+            parsed = parse(text)
+        except OutputParserError:
+            return  # CrewAI feeds the format error back; there is no call to announce
+        if not isinstance(parsed, AgentAction):
+            return
+        tool_call_id = f"call_{uuid.uuid4().hex[:12]}"
+        self.builder.tool_call(
+            parsed.tool_input, tool_call_id=tool_call_id, name=parsed.tool, message_id=call_id
+        )
+        self._asked = (tool_call_id, parsed.tool)
+
+    def on_llm_failed(self, source: Any, event: LLMCallFailedEvent) -> None:
+        if self._nested:
+            return
+        self._leave_model(event.call_id)
+        self._streamed.discard(event.call_id)
+        self.builder.message_end(event.call_id, error=_handled(event.error))
+
+    # -- tool calls ------------------------------------------------------------------------
+    def on_tool_started(self, source: Any, event: ToolUsageStartedEvent) -> None:
+        if self._tool_scope is not None:  # a tool of a crew running inside our tool
+            self._nested += 1
+            return
+        name = str(event.tool_name)
+        if self._call is None or self._call[1] != name:  # not a retry of the failed call
+            self._settle_call()
+            asked, self._asked = self._asked, None
+            if asked is not None and _same_tool(asked[1], name):
+                self._call = (asked[0], name)
+            else:  # a call no message announced (native function calling without chunks)
+                self._call = (f"call_{uuid.uuid4().hex[:12]}", name)
+        self._call_error = None
+        scope = self.builder.tool_scope(self._call[0])
+        scope.__enter__()
+        self._tool_scope = scope
+
+    def _leave_tool(self) -> bool:
+        """Leave the running tool's scope; False when the event was a nested crew's."""
+        if self._nested:
+            self._nested -= 1
+            return False
+        scope, self._tool_scope = self._tool_scope, None
+        if scope is not None:
+            scope.__exit__(None, None, None)
+        return self._call is not None
+
+    def on_tool_finished(self, source: Any, event: ToolUsageFinishedEvent) -> None:
+        if not self._leave_tool() or self._call is None:
+            return
+        call_id, name = self._call
+        self._call = None
+        self.builder.tool_result(call_id, genai.as_text(event.output), name=name)
+
+    def on_tool_error(self, source: Any, event: ToolUsageErrorEvent) -> None:
+        if not self._leave_tool():
+            return
+        error = event.error
+        # CrewAI may retry the call: it is settled by whatever the crew does next.
+        self._call_error = (
+            error if isinstance(error, BaseException) else CrewAIReportedError(str(error))
+        )
+
+    def _settle_call(self) -> None:
+        """A failed tool call that CrewAI did not retry ends with its last error."""
+        if self._call is None or self._call_error is None:
+            return
+        (call_id, name), error = self._call, self._call_error
+        self._call, self._call_error = None, None
+        self.builder.tool_result(call_id, str(error), name=name, error=error)
+
+
+def _same_tool(asked: str, ran: str) -> bool:
+    """Whether the tool CrewAI ran is the one the model asked for (CrewAI sanitises names)."""
+
+    def norm(name: str) -> str:
+        return "".join(c for c in name.lower() if c.isalnum())
+
+    return norm(asked) == norm(ran)
+
+
+# Event class -> what the mapping does with it. Everything else is not mapped.
+_HANDLERS: dict[type, Callable[[_Mapping, Any, Any], None]] = {
+    TaskStartedEvent: _Mapping.on_task_started,
+    TaskCompletedEvent: _Mapping.on_task_ended,
+    TaskFailedEvent: _Mapping.on_task_ended,
+    AgentExecutionStartedEvent: _Mapping.on_agent_started,
+    AgentExecutionCompletedEvent: _Mapping.on_agent_ended,
+    AgentExecutionErrorEvent: _Mapping.on_agent_ended,
+    LLMCallStartedEvent: _Mapping.on_llm_started,
+    LLMStreamChunkEvent: _Mapping.on_llm_chunk,
+    LLMThinkingChunkEvent: _Mapping.on_llm_thinking,
+    LLMCallCompletedEvent: _Mapping.on_llm_completed,
+    LLMCallFailedEvent: _Mapping.on_llm_failed,
+    ToolUsageStartedEvent: _Mapping.on_tool_started,
+    ToolUsageFinishedEvent: _Mapping.on_tool_finished,
+    ToolUsageErrorEvent: _Mapping.on_tool_error,
+}
+
+
+# Crew id -> the mapping of the run that kicks that crew off (while the run lasts).
+_MAPPINGS: dict[str, _Mapping] = {}
+
+
+def _attach(inputs: Any) -> Any:
+    """The ``before_kickoff`` callback: it runs in the kickoff's own thread, in the
+    context the kickoff copied, so what it adds there lasts for this crew only.
+
+    It adds the run's sink and, in a traced run, suppresses other OTel
+    instrumentation (see the module docstring); neither is undone, since the
+    context ends with the kickoff. The run is found by the crew's id, which CrewAI
+    puts in the OTel baggage (a module-level function: CrewAI warns that a
+    bound method or a closure would prevent checkpointing). It returns ``None``
+    for the empty inputs CrewAI hands it, so CrewAI does not try to fill in
+    ``{placeholders}`` in the user's request, just as when there is no callback.
+    """
+    crew = baggage.get_baggage("crew_context")
+    mapping = _MAPPINGS.get(str(getattr(crew, "id", "")))
+    if mapping is not None:
+        add_stream_sink(mapping.sink)
+        if mapping.suppress:
+            otel_context.attach(suppressing_context())
+    return inputs or None
+
+
+# -- requests -> task -----------------------------------------------------------------------------
+# Request type -> its text in the task description. A task is text: images and
+# files have no place in it (a CrewAI tool can take them).
+_REQUEST_TEXT: dict[str, Callable[[Any], str]] = {
+    "text": lambda r: str(r.prompt),
+    "any": lambda r: genai.as_text(r.content),
+}
+
+
+def _request_text(request: AgentRequest) -> str:
+    convert = _REQUEST_TEXT.get(request.type)
+    if convert is None:
+        raise ValueError(
+            f"CrewAIRunner takes 'text' and 'any' requests; got a {request.type!r} request "
+            "(pass files to a CrewAI tool instead)"
+        )
+    return convert(request)
+
+
+def task_description(requests: Sequence[AgentRequest], turns: Sequence[Mapping[str, str]]) -> str:
+    """The task for this run: the earlier turns of the session, then the request."""
+    request = "\n".join(_request_text(r) for r in requests)
+    if not request:
+        raise ValueError("a run needs at least one request")
+    if turns:
+        history = "\n".join(f"User: {t['request']}\nAssistant: {t['reply']}" for t in turns)
+        request = f"The conversation so far:\n{history}\n\nThe current request:\n{request}"
+    return request
+
+
+def _reply_value(output: Any) -> Any:
+    """A CrewOutput's most structured form: its Pydantic model, its JSON, its text."""
+    for value in (getattr(output, "pydantic", None), getattr(output, "json_dict", None)):
+        if value is not None:
+            return value
+    return getattr(output, "raw", output)
+
+
+# -- the runner -----------------------------------------------------------------------------------
+class CrewAIRunner(Runner):
+    """Runs a CrewAI ``Agent`` as a one-task crew, in run (``kickoff_async``) or
+    stream (``Crew(stream=True)``) mode."""
+
+    framework: ClassVar[str] = "crewai"
+    RESERVED_RUN_OPTIONS: ClassVar[dict[str, str]] = {
+        "agents": "the runner builds the crew from the registered agent",
+        "tasks": "the runner builds the task from the requests and the session",
+        "memory": "the session is the conversation's memory; CrewAI's would persist on disk",
+        "stream": "the runner sets it per mode (stream() streams, run() does not)",
+    }
+
+    def __init__(self) -> None:
+        self._warned_context = False
+        self._busy: set[int] = set()  # native agents a run of this runner has taken over
+
+    @contextmanager
+    def _worker(self, agent: Agent) -> Iterator[CrewAgent]:
+        """The agent a run's crew takes over.
+
+        A crew sets its agents' crew and executor, so two crews running at once
+        must not share an agent: a run takes the user's own agent when no other
+        run of it is in flight (as a user reusing their agent would, and with
+        nothing to copy), else a copy (``Agent.copy()``, a few milliseconds and
+        a colder first run).
+        """
+        native = native_of(agent, CrewAgent, "a CrewAI Agent")
+        key = id(native)
+        if key in self._busy:
+            yield native.copy()
+            return
+        self._busy.add(key)
+        try:
+            yield native
+        finally:
+            self._busy.discard(key)
+
+    def _warn_context(self, prepared: Prepared) -> None:
+        if prepared.context is not None and not self._warned_context:
+            self._warned_context = True
+            logger.warning(
+                "CrewAIRunner does not support a framework context: the session's "
+                "context is neither passed to the crew nor written back (warned once per runner)"
+            )
+
+    def _crew(
+        self,
+        agent: Agent,
+        worker: CrewAgent,
+        prepared: Prepared,
+        requests: list[AgentRequest],
+        mapping: _Mapping | None,
+        *,
+        stream: bool,
+    ) -> Crew:
+        turns = (prepared.state or {}).get(agent.name) or []
+        task = Task(
+            description=task_description(requests, turns),
+            expected_output=EXPECTED_OUTPUT,
+            agent=worker,
+        )
+        options = {"verbose": False, **prepared.options}
+        declared = list(options.pop("before_kickoff_callbacks", None) or ())
+        crew = Crew(
+            agents=[worker],
+            tasks=[task],
+            stream=stream,
+            before_kickoff_callbacks=[*declared, _attach] if mapping is not None else declared,
+            **options,
+        )
+        if mapping is not None:
+            mapping.expect(crew)
+        return crew
+
+    def _save(
+        self, agent: Agent, session: Session, prepared: Prepared, prompt: str, text: str
+    ) -> None:
+        state = dict(prepared.state or {})
+        state[agent.name] = [*(state.get(agent.name) or []), {"request": prompt, "reply": text}]
+        save(session, STATE_KEY, state, prepared)
+
+    async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:
+        with claim_observer() as observer, self._worker(agent) as worker:
+            prepared = await prepare(agent, session, requests, STATE_KEY)
+            self._warn_context(prepared)
+            if observer is NULL_OBSERVER:  # untraced: the plain crew, nothing installed
+                crew = self._crew(agent, worker, prepared, requests, None, stream=False)
+                output = await invoke(agent, session, requests, crew.kickoff_async)
+            else:
+                traced = in_traced_run()
+                mapping = _Mapping(EventBuilder(observer), suppress=traced)
+                crew = self._crew(agent, worker, prepared, requests, mapping, stream=False)
+                with suppressed_instrumentation() if traced else nullcontext():
+                    output = await invoke(
+                        agent,
+                        session,
+                        requests,
+                        crew.kickoff_async,
+                        on_failure=mapping.fail,
+                        on_exit=mapping.close,
+                    )
+        prompt = prompt_of(requests)
+        value = _reply_value(output)
+        self._save(agent, session, prepared, prompt, str(getattr(output, "raw", value)))
+        return reply_of(value, prompt)
+
+    async def stream(
+        self, agent: Agent, session: Session, requests: list[AgentRequest]
+    ) -> AsyncIterator[StreamEvent]:
+        observer = stream_observer()  # before the first yield
+        builder = EventBuilder(observer, queue=True)
+        mapping = _Mapping(builder, suppress=in_traced_run())
+        with ensure_tool_context(agent, session, requests), self._worker(agent) as worker:
+            prepared = await prepare(agent, session, requests, STATE_KEY)
+            self._warn_context(prepared)
+            crew = self._crew(agent, worker, prepared, requests, mapping, stream=True)
+            native = cast(CrewStreamingOutput, await crew.kickoff_async())  # stream=True
+            events = relay(builder, native, on_failure=mapping.fail, on_exit=mapping.close)
+            # A consumer that stops early closes both at once: ours, then CrewAI's stream.
+            async with native, aclosing(events):
+                async for event in events:
+                    yield event
+        output = native.result
+        prompt = prompt_of(requests)
+        value = _reply_value(output)
+        self._save(agent, session, prepared, prompt, str(getattr(output, "raw", value)))
+
+
+class CrewAIModule(Module):
+    """Registers CrewAI agents with the runtime, paired with a :class:`CrewAIRunner`.
+
+    An agent's name is its ``role``; pass ``(name, agent)`` pairs, or
+    ``add(agent, name=...)``, to choose another.
+    """
+
+    runner_class = CrewAIRunner
+
+    def __init__(self, agents: Iterable[Any], runtime: Runtime | None = None) -> None:
+        self._names: dict[int, str] = {}
+        super().__init__(agents, runtime)
+
+    def add(self, native: Any, name: str | None = None) -> Agent:
+        if isinstance(native, tuple):
+            name, native = native
+        if name is not None:
+            self._names[id(native)] = name
+        return super().add(native)
+
+    def agent_name(self, native: Any) -> str:
+        named = self._names.get(id(native))
+        if named:
+            return named
+        role = getattr(native, "role", None)
+        if isinstance(role, str) and role:
+            return role
+        return super().agent_name(native)
