@@ -14,7 +14,12 @@ examples, so each framework's own loop is the whole "framework" cost:
 - LangGraph: ``create_react_agent`` over the example's ``ScriptedChatModel``
   script, replayed in a loop (``_LoopingChatModel``) with an ``InMemorySaver``;
 - Pydantic AI: the example's ``FunctionModel`` (``offline_reply`` /
-  ``offline_stream``).
+  ``offline_stream``);
+- Google ADK: an ``LlmAgent`` over the example's ``ScriptedAdkLlm`` turn
+  (``examples/adk_agent.py``), imported only when ``google-adk`` is installed
+  (a notice is printed otherwise). For ADK the untraced runner is also timed
+  against ADK's own call (one ``Runner`` and ``run_async`` on a fresh session),
+  the cost of the runner contract itself.
 
 Runners are called directly (``CoreAgent(name, runner, native)`` plus a fresh
 ``Session`` per run, as the tests do), so no ``Runtime`` cost dilutes the ratio.
@@ -27,6 +32,7 @@ with their range, because on a shared machine a single figure can mislead.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import itertools
 import os
 import statistics
@@ -114,11 +120,64 @@ def _pydantic_ai_agent(runner: AnyRunner) -> CoreAgent:
     return CoreAgent("calculator", runner, native)
 
 
+def _adk_native() -> Any:
+    from adk_agent import multiply as adk_multiply
+    from adk_agent import offline_turn
+    from google.adk.agents import LlmAgent
+
+    from runnertrace.runners.adk_testing import ScriptedAdkLlm
+
+    model = ScriptedAdkLlm(model="offline", script=[offline_turn], loop=True)
+    return LlmAgent(name="calculator", model=model, tools=[adk_multiply])
+
+
+def _adk_agent(runner: AnyRunner) -> CoreAgent:
+    return CoreAgent("calculator", runner, _adk_native())
+
+
+def _adk_runner() -> Runner:
+    from runnertrace.runners.adk import GoogleADKRunner
+
+    return GoogleADKRunner()
+
+
+def _adk_own() -> dict[str, Callable[[], Awaitable[None]]]:
+    """ADK's own call, as an application without runnertrace makes it: one runner,
+    a fresh session per run, ``run_async`` (in SSE mode for the stream)."""
+    from google.adk.agents import RunConfig
+    from google.adk.agents.run_config import StreamingMode  # type: ignore[attr-defined]
+    from google.adk.runners import InMemoryRunner
+    from google.genai import types
+
+    adk = InMemoryRunner(agent=_adk_native(), app_name="calculator")
+    message = types.Content(role="user", parts=[types.Part(text=PROMPT)])
+
+    def mode(config: Any) -> Callable[[], Awaitable[None]]:
+        async def call() -> None:
+            session_id = f"s{next(_session_ids)}"
+            await adk.session_service.create_session(
+                app_name="calculator", user_id="u", session_id=session_id
+            )
+            stream = adk.run_async(
+                user_id="u", session_id=session_id, new_message=message, run_config=config
+            )
+            async for _ in stream:
+                pass
+
+        return call
+
+    return {"run": mode(RunConfig()), "stream": mode(RunConfig(streaming_mode=StreamingMode.SSE))}
+
+
 FRAMEWORKS: list[tuple[str, Callable[[AnyRunner], CoreAgent], Callable[[], Runner]]] = [
     ("openai-agents", _openai_agent, OpenAIRunner),
     ("langgraph", _langgraph_agent, LangGraphRunner),
     ("pydantic-ai", _pydantic_ai_agent, PydanticAIRunner),
 ]
+if importlib.util.find_spec("google.adk") is not None:
+    FRAMEWORKS.append(("google-adk", _adk_agent, _adk_runner))
+else:
+    print("google-adk is not installed: its rows are skipped (pip install 'runnertrace[adk]')")
 
 
 def _modes(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
@@ -157,6 +216,13 @@ async def measure(rounds: int, batch: int) -> list[Row]:
             rows.append(
                 Row(f"{name} traced/untraced, {mode}", statistics.median(ratios), "x", detail)
             )
+        if name == "google-adk":
+            own = _adk_own()
+            for mode in ("run", "stream"):
+                b, t, ratios = await _paired(own[mode], plain[mode], rounds, batch)
+                detail = f"{b * 1e6:.0f} -> {t * 1e6:.0f} us/run, target <= 1.03x"
+                label = f"{name} runner untraced / ADK's own call, {mode}"
+                rows.append(Row(label, statistics.median(ratios), "x", detail))
     return rows
 
 
