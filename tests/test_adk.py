@@ -142,6 +142,15 @@ async def test_streamed_reasoning_ends_before_the_text() -> None:
     assert [e.delta for e in events if e.type == "reasoning_delta"] == ["6 times 7"]
 
 
+async def test_text_sent_only_in_the_final_response_is_not_lost_after_streamed_reasoning() -> None:
+    llm = ScriptedAdkLlm(script=[answer("42", thought="6 times 7", chunks=0)])
+    events = await go(core(calculator(llm)), "stream")
+    assert [(e.type, e.delta) for e in events if e.type.endswith("_delta")] == [
+        ("reasoning_delta", "6 times 7"),
+        ("text_delta", "42"),
+    ]
+
+
 async def test_without_an_observer_run_mode_adds_no_plugin() -> None:
     plugins: list[list[str]] = []
 

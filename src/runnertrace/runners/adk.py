@@ -10,7 +10,9 @@ How the contract maps onto ADK, per run:
   run only) and driven with ``run_async``. Its session service belongs to the
   :class:`GoogleADKRunner` (an ``InMemorySessionService`` unless one is given),
   and the ADK session is keyed by our session id, under the app name of the
-  agent and the runner's ``user_id``.
+  agent and the runner's ``user_id``. The per-run ``Runner`` is closed after the
+  run, as ADK closes a runner: the plugins' ``close()`` and the agent's toolsets
+  (bounded by ``plugin_close_timeout``).
 * **Session state.** After a successful run the ADK session's events are also
   stored, as JSON, under the session key ``"adk"``; a runner whose service has
   never seen the session (a fresh process, a session loaded from a durable store)
@@ -322,7 +324,8 @@ class _Mapper:
         self._steps = 0
         self._agent: str | None = None
         self._message: str | None = None
-        self._streamed = False  # the open message's text came in partial responses
+        # what the open message's partial responses carried: text, reasoning (True: thought)
+        self._streamed: set[bool] = set()
         self._model_scope: AbstractContextManager[None] | None = None
         self._tool_scopes: dict[str, AbstractContextManager[None]] = {}
         self._pending: dict[str, str] = {}  # tool call id -> tool name, no result yet
@@ -351,7 +354,7 @@ class _Mapper:
         self._start_step(agent_name)
         fields = _request_fields(llm_request) if self._detailed else {}
         self._message = self.builder.message_start(model=llm_request.model, **fields)
-        self._streamed = False
+        self._streamed = set()
         if self._model_scopes:
             scope = self.builder.model_scope(self._message)
             scope.__enter__()
@@ -368,11 +371,11 @@ class _Mapper:
         message = self._message
         parts = response.content.parts or [] if response.content is not None else []
         if response.partial:
-            self._streamed = True
+            self._streamed.update(bool(p.thought) for p in parts if p.text)
             self._content(parts, message)
             return
-        if not self._streamed:
-            self._content(parts, message)
+        # The final response repeats what the partial ones streamed: only the rest is new.
+        self._content([p for p in parts if bool(p.thought) not in self._streamed], message)
         for index, part in enumerate(parts):
             call = part.function_call
             if call is not None and call.id and call.name:

@@ -34,8 +34,9 @@ __all__ = ["ScriptedAdkLlm", "Turn", "answer", "call"]
 
 @dataclass(frozen=True)
 class Turn:
-    """One scripted model response: ``text`` (sent in ``chunks`` when streamed)
-    and function calls ``(name, args, call_id)``."""
+    """One scripted model response: ``text`` (sent in ``chunks`` partial responses
+    when streamed; ``chunks=0``: only in the final response), ``thought`` (one
+    partial response) and function calls ``(name, args, call_id)``."""
 
     text: str = ""
     calls: Sequence[tuple[str, dict[str, Any], str]] = ()
@@ -80,7 +81,9 @@ ScriptItem: TypeAlias = "Turn | BaseException | Callable[[LlmRequest], Turn]"
 
 def _pieces(text: str, count: int) -> list[str]:
     """``text`` cut into ``count`` (or fewer) consecutive non-empty pieces."""
-    size = max(1, -(-len(text) // max(1, count)))
+    if count <= 0:
+        return []
+    size = max(1, -(-len(text) // count))
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
