@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from google.adk.agents import LlmAgent, RunConfig
+from google.adk.agents import LlmAgent, ParallelAgent, RunConfig
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.agents.invocation_context import InvocationContext, LlmCallsLimitExceededError
 from google.adk.agents.run_config import StreamingMode  # type: ignore[attr-defined]
@@ -149,6 +149,27 @@ async def test_text_sent_only_in_the_final_response_is_not_lost_after_streamed_r
         ("reasoning_delta", "6 times 7"),
         ("text_delta", "42"),
     ]
+
+
+@pytest.mark.filterwarnings("ignore:ParallelAgent is deprecated:DeprecationWarning")
+async def test_parallel_agents_model_calls_keep_their_own_messages() -> None:
+    def branch(name: str, text: str) -> LlmAgent:
+        llm = ScriptedAdkLlm(model=f"{name}-llm", script=[answer(text, chunks=4)])
+        return LlmAgent(name=name, model=llm)
+
+    both = ParallelAgent(
+        name="calc", sub_agents=[branch("left", "one two three"), branch("right", "four five six")]
+    )
+    events = await go(core(both), "stream")  # type: ignore[arg-type]
+    models = {e.message_id: e.model for e in events if e.type == "message_start"}
+    assert sorted(models.values()) == ["left-llm", "right-llm"]
+    text: dict[str, str] = {}
+    for e in events:
+        if e.type == "text_delta":
+            text[models[e.message_id]] = text.get(models[e.message_id], "") + e.delta
+    assert text == {"left-llm": "one two three", "right-llm": "four five six"}
+    ended = [e.message_id for e in events if e.type == "message_end"]
+    assert sorted(ended) == sorted(models)
 
 
 async def test_without_an_observer_run_mode_adds_no_plugin() -> None:

@@ -309,11 +309,25 @@ _FINISH_REASONS = {types.FinishReason.STOP: "stop", types.FinishReason.MAX_TOKEN
 # -- native callbacks -> builder calls -----------------------------------------------------------
 
 
+class _ModelCall:
+    """One agent's model call in progress: its message, what its partial responses
+    carried (``True``: reasoning, ``False``: text) and the scope entered for it."""
+
+    __slots__ = ("message", "scope", "streamed")
+
+    def __init__(self, message: str, scope: AbstractContextManager[None] | None) -> None:
+        self.message = message
+        self.scope = scope
+        self.streamed: set[bool] = set()
+
+
 class _Mapper:
     """Turns one run's plugin callbacks into builder calls.
 
-    One instance per run. ``model_scopes`` says whether the chat span may be made
-    current around the model call (see the module docstring).
+    One instance per run. Model calls are tracked per agent, since the agents of
+    a ``ParallelAgent`` call their models at the same time. ``model_scopes`` says
+    whether the chat span may be made current around the model call (see the
+    module docstring).
     """
 
     def __init__(self, builder: EventBuilder, *, model_scopes: bool) -> None:
@@ -323,10 +337,7 @@ class _Mapper:
         self._step: tuple[str, int] | None = None
         self._steps = 0
         self._agent: str | None = None
-        self._message: str | None = None
-        # what the open message's partial responses carried: text, reasoning (True: thought)
-        self._streamed: set[bool] = set()
-        self._model_scope: AbstractContextManager[None] | None = None
+        self._calls: dict[str, _ModelCall] = {}  # agent name -> its model call in progress
         self._tool_scopes: dict[str, AbstractContextManager[None]] = {}
         self._pending: dict[str, str] = {}  # tool call id -> tool name, no result yet
         self._failed: set[str] = set()  # reported failed; a fed-back response follows
@@ -350,47 +361,50 @@ class _Mapper:
 
     # model calls ----------------------------------------------------------------------
     def model_started(self, agent_name: str, llm_request: LlmRequest) -> None:
-        self._close_message()
+        self._close(agent_name)
         self._start_step(agent_name)
         fields = _request_fields(llm_request) if self._detailed else {}
-        self._message = self.builder.message_start(model=llm_request.model, **fields)
-        self._streamed = set()
-        if self._model_scopes:
-            scope = self.builder.model_scope(self._message)
-            scope.__enter__()
-            self._model_scope = scope
-
-    def _leave_model_scope(self) -> None:
-        scope, self._model_scope = self._model_scope, None
+        message = self.builder.message_start(model=llm_request.model, **fields)
+        scope = self.builder.model_scope(message) if self._model_scopes else None
+        self._calls[agent_name] = _ModelCall(message, scope)
         if scope is not None:
-            scope.__exit__(None, None, None)
+            scope.__enter__()
 
-    def model_responded(self, response: LlmResponse) -> None:
-        if self._message is None:  # a response no request of ours announced (a callback's)
-            self._message = self.builder.message_start(model=response.model_version)
-        message = self._message
+    def _end(self, agent_name: str) -> _ModelCall | None:
+        """The agent's model call is over: its scope is left (same task as entered)."""
+        call = self._calls.pop(agent_name, None)
+        if call is not None and call.scope is not None:
+            call.scope.__exit__(None, None, None)
+        return call
+
+    def model_responded(self, agent_name: str, response: LlmResponse) -> None:
+        call = self._calls.get(agent_name)
+        if call is None:  # a response no request of ours announced (a callback's)
+            call = self._calls[agent_name] = _ModelCall(
+                self.builder.message_start(model=response.model_version), None
+            )
+        message = call.message
         parts = response.content.parts or [] if response.content is not None else []
         if response.partial:
-            self._streamed.update(bool(p.thought) for p in parts if p.text)
+            call.streamed.update(bool(p.thought) for p in parts if p.text)
             self._content(parts, message)
             return
         # The final response repeats what the partial ones streamed: only the rest is new.
-        self._content([p for p in parts if bool(p.thought) not in self._streamed], message)
+        self._content([p for p in parts if bool(p.thought) not in call.streamed], message)
         for index, part in enumerate(parts):
-            call = part.function_call
-            if call is not None and call.id and call.name:
-                self._pending[call.id] = call.name
+            function_call = part.function_call
+            if function_call is not None and function_call.id and function_call.name:
+                self._pending[function_call.id] = function_call.name
                 self.builder.tool_call(
-                    json.dumps(call.args or {}),
-                    tool_call_id=call.id,
-                    name=call.name,
+                    json.dumps(function_call.args or {}),
+                    tool_call_id=function_call.id,
+                    name=function_call.name,
                     index=index,
                     message_id=message,
                 )
         usage = response.usage_metadata
         reason = response.finish_reason
-        self._leave_model_scope()
-        self._message = None
+        self._end(agent_name)
         self.builder.message_end(
             message,
             finish_reason="error"
@@ -414,18 +428,16 @@ class _Mapper:
                 else:
                     self.builder.text(part.text, message)
 
-    def model_failed(self, error: BaseException) -> None:
-        self._leave_model_scope()
-        message, self._message = self._message, None
-        if message is not None:
-            self.builder.message_end(message, error=error)
+    def model_failed(self, agent_name: str, error: BaseException) -> None:
+        call = self._end(agent_name)
+        if call is not None:
+            self.builder.message_end(call.message, error=error)
 
-    def _close_message(self) -> None:
-        """A message no response closed (a callback answered for the model)."""
-        self._leave_model_scope()
-        message, self._message = self._message, None
-        if message is not None:
-            self.builder.message_end(message)
+    def _close(self, agent_name: str) -> None:
+        """A model call no response closed (an agent callback answered for the model)."""
+        call = self._end(agent_name)
+        if call is not None:
+            self.builder.message_end(call.message)
 
     # tools ----------------------------------------------------------------------------
     def tool_started(self, call_id: str) -> None:
@@ -467,7 +479,8 @@ class _Mapper:
     def finish(self) -> None:
         """The native run ended: what is still open closes (a message a callback
         answered for, the last step)."""
-        self._close_message()
+        for agent_name in list(self._calls):
+            self._close(agent_name)
         self.end_step()
 
 
@@ -493,13 +506,13 @@ class _ObserverPlugin(BasePlugin):
         self, *, callback_context: CallbackContext, llm_response: LlmResponse
     ) -> None:
         with handle_internal_errors("adk model response"):
-            self.mapper.model_responded(llm_response)
+            self.mapper.model_responded(callback_context.agent_name, llm_response)
 
     async def on_model_error_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception
     ) -> None:
         with handle_internal_errors("adk model error"):
-            self.mapper.model_failed(error)
+            self.mapper.model_failed(callback_context.agent_name, error)
 
     async def before_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext

@@ -14,6 +14,7 @@ it ADK logs "Skipping missing token usage metadata" on each call).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -129,6 +130,7 @@ class ScriptedAdkLlm(BaseLlm):
                     partial=True,
                 )
             for piece in _pieces(turn.text, turn.chunks):
+                await asyncio.sleep(0)  # a network read: other tasks may run between chunks
                 yield LlmResponse(
                     content=types.Content(role="model", parts=[types.Part(text=piece)]),
                     partial=True,
