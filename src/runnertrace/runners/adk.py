@@ -14,9 +14,10 @@ How the contract maps onto ADK, per run:
   run, as ADK closes a runner: the plugins' ``close()`` and the agent's toolsets
   (bounded by ``plugin_close_timeout``).
 * **Session state.** After a successful run the ADK session's events are also
-  stored, as JSON, under the session key ``"adk"``; a runner whose service has
-  never seen the session (a fresh process, a session loaded from a durable store)
-  replays them into its service first, so the conversation continues.
+  stored under the session key ``"adk"`` (each run adds the copies of its own
+  events); a runner that has not run the conversation yet (a fresh process, a
+  session loaded from a durable store) replays them into its service first when
+  the service lacks the session, so the conversation continues.
 * **Framework context** (round-trips, filtered, accumulate-only). The loaded
   copy is merged into the ADK session state through ``state_delta``; after a
   successful run the session's state, minus ADK's scoped ``app:`` / ``user:`` /
@@ -81,6 +82,7 @@ import base64
 import binascii
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any, ClassVar
@@ -107,6 +109,7 @@ from google.adk.models.llm_response import LlmResponse  # noqa: E402
 from google.adk.plugins import BasePlugin  # noqa: E402
 from google.adk.runners import Runner as ADKRunner  # noqa: E402
 from google.adk.sessions import BaseSessionService, InMemorySessionService  # noqa: E402
+from google.adk.sessions.base_session_service import GetSessionConfig  # noqa: E402
 from google.adk.tools.base_tool import BaseTool  # noqa: E402
 from google.adk.tools.tool_context import ToolContext  # noqa: E402
 from google.genai import types  # noqa: E402
@@ -615,6 +618,7 @@ class _Call:
         self.mapper = mapper
         self.quiet = quiet
         self.output: str | None = None
+        self.started = time.time()  # the run's events are the ones from here on
 
     def see(self, event: Event) -> None:
         """Keep the final response's text (the reply)."""
@@ -681,6 +685,7 @@ class GoogleADKRunner(Runner):
         self.session_service = session_service or InMemorySessionService()
         self.user_id = user_id
         self._warned_streaming = False
+        self._known: set[tuple[str, str]] = set()  # (app, session id) run by this runner
 
     def _streaming_config(self, agent: Agent, declared: Any) -> RunConfig:
         """A copy of the declared ``run_config`` in SSE mode (the stream mapping needs
@@ -705,17 +710,22 @@ class GoogleADKRunner(Runner):
         return declared.model_copy(update={"streaming_mode": StreamingMode.SSE})
 
     async def _ensure_session(self, app_name: str, session_id: str, stored: Any) -> None:
-        """The ADK session exists; a new one replays the events saved in our session."""
-        service = self.session_service
-        user_id = self.user_id
-        found = await service.get_session(app_name=app_name, user_id=user_id, session_id=session_id)
-        if found is not None:
+        """Replay the events saved in our session into a service that lacks the session.
+
+        Only a conversation with saved events that this runner has not run yet is
+        looked up; a new one is created by ADK (``auto_create_session``).
+        """
+        if not stored or (app_name, session_id) in self._known:
             return
-        created = await service.create_session(
-            app_name=app_name, user_id=user_id, session_id=session_id
-        )
-        for data in (stored or {}).get("events", ()):
-            await service.append_event(created, Event.model_validate_json(data))
+        service, user_id = self.session_service, self.user_id
+        found = await service.get_session(app_name=app_name, user_id=user_id, session_id=session_id)
+        if found is None:
+            created = await service.create_session(
+                app_name=app_name, user_id=user_id, session_id=session_id
+            )
+            for event in stored["events"]:
+                await service.append_event(created, event)
+        self._known.add((app_name, session_id))
 
     async def _prepare(
         self,
@@ -736,7 +746,12 @@ class GoogleADKRunner(Runner):
             plugins.append(_ObserverPlugin(mapper))
         app_options["plugins"] = plugins
         app = App(name=native.name, root_agent=native, **app_options)
-        adk = ADKRunner(app=app, session_service=self.session_service, **runner_options)
+        adk = ADKRunner(
+            app=app,
+            session_service=self.session_service,
+            auto_create_session=True,
+            **runner_options,
+        )
         await self._ensure_session(native.name, session.id, prepared.state)
         if streaming:
             options["run_config"] = self._streaming_config(agent, options.get("run_config"))
@@ -749,14 +764,20 @@ class GoogleADKRunner(Runner):
         return _Call(adk, options, prepared, mapper, quiet)
 
     async def _save(self, native: BaseAgent, session: Session, call: _Call) -> None:
+        # Only this run's events are copied out of the service (the rest are saved already).
         found = await self.session_service.get_session(
-            app_name=native.name, user_id=self.user_id, session_id=session.id
+            app_name=native.name,
+            user_id=self.user_id,
+            session_id=session.id,
+            config=GetSessionConfig(after_timestamp=call.started),
         )
         if found is None:
             raise RuntimeError(f"the ADK session {session.id!r} is gone after the run")
-        state = {"events": [e.model_dump_json(exclude_none=True) for e in found.events]}
+        earlier = call.prepared.state["events"] if call.prepared.state else []
+        state = {"events": [*earlier, *found.events]}
         produced = {k: v for k, v in found.state.items() if not k.startswith(_SCOPED_PREFIXES)}
         save(session, STATE_KEY, state, call.prepared, produced)
+        self._known.add((native.name, session.id))
 
     @staticmethod
     def _reply(native: BaseAgent, call: _Call, prompt: str) -> AgentReply:
