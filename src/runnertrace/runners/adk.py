@@ -69,7 +69,11 @@ default) drop every span ADK starts there, while ours are parented explicitly an
 each tool's span is made current only inside the tool. With the global provider
 left at OpenTelemetry's default, ADK's spans are no-ops that pass the current
 context through, so the chat span is also made current around the model call
-(an HTTP span there nests under it). When ADK's spans do record, they would be
+(an HTTP span there nests under it): entered in ``before_model_callback`` and
+left in the final ``after_model_callback`` (or ``on_model_error_callback``),
+which ADK runs in its own task inside the scope it drives the model call with,
+carrying the attached context from one resumption to the next and never out to
+the consumer of the stream. When ADK's spans do record, they would be
 the parent of anything opened inside the model call, so the chat span is not
 made current there: such spans are dropped with ADK's ``generate_content`` span
 in traced runs (a non-parent-based sampler would keep ADK's spans, nested under
