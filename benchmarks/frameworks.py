@@ -142,18 +142,19 @@ def _adk_runner() -> Runner:
 
 
 def _adk_own() -> dict[str, Callable[[], Awaitable[None]]]:
-    """ADK's own call, as an application without runnertrace makes it: one runner,
-    a fresh session per run, ``run_async`` (in SSE mode for the stream)."""
+    """ADK's own call, as an application without runnertrace makes it: one runner, the
+    message built and a fresh session made per run, ``run_async`` (SSE for the stream)."""
     from google.adk.agents import RunConfig
     from google.adk.agents.run_config import StreamingMode  # type: ignore[attr-defined]
     from google.adk.runners import InMemoryRunner
     from google.genai import types
 
     adk = InMemoryRunner(agent=_adk_native(), app_name="calculator")
-    message = types.Content(role="user", parts=[types.Part(text=PROMPT)])
 
     def mode(config: Any) -> Callable[[], Awaitable[None]]:
         async def call() -> None:
+            # per request, as an application turns what it was asked into ADK's message
+            message = types.Content(role="user", parts=[types.Part(text=PROMPT)])
             session_id = f"s{next(_session_ids)}"
             await adk.session_service.create_session(
                 app_name="calculator", user_id="u", session_id=session_id
