@@ -29,6 +29,11 @@ examples, so each framework's own loop is the whole "framework" cost:
 
 Each framework's own call (no runner, untraced) is the baseline of the "runner
 untraced/framework" rows.
+- Google ADK: an ``LlmAgent`` over the example's ``ScriptedAdkLlm`` turn
+  (``examples/adk_agent.py``), imported only when ``google-adk`` is installed
+  (a notice is printed otherwise). For ADK the untraced runner is also timed
+  against ADK's own call (one ``Runner`` and ``run_async`` on a fresh session),
+  the cost of the runner contract itself.
 
 Runners are called directly (``CoreAgent(name, runner, native)`` plus a fresh
 ``Session`` per run, as the tests do), so no ``Runtime`` cost dilutes the ratio.
@@ -266,6 +271,56 @@ def _crewai_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
     return {"run": run, "stream": stream}
 
 
+def _adk_native() -> Any:
+    from adk_agent import multiply as adk_multiply
+    from adk_agent import offline_turn
+    from google.adk.agents import LlmAgent
+
+    from runnertrace.runners.adk_testing import ScriptedAdkLlm
+
+    model = ScriptedAdkLlm(model="offline", script=[offline_turn], loop=True)
+    return LlmAgent(name="calculator", model=model, tools=[adk_multiply])
+
+
+def _adk_agent(runner: AnyRunner) -> CoreAgent:
+    return CoreAgent("calculator", runner, _adk_native())
+
+
+def _adk_runner() -> Runner:
+    from runnertrace.runners.adk import GoogleADKRunner
+
+    return GoogleADKRunner()
+
+
+def _adk_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
+    """ADK's own call, as an application without runnertrace makes it: one runner, the
+    message built and a fresh session made per run, ``run_async`` (SSE for the stream)."""
+    from google.adk.agents import RunConfig
+    from google.adk.agents.run_config import StreamingMode  # type: ignore[attr-defined]
+    from google.adk.runners import InMemoryRunner
+    from google.genai import types
+
+    adk = InMemoryRunner(agent=agent.native, app_name="calculator")
+
+    def mode(config: Any) -> Callable[[], Awaitable[None]]:
+        async def call() -> None:
+            # per request, as an application turns what it was asked into ADK's message
+            message = types.Content(role="user", parts=[types.Part(text=PROMPT)])
+            session_id = f"s{next(_session_ids)}"
+            await adk.session_service.create_session(
+                app_name="calculator", user_id="u", session_id=session_id
+            )
+            stream = adk.run_async(
+                user_id="u", session_id=session_id, new_message=message, run_config=config
+            )
+            async for _ in stream:
+                pass
+
+        return call
+
+    return {"run": mode(RunConfig()), "stream": mode(RunConfig(streaming_mode=StreamingMode.SSE))}
+
+
 FRAMEWORKS: list[tuple[str, Callable[[AnyRunner], CoreAgent], Callable[[], Runner]]] = [
     ("openai-agents", _openai_agent, _openai_runner),
     ("langgraph", _langgraph_agent, _langgraph_runner),
@@ -273,6 +328,7 @@ FRAMEWORKS: list[tuple[str, Callable[[AnyRunner], CoreAgent], Callable[[], Runne
     ("smolagents", _smolagents_agent, _smolagents_runner),
     ("maf", _maf_agent, _maf_runner),
     ("crewai", _crewai_agent, _crewai_runner),
+    ("google-adk", _adk_agent, _adk_runner),
 ]
 
 
@@ -360,6 +416,7 @@ OWN_CALLS: dict[str, Callable[[CoreAgent], dict[str, Callable[[], Awaitable[None
     "smolagents": _smolagents_own,
     "maf": _maf_own,
     "crewai": _crewai_own,
+    "google-adk": _adk_own,
 }
 
 

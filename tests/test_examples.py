@@ -265,3 +265,31 @@ def test_crewai_agent_runs_offline_and_traces_the_crew(
         "      execute_tool multiply",
         "      chat scripted",
     ]
+
+
+def test_adk_agent_traces_run_and_stream_to_the_local_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RUNNERTRACE_TRACE__ENABLED", "true")
+    out = run_example(EXAMPLES / "adk_agent.py", tmp_path)
+
+    assert out.splitlines() == [
+        "run:     The product is 42.",
+        "stream:  [tool -> 42] The product is 42.",
+        "context: {'multiplications': 2}",
+    ]
+    store = SpanStore(user_store())
+    runs = store.list_runs(10)
+    assert sorted((r.framework, r.mode, r.status) for r in runs) == [
+        ("google_adk", "run", "ok"),
+        ("google_adk", "stream", "ok"),
+    ]
+    for run in runs:
+        assert tree(store.get_trace(run.trace_id)) == [
+            "invoke_agent calculator",
+            "  agent_step calculator",
+            "    chat offline",
+            "    execute_tool multiply",
+            "  agent_step calculator",
+            "    chat offline",
+        ]

@@ -31,6 +31,8 @@ HEAVY = (
     "traceloop",
     "smolagents",
     "crewai",
+    "google.adk",
+    "google.genai",
 )
 
 PROBE = """
@@ -39,7 +41,8 @@ import runnertrace, runnertrace.core, runnertrace.runners.native
 from runnertrace.runners.native import Agent, NativeModule, ScriptedLlm, calculator
 {extra}
 heavy = {heavy!r}
-print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in heavy)))
+loaded = (m for m in sys.modules if any(m == h or m.startswith(h + ".") for h in heavy))
+print(json.dumps(sorted(loaded)))
 """
 
 

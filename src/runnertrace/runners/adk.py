@@ -1,0 +1,841 @@
+"""``GoogleADKRunner``: the runner contract over a Google ADK agent (``LlmAgent``).
+
+Install with ``pip install 'runnertrace[adk]'``; importing this module without
+``google-adk`` raises :class:`~runnertrace._internal.imports.MissingExtraError`.
+
+How the contract maps onto ADK, per run:
+
+* **The native call.** An ADK ``Runner`` over the user's agent, built per run
+  from a per-run ``App`` (so the declared plugins and app settings apply to this
+  run only) and driven with ``run_async``. Its session service belongs to the
+  :class:`GoogleADKRunner` (an ``InMemorySessionService`` unless one is given),
+  and the ADK session is keyed by our session id, under the app name of the
+  agent and the runner's ``user_id``. The per-run ``Runner`` is closed after the
+  run, as ADK closes a runner: the plugins' ``close()`` and the agent's toolsets
+  (bounded by ``plugin_close_timeout``).
+* **Session state.** After a successful run the ADK session's events are also
+  stored under the session key ``"adk"`` (each run adds the copies of its own
+  events); a runner that has not run the conversation yet (a fresh process, a
+  session loaded from a durable store) replays them into its service first when
+  the service lacks the session, so the conversation continues.
+* **Framework context** (round-trips, filtered, accumulate-only). The loaded
+  copy is merged into the ADK session state through ``state_delta``; after a
+  successful run the session's state, minus ADK's scoped ``app:`` / ``user:`` /
+  ``temp:`` keys, is written back (shallow-merged). Tool-added keys survive
+  (``tool_context.state[...] = ...``), and so does anything else in the state.
+* **Run options** go where ADK takes them: ``plugins`` (and the other ``App``
+  settings: ``events_compaction_config``, ``context_cache_config``,
+  ``resumability_config``) to the per-run ``App``; ``memory_service``,
+  ``artifact_service``, ``credential_service`` and ``plugin_close_timeout`` to
+  the per-run ``Runner``; everything else to ``run_async`` (``run_config``,
+  ``abort_signal``; an unknown key is ADK's ``TypeError`` on the first run).
+  The turn limit is ``run_config=RunConfig(max_llm_calls=N)``.
+* **Stream mode** copies the declared ``run_config`` with
+  ``streaming_mode=SSE`` (one warning per runner when the caller set another
+  mode explicitly): partial responses become text (and reasoning) deltas, and
+  the final non-partial response closes the message with its function calls and
+  usage. Run mode honours the ``run_config`` as declared.
+
+**Events** come from one ADK plugin of ours (:class:`_ObserverPlugin`), added
+last to the per-run ``App``'s plugins (once per native runner). Every callback
+returns ``None``, so the user's plugins and the agent's callbacks still fire
+exactly once and keep the last word. An untraced run-mode call adds no plugin;
+stream mode always needs it (the events are the stream) but builds the request
+fields only when someone observes.
+
+* A step is one model call and the tool calls it asks for (ADK's LLM-flow step);
+  it starts at ``before_model_callback`` and ends when the next one starts or the
+  run ends. A step of another agent than the previous one (a transfer) records
+  the handoff.
+* The chat span starts when the request is about to be sent, with what is sent:
+  ``llm_request.contents`` as GenAI messages, the system instruction as text, the
+  generate-content config's sampling parameters and the function declarations.
+  ``on_model_error_callback`` ends it with the exception, in its step. ADK does
+  not retry a failed model call; unless an error callback answers for the model,
+  the run fails.
+* A tool call runs in the tool scope from ``before_tool_callback`` to
+  ``after_tool_callback`` / ``on_tool_error_callback`` (ADK runs all three in the
+  same task, so spans opened in the tool nest under its ``execute_tool``). A tool
+  that raises is reported with its exception, whether an ``on_tool_error``
+  callback feeds a response back to the model or the run fails.
+
+**ADK's own OpenTelemetry spans: suppressed in traced runs.** ADK sends
+``invoke_workflow`` / ``invoke_agent`` / ``generate_content`` / ``execute_tool``
+spans to the global tracer provider, which is also ours when the application
+installed an SDK provider (runnertrace then reuses it). Next to ours each call
+would show twice and its tokens count twice. So a traced run drives ADK under an
+*unsampled* copy of the run span's context: parent-based samplers (the SDK
+default) drop every span ADK starts there, while ours are parented explicitly and
+each tool's span is made current only inside the tool. With the global provider
+left at OpenTelemetry's default, ADK's spans are no-ops that pass the current
+context through, so the chat span is also made current around the model call
+(an HTTP span there nests under it): entered in ``before_model_callback`` and
+left in the final ``after_model_callback`` (or ``on_model_error_callback``),
+which ADK runs in its own task inside the scope it drives the model call with,
+carrying the attached context from one resumption to the next and never out to
+the consumer of the stream. When ADK's spans do record, they would be
+the parent of anything opened inside the model call, so the chat span is not
+made current there: such spans are dropped with ADK's ``generate_content`` span
+in traced runs (a non-parent-based sampler would keep ADK's spans, nested under
+our run span). Untraced runs keep ADK's spans untouched.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, suppress
+from typing import Any, ClassVar
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from pydantic import JsonValue
+
+from runnertrace._internal.errors import handle_internal_errors
+from runnertrace._internal.imports import require
+
+require("google.adk", "adk")
+
+from google.adk.agents import BaseAgent, LlmAgent, RunConfig  # noqa: E402
+from google.adk.agents.callback_context import CallbackContext  # noqa: E402
+from google.adk.agents.invocation_context import InvocationContext  # noqa: E402
+
+# ADK documents this import path; mypy sees it as an implicit re-export.
+from google.adk.agents.run_config import StreamingMode  # type: ignore[attr-defined]  # noqa: E402
+from google.adk.apps import App  # noqa: E402
+from google.adk.events import Event  # noqa: E402
+from google.adk.models.llm_request import LlmRequest  # noqa: E402
+from google.adk.models.llm_response import LlmResponse  # noqa: E402
+from google.adk.plugins import BasePlugin  # noqa: E402
+from google.adk.runners import Runner as ADKRunner  # noqa: E402
+from google.adk.sessions import BaseSessionService, InMemorySessionService  # noqa: E402
+from google.adk.sessions.base_session_service import GetSessionConfig  # noqa: E402
+from google.adk.tools.base_tool import BaseTool  # noqa: E402
+from google.adk.tools.tool_context import ToolContext  # noqa: E402
+from google.genai import types  # noqa: E402
+
+from runnertrace.core.agent import Agent  # noqa: E402
+from runnertrace.core.builder import EventBuilder  # noqa: E402
+from runnertrace.core.context import ensure_tool_context  # noqa: E402
+from runnertrace.core.events import StreamEvent  # noqa: E402
+from runnertrace.core.models import AgentReply, AgentRequest, prompt_of  # noqa: E402
+from runnertrace.core.module import Module  # noqa: E402
+from runnertrace.core.observer import (  # noqa: E402
+    NULL_OBSERVER,
+    Observer,
+    claim_observer,
+    in_traced_run,
+    stream_observer,
+)
+from runnertrace.core.runner import Runner  # noqa: E402
+from runnertrace.core.session import Session  # noqa: E402
+from runnertrace.core.skeleton import Prepared, invoke, native_of, prepare, relay, reply_of, save  # noqa: E402
+
+__all__ = ["STATE_KEY", "GoogleADKModule", "GoogleADKRunner", "user_content_of"]
+
+logger = logging.getLogger("runnertrace")
+
+STATE_KEY = "adk"
+PLUGIN_NAME = "runnertrace"
+DEFAULT_USER_ID = "runnertrace"
+
+# ADK's scoped state prefixes: app-, user- and invocation-wide values, not the run's context.
+_SCOPED_PREFIXES = ("app:", "user:", "temp:")
+
+# Where each run option goes (anything else goes to run_async).
+_APP_OPTIONS = frozenset(App.model_fields) - {"name", "root_agent"}
+_RUNNER_OPTIONS = frozenset(
+    {"memory_service", "artifact_service", "credential_service", "plugin_close_timeout"}
+)
+
+# GenerateContentConfig fields that are GenAI request parameters, by semconv name.
+_REQUEST_PARAMETERS = {
+    "temperature": "temperature",
+    "max_output_tokens": "max_tokens",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "seed": "seed",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "stop_sequences": "stop_sequences",
+}
+
+
+# -- requests -> the user's Content ------------------------------------------------------------
+
+
+def _blob(data: str, mime_type: str, name: str | None) -> types.Part:
+    """An image or file: an http(s) URL stays a reference, anything else is inline bytes."""
+    if data.startswith(("http://", "https://")):
+        return types.Part(file_data=types.FileData(file_uri=data, mime_type=mime_type))
+    if data.startswith("data:"):
+        header, _, data = data.partition(",")
+        mime_type = header[5:].split(";")[0] or mime_type
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        label = f"{name!r} " if name else ""
+        raise ValueError(
+            f"request {label}({mime_type}) is neither base64 data, a data: URI nor an http(s) URL"
+        ) from exc
+    return types.Part(inline_data=types.Blob(data=raw, mime_type=mime_type, display_name=name))
+
+
+_REQUEST_PARTS: dict[str, Callable[[Any], types.Part]] = {
+    "text": lambda r: types.Part(text=r.prompt),
+    "image": lambda r: _blob(r.image_data, r.mime_type, r.name),
+    "file": lambda r: _blob(r.file_data, r.mime_type, r.name),
+    "any": lambda r: types.Part(
+        text=r.content if isinstance(r.content, str) else json.dumps(r.content, default=str)
+    ),
+}
+
+
+def user_content_of(requests: Sequence[AgentRequest]) -> types.Content:
+    """Our requests as the ADK user message (one part per request, in order)."""
+    if not requests:
+        raise ValueError("a run needs at least one request")
+    return types.Content(role="user", parts=[_REQUEST_PARTS[r.type](r) for r in requests])
+
+
+# -- what a model call is sent ------------------------------------------------------------------
+
+
+def _jsonable(value: Any) -> JsonValue:
+    return json.loads(json.dumps(value, default=str))  # type: ignore[no-any-return]
+
+
+def _part(part: types.Part) -> dict[str, JsonValue] | None:
+    """One ``types.Part`` as a GenAI semconv message part (``None``: nothing to show)."""
+    if part.function_call is not None:
+        call = part.function_call
+        return {
+            "type": "tool_call",
+            "id": call.id,
+            "name": call.name,
+            "arguments": _jsonable(call.args or {}),
+        }
+    if part.function_response is not None:
+        response = part.function_response
+        return {
+            "type": "tool_call_response",
+            "id": response.id,
+            "name": response.name,
+            "response": _jsonable(response.response),
+        }
+    if part.text is not None:
+        return {"type": "reasoning" if part.thought else "text", "content": part.text}
+    blob = part.inline_data or part.file_data
+    if blob is not None:
+        return {"type": "blob", "mime_type": blob.mime_type}
+    return None
+
+
+_ROLES = {"model": "assistant", "user": "user"}
+
+
+def _messages(contents: Sequence[types.Content]) -> list[dict[str, JsonValue]]:
+    """``llm_request.contents`` as GenAI semconv input messages.
+
+    A user-role content that holds only function responses is the tool's message.
+    """
+    messages: list[dict[str, JsonValue]] = []
+    for content in contents:
+        parts = [p for p in map(_part, content.parts or ()) if p is not None]
+        if not parts:
+            continue
+        role = _ROLES.get(content.role or "user", content.role or "user")
+        if all(p["type"] == "tool_call_response" for p in parts):
+            role = "tool"
+        messages.append({"role": role, "parts": list(parts)})
+    return messages
+
+
+def _instruction_text(instruction: Any) -> str | None:
+    """The system instruction as the text the model gets (ADK renders it to a string)."""
+    if instruction is None or isinstance(instruction, str):
+        return instruction or None
+    if isinstance(instruction, types.Content):
+        texts = [p.text for p in instruction.parts or () if p.text]
+        return "\n".join(texts) or None
+    if isinstance(instruction, types.Part):
+        return instruction.text or None
+    if isinstance(instruction, list):
+        return "\n".join(filter(None, map(_instruction_text, instruction))) or None
+    return str(instruction)
+
+
+def _tool_definitions(config: types.GenerateContentConfig) -> list[dict[str, JsonValue]]:
+    definitions: list[dict[str, JsonValue]] = []
+    for tool in config.tools or ():
+        for declaration in getattr(tool, "function_declarations", None) or ():
+            schema: Any = declaration.parameters_json_schema
+            if schema is None and declaration.parameters is not None:
+                schema = declaration.parameters.model_dump(mode="json", exclude_none=True)
+            definitions.append(
+                {
+                    "type": "function",
+                    "name": declaration.name,
+                    "description": declaration.description,
+                    "parameters": _jsonable(schema),
+                }
+            )
+    return definitions
+
+
+def _request_fields(llm_request: LlmRequest) -> dict[str, Any]:
+    """The optional ``MessageStart`` fields: messages, instructions, parameters, tools."""
+    config = llm_request.config
+    parameters: dict[str, JsonValue] = {
+        name: _jsonable(getattr(config, field))
+        for field, name in _REQUEST_PARAMETERS.items()
+        if getattr(config, field, None) is not None
+    }
+    return {
+        "input_messages": _messages(llm_request.contents) or None,
+        "system_instructions": _instruction_text(config.system_instruction),
+        "request_parameters": parameters or None,
+        "tool_definitions": _tool_definitions(config) or None,
+    }
+
+
+def _result_text(result: Any) -> str:
+    """A tool's result as text: ADK wraps a non-dict return as ``{"result": value}``."""
+    if isinstance(result, Mapping) and set(result) == {"result"}:
+        result = result["result"]
+    return result if isinstance(result, str) else json.dumps(result, default=str)
+
+
+_FINISH_REASONS = {types.FinishReason.STOP: "stop", types.FinishReason.MAX_TOKENS: "length"}
+
+
+# -- native callbacks -> builder calls -----------------------------------------------------------
+
+
+class _ModelCall:
+    """One agent's model call in progress: its message, what its partial responses
+    carried (``True``: reasoning, ``False``: text) and the scope entered for it."""
+
+    __slots__ = ("message", "scope", "streamed")
+
+    def __init__(self, message: str, scope: AbstractContextManager[None] | None) -> None:
+        self.message = message
+        self.scope = scope
+        self.streamed: set[bool] = set()
+
+
+class _Mapper:
+    """Turns one run's plugin callbacks into builder calls.
+
+    One instance per run. Model calls are tracked per agent, since the agents of
+    a ``ParallelAgent`` call their models at the same time. ``model_scopes`` says
+    whether the chat span may be made current around the model call (see the
+    module docstring).
+    """
+
+    def __init__(self, builder: EventBuilder, *, model_scopes: bool) -> None:
+        self.builder = builder
+        self._detailed = builder.observed
+        self._model_scopes = model_scopes
+        self._step: tuple[str, int] | None = None
+        self._steps = 0
+        self._agent: str | None = None
+        self._calls: dict[str, _ModelCall] = {}  # agent name -> its model call in progress
+        self._tool_scopes: dict[str, AbstractContextManager[None]] = {}
+        self._pending: dict[str, str] = {}  # tool call id -> tool name, no result yet
+        self._failed: set[str] = set()  # reported failed; a fed-back response follows
+
+    # steps --------------------------------------------------------------------------
+    def end_step(self) -> None:
+        if self._step is not None:
+            name, index = self._step
+            self._step = None
+            self.builder.step_end(name, index)
+
+    def _start_step(self, agent_name: str) -> None:
+        self.end_step()
+        handoff = self._agent if self._agent not in (None, agent_name) else None
+        self._agent = agent_name
+        self._steps += 1
+        self._step = (agent_name, self._steps)
+        self.builder.step_start(
+            agent_name, self._steps, agent_name=agent_name, handoff_from=handoff
+        )
+
+    # model calls ----------------------------------------------------------------------
+    def model_started(self, agent_name: str, llm_request: LlmRequest) -> None:
+        self._close(agent_name)
+        self._start_step(agent_name)
+        fields = _request_fields(llm_request) if self._detailed else {}
+        message = self.builder.message_start(model=llm_request.model, **fields)
+        scope = self.builder.model_scope(message) if self._model_scopes else None
+        self._calls[agent_name] = _ModelCall(message, scope)
+        if scope is not None:
+            scope.__enter__()
+
+    def _end(self, agent_name: str) -> _ModelCall | None:
+        """The agent's model call is over: its scope is left (same task as entered)."""
+        call = self._calls.pop(agent_name, None)
+        if call is not None and call.scope is not None:
+            call.scope.__exit__(None, None, None)
+        return call
+
+    def model_responded(self, agent_name: str, response: LlmResponse) -> None:
+        call = self._calls.get(agent_name)
+        if call is None:  # a response no request of ours announced (a callback's)
+            call = self._calls[agent_name] = _ModelCall(
+                self.builder.message_start(model=response.model_version), None
+            )
+        message = call.message
+        parts = response.content.parts or [] if response.content is not None else []
+        if response.partial:
+            call.streamed.update(bool(p.thought) for p in parts if p.text)
+            self._content(parts, message)
+            return
+        # The final response repeats what the partial ones streamed: only the rest is new.
+        self._content([p for p in parts if bool(p.thought) not in call.streamed], message)
+        for index, part in enumerate(parts):
+            function_call = part.function_call
+            if function_call is not None and function_call.id and function_call.name:
+                self._pending[function_call.id] = function_call.name
+                self.builder.tool_call(
+                    json.dumps(function_call.args or {}),
+                    tool_call_id=function_call.id,
+                    name=function_call.name,
+                    index=index,
+                    message_id=message,
+                )
+        usage = response.usage_metadata
+        reason = response.finish_reason
+        self._end(agent_name)
+        self.builder.message_end(
+            message,
+            finish_reason="error"
+            if response.error_code
+            else _FINISH_REASONS.get(reason, str(reason.value).lower())
+            if reason is not None
+            else None,
+            input_tokens=usage.prompt_token_count if usage is not None else None,
+            output_tokens=usage.candidates_token_count if usage is not None else None,
+            cache_read_input_tokens=usage.cached_content_token_count if usage else None,
+            reasoning_output_tokens=usage.thoughts_token_count if usage else None,
+            response_model=response.model_version,
+            response_id=response.interaction_id,
+        )
+
+    def _content(self, parts: Sequence[types.Part], message: str) -> None:
+        for part in parts:
+            if part.text:
+                if part.thought:
+                    self.builder.reasoning(part.text, message)
+                else:
+                    self.builder.text(part.text, message)
+
+    def model_failed(self, agent_name: str, error: BaseException) -> None:
+        call = self._end(agent_name)
+        if call is not None:
+            self.builder.message_end(call.message, error=error)
+
+    def _close(self, agent_name: str) -> None:
+        """A model call no response closed (an agent callback answered for the model)."""
+        call = self._end(agent_name)
+        if call is not None:
+            self.builder.message_end(call.message)
+
+    # tools ----------------------------------------------------------------------------
+    def tool_started(self, call_id: str) -> None:
+        scope = self.builder.tool_scope(call_id)
+        scope.__enter__()
+        self._tool_scopes[call_id] = scope
+
+    def _leave_tool_scope(self, call_id: str) -> None:
+        scope = self._tool_scopes.pop(call_id, None)
+        if scope is not None:
+            scope.__exit__(None, None, None)
+
+    def tool_finished(self, call_id: str, name: str, result: Any) -> None:
+        """After the tool (or a callback answering for it); a failure was reported already."""
+        self._leave_tool_scope(call_id)
+        if call_id in self._failed:
+            self._failed.discard(call_id)
+            return
+        self._pending.pop(call_id, None)
+        self.builder.tool_result(call_id, _result_text(result), name=name)
+
+    def tool_failed(self, call_id: str, name: str, error: BaseException) -> None:
+        """The tool raised: reported now, whether a callback then feeds a response back
+        (``after_tool_callback`` follows) or the run fails."""
+        self._leave_tool_scope(call_id)
+        self._pending.pop(call_id, None)
+        self._failed.add(call_id)
+        message = f"{type(error).__name__}: {error}"
+        self.builder.tool_result(call_id, message, name=name, error=error)
+
+    def settle(self, event: Event) -> None:
+        """Function responses whose after-tool hook never reached us (a user plugin
+        ahead of ours answered for it) still close their calls."""
+        for response in event.get_function_responses():
+            name = self._pending.pop(response.id, None) if response.id else None
+            if name is not None and response.id is not None:
+                self.builder.tool_result(response.id, _result_text(response.response), name=name)
+
+    def finish(self) -> None:
+        """The native run ended: what is still open closes (a message a callback
+        answered for, the last step)."""
+        for agent_name in list(self._calls):
+            self._close(agent_name)
+        self.end_step()
+
+
+class _ObserverPlugin(BasePlugin):
+    """The one plugin through which a run's events are observed.
+
+    Every callback returns ``None`` (any other value would answer for the model or
+    the tool and skip the plugins and agent callbacks after it), and mapping
+    faults are telemetry faults: logged once, never fatal to the run.
+    """
+
+    def __init__(self, mapper: _Mapper) -> None:
+        super().__init__(PLUGIN_NAME)
+        self.mapper = mapper
+
+    async def before_model_callback(
+        self, *, callback_context: CallbackContext, llm_request: LlmRequest
+    ) -> None:
+        with handle_internal_errors("adk model start"):
+            self.mapper.model_started(callback_context.agent_name, llm_request)
+
+    async def after_model_callback(
+        self, *, callback_context: CallbackContext, llm_response: LlmResponse
+    ) -> None:
+        with handle_internal_errors("adk model response"):
+            self.mapper.model_responded(callback_context.agent_name, llm_response)
+
+    async def on_model_error_callback(
+        self, *, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception
+    ) -> None:
+        with handle_internal_errors("adk model error"):
+            self.mapper.model_failed(callback_context.agent_name, error)
+
+    async def before_tool_callback(
+        self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
+    ) -> None:
+        if tool_context.function_call_id:
+            with handle_internal_errors("adk tool start"):
+                self.mapper.tool_started(tool_context.function_call_id)
+
+    async def after_tool_callback(
+        self,
+        *,
+        tool: BaseTool,
+        tool_args: dict[str, Any],
+        tool_context: ToolContext,
+        result: dict[str, Any],
+    ) -> None:
+        if tool_context.function_call_id:
+            with handle_internal_errors("adk tool result"):
+                self.mapper.tool_finished(tool_context.function_call_id, tool.name, result)
+
+    async def on_tool_error_callback(
+        self,
+        *,
+        tool: BaseTool,
+        tool_args: dict[str, Any],
+        tool_context: ToolContext,
+        error: Exception,
+    ) -> None:
+        if tool_context.function_call_id:
+            with handle_internal_errors("adk tool error"):
+                self.mapper.tool_failed(tool_context.function_call_id, tool.name, error)
+
+    async def on_event_callback(
+        self, *, invocation_context: InvocationContext, event: Event
+    ) -> None:
+        with handle_internal_errors("adk event"):
+            self.mapper.settle(event)
+
+
+# -- ADK's own spans -------------------------------------------------------------------------------
+
+
+def _adk_spans_record() -> bool:
+    """Whether ADK's spans would be recorded: an application set a global provider.
+
+    ADK takes its tracer from the global provider; left at OpenTelemetry's
+    default, its spans are no-ops that keep the current context.
+    """
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
+def _quiet_context() -> otel_context.Context:
+    """The context a traced run drives ADK in: the run span's ids, not sampled.
+
+    Parent-based samplers drop what ADK starts under it; a sampler that ignores
+    the parent would keep ADK's spans, nested under our run span.
+    """
+    run = trace.get_current_span().get_span_context()
+    quiet = trace.SpanContext(
+        trace_id=run.trace_id,
+        span_id=run.span_id,
+        is_remote=False,
+        trace_flags=trace.TraceFlags(trace.TraceFlags.DEFAULT),
+        trace_state=run.trace_state,
+    )
+    return trace.set_span_in_context(trace.NonRecordingSpan(quiet))
+
+
+@contextmanager
+def _attached(context: otel_context.Context | None) -> Iterator[None]:
+    if context is None:
+        yield
+        return
+    token = otel_context.attach(context)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
+# -- the runner ---------------------------------------------------------------------------------
+
+
+class _Call:
+    """One prepared native run: the per-run ADK runner, its ``run_async`` keywords,
+    and what the run produced so far (the final text)."""
+
+    def __init__(
+        self,
+        adk: ADKRunner,
+        kwargs: dict[str, Any],
+        prepared: Prepared,
+        mapper: _Mapper | None,
+        quiet: otel_context.Context | None,
+    ) -> None:
+        self.adk = adk
+        self.kwargs = kwargs
+        self.prepared = prepared
+        self.mapper = mapper
+        self.quiet = quiet
+        self.output: str | None = None
+        self.started = time.time()  # the run's events are the ones from here on
+
+    def see(self, event: Event) -> None:
+        """Keep the final response's text (the reply)."""
+        if event.partial or event.content is None or not event.is_final_response():
+            return
+        text = "".join(p.text for p in event.content.parts or () if p.text and not p.thought)
+        if text:
+            self.output = text
+
+    async def events(self) -> AsyncIterator[Event]:
+        """ADK's events, each pulled under the quiet context in a traced run (never
+        across a ``yield``); at the end the mapper closes what is still open and the
+        per-run ADK runner is closed (its plugins and toolsets)."""
+        native = self.adk.run_async(**self.kwargs)
+        try:
+            while True:
+                with _attached(self.quiet):
+                    try:
+                        event = await anext(native)
+                    except StopAsyncIteration:
+                        break
+                self.see(event)
+                yield event
+            if self.mapper is not None:
+                self.mapper.finish()
+        finally:
+            with _attached(self.quiet):
+                await native.aclose()
+                await self.adk.close()
+
+
+class GoogleADKRunner(Runner):
+    """Runs a Google ADK agent (an ``LlmAgent``, or any ``BaseAgent``) in run or stream mode.
+
+    ``session_service`` keeps the ADK sessions (default: an ``InMemorySessionService``
+    of this runner); ``user_id`` is the ADK user the sessions belong to.
+    """
+
+    framework: ClassVar[str] = "google_adk"
+    RESERVED_RUN_OPTIONS: ClassVar[dict[str, str]] = {
+        "agent": "the runner runs the registered agent",
+        "app": "the runner builds a per-run App; declare plugins and App settings as options",
+        "app_name": "the runner names the app after the agent",
+        "node": "the runner runs the registered agent",
+        "session_service": "the session service belongs to the runner: GoogleADKRunner(...)",
+        "auto_create_session": "the runner creates the ADK session from the session id",
+        "user_id": "the ADK user is the runner's: GoogleADKRunner(user_id=...)",
+        "session_id": "the ADK session is keyed by the session id",
+        "new_message": "the runner builds the message from the requests",
+        "state_delta": (
+            "the runner passes the framework context as the state delta; "
+            "set it with session.set_framework_context()"
+        ),
+        "invocation_id": "each run is a new invocation",
+        "yield_user_message": "the runner does not map the user's message to events",
+    }
+
+    def __init__(
+        self,
+        session_service: BaseSessionService | None = None,
+        *,
+        user_id: str = DEFAULT_USER_ID,
+    ) -> None:
+        self.session_service = session_service or InMemorySessionService()
+        self.user_id = user_id
+        self._warned_streaming = False
+        self._known: set[tuple[str, str]] = set()  # (app, session id) run by this runner
+
+    def _streaming_config(self, agent: Agent, declared: Any) -> RunConfig:
+        """A copy of the declared ``run_config`` in SSE mode (the stream mapping needs
+        partial responses); one warning per runner when the caller chose another mode."""
+        if declared is None:
+            return RunConfig(streaming_mode=StreamingMode.SSE)
+        if not isinstance(declared, RunConfig):
+            raise TypeError(
+                f"run option 'run_config' of agent {agent.name!r} must be a "
+                f"google.adk.agents.RunConfig, got {type(declared).__name__}"
+            )
+        chosen = declared.streaming_mode
+        explicit = "streaming_mode" in declared.model_fields_set
+        if explicit and chosen != StreamingMode.SSE and not self._warned_streaming:
+            self._warned_streaming = True
+            logger.warning(
+                "runnertrace: run_config.streaming_mode=%s of agent %r is replaced by SSE "
+                "in stream mode (the stream is made of ADK's partial responses)",
+                chosen,
+                agent.name,
+            )
+        return declared.model_copy(update={"streaming_mode": StreamingMode.SSE})
+
+    async def _ensure_session(self, app_name: str, session_id: str, stored: Any) -> None:
+        """Replay the events saved in our session into a service that lacks the session.
+
+        Only a conversation with saved events that this runner has not run yet is
+        looked up; a new one is created by ADK (``auto_create_session``).
+        """
+        if not stored or (app_name, session_id) in self._known:
+            return
+        service, user_id = self.session_service, self.user_id
+        found = await service.get_session(app_name=app_name, user_id=user_id, session_id=session_id)
+        if found is None:
+            created = await service.create_session(
+                app_name=app_name, user_id=user_id, session_id=session_id
+            )
+            for event in stored["events"]:
+                await service.append_event(created, event)
+        self._known.add((app_name, session_id))
+
+    async def _prepare(
+        self,
+        agent: Agent,
+        native: BaseAgent,
+        session: Session,
+        requests: list[AgentRequest],
+        mapper: _Mapper | None,
+        *,
+        streaming: bool,
+    ) -> _Call:
+        prepared = await prepare(agent, session, requests, STATE_KEY)
+        options = prepared.options
+        app_options = {k: options.pop(k) for k in list(options) if k in _APP_OPTIONS}
+        runner_options = {k: options.pop(k) for k in list(options) if k in _RUNNER_OPTIONS}
+        plugins = list(app_options.get("plugins") or ())
+        if mapper is not None:
+            plugins.append(_ObserverPlugin(mapper))
+        app_options["plugins"] = plugins
+        app = App(name=native.name, root_agent=native, **app_options)
+        adk = ADKRunner(
+            app=app,
+            session_service=self.session_service,
+            auto_create_session=True,
+            **runner_options,
+        )
+        await self._ensure_session(native.name, session.id, prepared.state)
+        if streaming:
+            options["run_config"] = self._streaming_config(agent, options.get("run_config"))
+        # Owned keys last, so no declared option can displace them.
+        options["user_id"] = self.user_id
+        options["session_id"] = session.id
+        options["new_message"] = user_content_of(requests)
+        options["state_delta"] = dict(prepared.context) if prepared.context else None
+        quiet = _quiet_context() if in_traced_run() else None
+        return _Call(adk, options, prepared, mapper, quiet)
+
+    async def _save(self, native: BaseAgent, session: Session, call: _Call) -> None:
+        # Only this run's events are copied out of the service (the rest are saved already).
+        found = await self.session_service.get_session(
+            app_name=native.name,
+            user_id=self.user_id,
+            session_id=session.id,
+            config=GetSessionConfig(after_timestamp=call.started),
+        )
+        if found is None:
+            raise RuntimeError(f"the ADK session {session.id!r} is gone after the run")
+        earlier = call.prepared.state["events"] if call.prepared.state else []
+        state = {"events": [*earlier, *found.events]}
+        produced = {k: v for k, v in found.state.items() if not k.startswith(_SCOPED_PREFIXES)}
+        save(session, STATE_KEY, state, call.prepared, produced)
+        self._known.add((native.name, session.id))
+
+    @staticmethod
+    def _reply(native: BaseAgent, call: _Call, prompt: str) -> AgentReply:
+        output: Any = call.output
+        if isinstance(native, LlmAgent) and native.output_schema is not None and output:
+            with suppress(ValueError):  # not JSON after all: the text is the reply
+                output = json.loads(output)
+        return reply_of(output, prompt)
+
+    @staticmethod
+    def _mapper(observer: Observer, *, queue: bool) -> _Mapper:
+        return _Mapper(EventBuilder(observer, queue=queue), model_scopes=not _adk_spans_record())
+
+    async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:
+        native = native_of(agent, BaseAgent, "a Google ADK agent")
+        with claim_observer() as observer:
+            # Untraced, no plugin is added: the run is the plain native call.
+            mapper = None if observer is NULL_OBSERVER else self._mapper(observer, queue=False)
+            call = await self._prepare(agent, native, session, requests, mapper, streaming=False)
+
+            async def drive() -> None:
+                async for _ in call.events():
+                    pass
+
+            await invoke(
+                agent,
+                session,
+                requests,
+                drive,
+                on_failure=mapper.builder.fail if mapper is not None else _ignore,
+            )
+        await self._save(native, session, call)
+        return self._reply(native, call, prompt_of(requests))
+
+    async def stream(
+        self, agent: Agent, session: Session, requests: list[AgentRequest]
+    ) -> AsyncIterator[StreamEvent]:
+        native = native_of(agent, BaseAgent, "a Google ADK agent")
+        mapper = self._mapper(stream_observer(), queue=True)
+        with ensure_tool_context(agent, session, requests):
+            call = await self._prepare(agent, native, session, requests, mapper, streaming=True)
+            async for event in relay(mapper.builder, call.events()):
+                yield event
+        await self._save(native, session, call)
+
+
+def _ignore(error: BaseException) -> None:
+    """Untraced run mode: nothing was opened, so nothing to close on failure."""
+
+
+class GoogleADKModule(Module):
+    """Registers Google ADK agents with the runtime, each paired with a
+    :class:`GoogleADKRunner`; ``.run_options(agent, [factory], **options)`` declares
+    ``plugins``, services, ``plugin_close_timeout`` and ``run_config``.
+    """
+
+    runner_class = GoogleADKRunner

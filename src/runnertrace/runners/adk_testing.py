@@ -1,0 +1,146 @@
+"""An offline Google ADK model for tests and examples: ``ScriptedAdkLlm``.
+
+ADK calls a model through ``BaseLlm.generate_content_async(llm_request, stream)``;
+this subclass answers from a script instead of a network, so an ``LlmAgent`` runs
+its real loop (callbacks, plugins, tools, sessions) with no API key.
+
+Each turn of the script is a :class:`Turn` (text and/or function calls), a
+callable ``(LlmRequest) -> Turn`` (to answer from what was sent, or to raise),
+or an exception instance to raise. With ``stream=True`` (ADK's SSE mode) the
+text comes as ``partial=True`` chunks first, then the whole response once more,
+non-partial, as real models do. Every response carries usage metadata (without
+it ADK logs "Skipping missing token usage metadata" on each call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+from pydantic import Field, PrivateAttr
+
+from runnertrace._internal.imports import require
+
+require("google.adk", "adk")
+
+from google.adk.models.base_llm import BaseLlm  # noqa: E402
+from google.adk.models.llm_request import LlmRequest  # noqa: E402
+from google.adk.models.llm_response import LlmResponse  # noqa: E402
+from google.genai import types  # noqa: E402
+
+__all__ = ["ScriptedAdkLlm", "Turn", "answer", "call"]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One scripted model response: ``text`` (sent in ``chunks`` partial responses
+    when streamed; ``chunks=0``: only in the final response), ``thought`` (one
+    partial response) and function calls ``(name, args, call_id)``."""
+
+    text: str = ""
+    calls: Sequence[tuple[str, dict[str, Any], str]] = ()
+    chunks: int = 2
+    input_tokens: int = 10
+    output_tokens: int = 5
+    thought: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def parts(self) -> list[types.Part]:
+        parts: list[types.Part] = []
+        if self.thought:
+            parts.append(types.Part(text=self.thought, thought=True))
+        if self.text:
+            parts.append(types.Part(text=self.text))
+        parts.extend(
+            types.Part(function_call=types.FunctionCall(name=name, args=args, id=call_id))
+            for name, args, call_id in self.calls
+        )
+        return parts
+
+    def usage(self) -> types.GenerateContentResponseUsageMetadata:
+        return types.GenerateContentResponseUsageMetadata(
+            prompt_token_count=self.input_tokens,
+            candidates_token_count=self.output_tokens,
+            total_token_count=self.input_tokens + self.output_tokens,
+        )
+
+
+def answer(text: str, **kw: Any) -> Turn:
+    """A turn that answers with ``text``."""
+    return Turn(text=text, **kw)
+
+
+def call(name: str, args: dict[str, Any], call_id: str, **kw: Any) -> Turn:
+    """A turn that asks for one function call."""
+    return Turn(calls=[(name, args, call_id)], **kw)
+
+
+ScriptItem: TypeAlias = "Turn | BaseException | Callable[[LlmRequest], Turn]"
+
+
+def _pieces(text: str, count: int) -> list[str]:
+    """``text`` cut into ``count`` (or fewer) consecutive non-empty pieces."""
+    if count <= 0:
+        return []
+    size = max(1, -(-len(text) // count))
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+class ScriptedAdkLlm(BaseLlm):
+    """A ``BaseLlm`` that plays ``script`` turn by turn (see the module docstring).
+
+    ``requests`` records every ``LlmRequest`` it was sent; ``loop=True`` starts
+    the script over when it is used up (for benchmarks).
+    """
+
+    model: str = "scripted-llm"
+    script: list[Any] = Field(default_factory=list)
+    loop: bool = False
+    requests: list[LlmRequest] = Field(default_factory=list)
+    _position: int = PrivateAttr(default=0)
+
+    def _next(self, llm_request: LlmRequest) -> Turn:
+        self.requests.append(llm_request)
+        if self._position >= len(self.script):
+            if not self.loop or not self.script:
+                raise RuntimeError(f"{self.model}: the script has no turn {self._position + 1}")
+            self._position = 0
+            self.requests[:] = [llm_request]
+        item = self.script[self._position]
+        self._position += 1
+        if isinstance(item, BaseException):
+            raise item
+        turn = item if isinstance(item, Turn) else item(llm_request)
+        if not isinstance(turn, Turn):
+            raise TypeError(f"a script item returned {type(turn).__name__}, expected a Turn")
+        return turn
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        turn = self._next(llm_request)
+        if stream:
+            if turn.thought:
+                yield LlmResponse(
+                    content=types.Content(
+                        role="model", parts=[types.Part(text=turn.thought, thought=True)]
+                    ),
+                    partial=True,
+                )
+            for piece in _pieces(turn.text, turn.chunks):
+                await asyncio.sleep(0)  # a network read: other tasks may run between chunks
+                yield LlmResponse(
+                    content=types.Content(role="model", parts=[types.Part(text=piece)]),
+                    partial=True,
+                )
+        yield LlmResponse(
+            content=types.Content(role="model", parts=turn.parts()),
+            partial=False,
+            turn_complete=True,
+            finish_reason=types.FinishReason.STOP,
+            usage_metadata=turn.usage(),
+            model_version=self.model,
+            **turn.extra,
+        )
