@@ -395,6 +395,8 @@ def _smolagents_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]
         native.stream_outputs = True
         await asyncio.to_thread(lambda: list(native.run(PROMPT, stream=True)))
 
+    return {"run": run, "stream": stream}
+
 
 def _maf_own(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
     native = agent.native  # a fresh AgentSession per call, as the runner makes one per session
