@@ -52,6 +52,7 @@ class Reply:
     prompt_tokens: int = 11
     completion_tokens: int = 7
     finish_reason: str | None = None
+    """Chat Completions only; the Responses API has none (clients derive it from the output)."""
     chunk_size: int = 3
     """Characters per streamed text/argument delta."""
 
@@ -302,7 +303,7 @@ class FakeOpenAIServer:
                 self.end_headers()
                 for item in items:
                     kind = item.get("type")
-                    head = f"event: {kind}\n" if isinstance(kind, str) and "." in kind else ""
+                    head = f"event: {kind}\n" if isinstance(kind, str) else ""  # Responses
                     self.wfile.write(f"{head}data: {json.dumps(item)}\n\n".encode())
                     self.wfile.flush()
                 if done:
