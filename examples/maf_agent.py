@@ -8,7 +8,10 @@ Needs the ``maf`` extra: ``pip install -e '.[maf]'``.
 Offline, ``ScriptedChatClient`` (a real Agent Framework chat client whose provider
 call is scripted) plays the LLM: it asks for the ``multiply`` tool with the last
 two numbers in the question, then states the tool's result. Swap in any Agent
-Framework chat client (``OpenAIChatClient(...)``) for a real model.
+Framework chat client for a real model: the ``maf`` extra installs the OpenAI ones,
+``agent_framework.openai.OpenAIChatClient(model=...)`` (the Responses API) and
+``OpenAIChatCompletionClient(model=...)`` (Chat Completions); both stream each
+answer once (``tests/test_maf_openai_clients.py``).
 
 The tool counts its calls in the framework context, which the runner keeps in
 the Agent Framework session's state under ``CONTEXT_KEY`` and writes back after

@@ -1,10 +1,20 @@
-"""A scripted OpenAI-compatible chat-completions server on 127.0.0.1, for tests.
+"""A scripted OpenAI-compatible server on 127.0.0.1, for tests.
 
-It answers ``POST /v1/chat/completions`` with the next scripted :class:`Reply`,
-as one JSON body or, when the request asks for ``stream``, as server-sent events
-split into small deltas (tool-call arguments arrive in several pieces, keyed by
-index, the way real servers send them). Every request body is recorded so tests
-can assert what the client actually sent.
+It speaks both OpenAI APIs, so one script can drive either kind of client:
+
+* ``POST /v1/chat/completions`` (Chat Completions): the next scripted :class:`Reply`
+  as one JSON body or, when the request asks for ``stream``, as server-sent events
+  split into small deltas (tool-call arguments arrive in several pieces, keyed by
+  index, the way real servers send them);
+* ``POST /v1/responses`` (the Responses API): the reply as one ``response`` object
+  or, streamed, as the typed event sequence OpenAI sends: each output item is
+  added, its text, reasoning or arguments arrive as deltas, then a ``.done`` event
+  repeats the whole value (clients must not append it), then ``response.completed``
+  carries the usage.
+
+Any path answers the scripted ``status`` as an OpenAI-style error when it is not
+200 (and 500 once the script runs out). Every request body is recorded, with its
+path, so tests can assert what the client actually sent.
 """
 
 from __future__ import annotations
@@ -42,8 +52,12 @@ class Reply:
     prompt_tokens: int = 11
     completion_tokens: int = 7
     finish_reason: str | None = None
+    """Chat Completions only; the Responses API has none (clients derive it from the output)."""
     chunk_size: int = 3
     """Characters per streamed text/argument delta."""
+
+
+_ROUTES = {"/v1/chat/completions": "chat_completions", "/v1/responses": "responses"}
 
 
 def _pieces(text: str, size: int) -> list[str]:
@@ -87,7 +101,7 @@ class FakeOpenAIServer:
                 return Reply(status=500, text="the fake server ran out of scripted replies")
             return self.replies.pop(0)
 
-    # -- rendering ------------------------------------------------------------------
+    # -- rendering: Chat Completions ----------------------------------------------------
     def completion(self, reply: Reply, n: int) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
         if reply.reasoning:
@@ -148,6 +162,123 @@ class FakeOpenAIServer:
             "total_tokens": reply.prompt_tokens + reply.completion_tokens,
         }
 
+    # -- rendering: Responses API ----------------------------------------------------------
+    def response(self, reply: Reply, n: int, status: str = "completed") -> dict[str, Any]:
+        """The whole ``response`` object: reasoning, message, then function-call items."""
+        done = status == "completed"
+        return {
+            "id": f"resp_{n}",
+            "object": "response",
+            "created_at": 1700000000,
+            "model": self.model,
+            "status": status,
+            "output": [item for _, item, _ in self._output_items(reply, n)] if done else [],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": self._responses_usage(reply) if done else None,
+        }
+
+    def _output_items(self, reply: Reply, n: int) -> Iterator[tuple[str, dict[str, Any], str]]:
+        """Each output item as ``(kind, finished item, streamed value)``."""
+        if reply.reasoning:
+            part = {"type": "reasoning_text", "text": reply.reasoning}
+            item = {"type": "reasoning", "id": f"rs_{n}", "summary": [], "content": [part]}
+            yield "reasoning", item, reply.reasoning
+        if reply.text:
+            part = {"type": "output_text", "text": reply.text, "annotations": [], "logprobs": []}
+            item = {
+                "type": "message",
+                "id": f"msg_{n}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [part],
+            }
+            yield "message", item, reply.text
+        for index, call in enumerate(reply.tool_calls):
+            item = {
+                "type": "function_call",
+                "id": f"fc_{n}_{index}",
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": call.raw_arguments,
+                "status": "completed",
+            }
+            yield "function_call", item, call.raw_arguments
+
+    def response_events(self, reply: Reply, n: int) -> Iterator[dict[str, Any]]:
+        """The streamed events, in OpenAI's order; every event has its sequence number."""
+        events: list[dict[str, Any]] = [
+            {"type": "response.created", "response": self.response(reply, n, "in_progress")},
+            {"type": "response.in_progress", "response": self.response(reply, n, "in_progress")},
+        ]
+        for index, (kind, item, value) in enumerate(self._output_items(reply, n)):
+            events.extend(self._item_events(kind, index, item, value, reply.chunk_size))
+        events.append({"type": "response.completed", "response": self.response(reply, n)})
+        for number, event in enumerate(events):
+            yield {**event, "sequence_number": number}
+
+    def _item_events(
+        self, kind: str, index: int, item: dict[str, Any], value: str, size: int
+    ) -> list[dict[str, Any]]:
+        """One output item: added (empty), its value in deltas, the whole value again
+        in the ``.done`` event(s), then the item done."""
+        at = {"item_id": item["id"], "output_index": index}
+        empty = {**item, "status": "in_progress"}
+        events: list[dict[str, Any]] = []
+        if kind == "function_call":
+            events.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": index,
+                    "item": {**empty, "arguments": ""},
+                }
+            )
+            events += [
+                {"type": "response.function_call_arguments.delta", **at, "delta": piece}
+                for piece in _pieces(value, size)
+            ]
+            events.append(
+                {
+                    "type": "response.function_call_arguments.done",
+                    **at,
+                    "name": item["name"],
+                    "arguments": value,
+                }
+            )
+        else:
+            events.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": index,
+                    "item": {**empty, "content": []},
+                }
+            )
+            part = item["content"][0]
+            text_kind = "output_text" if kind == "message" else "reasoning_text"
+            extra: dict[str, Any] = {"logprobs": []} if kind == "message" else {}
+            at_part = {**at, "content_index": 0}
+            events.append(
+                {"type": "response.content_part.added", **at_part, "part": {**part, "text": ""}}
+            )
+            events += [
+                {"type": f"response.{text_kind}.delta", **at_part, "delta": piece, **extra}
+                for piece in _pieces(value, size)
+            ]
+            events.append({"type": f"response.{text_kind}.done", **at_part, "text": value, **extra})
+            events.append({"type": "response.content_part.done", **at_part, "part": part})
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+        return events
+
+    def _responses_usage(self, reply: Reply) -> dict[str, Any]:
+        return {
+            "input_tokens": reply.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": reply.completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+        }
+
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
@@ -164,10 +295,25 @@ class FakeOpenAIServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _send_events(self, items: Iterator[dict[str, Any]], *, done: bool) -> None:
+                # HTTP/1.0 response: the body ends when the connection closes.
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.end_headers()
+                for item in items:
+                    kind = item.get("type")
+                    head = f"event: {kind}\n" if isinstance(kind, str) else ""  # Responses
+                    self.wfile.write(f"{head}data: {json.dumps(item)}\n\n".encode())
+                    self.wfile.flush()
+                if done:
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
-                if self.path != "/v1/chat/completions":
+                if self.path not in _ROUTES:
                     self._send_json(404, {"error": {"message": f"no route {self.path}"}})
                     return
                 reply = server._next(body, self.path)
@@ -176,19 +322,14 @@ class FakeOpenAIServer:
                     error = {"message": reply.text, "type": "server_error", "code": None}
                     self._send_json(reply.status, {"error": error})
                     return
+                responses = _ROUTES[self.path] == "responses"
                 if not body.get("stream"):
-                    self._send_json(200, server.completion(reply, n))
-                    return
-                include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                # HTTP/1.0 response: the body ends when the connection closes.
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Cache-Control", "no-cache")
-                self.end_headers()
-                for item in server.chunks(reply, n, include_usage):
-                    self.wfile.write(f"data: {json.dumps(item)}\n\n".encode())
-                    self.wfile.flush()
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
+                    render = server.response if responses else server.completion
+                    self._send_json(200, render(reply, n))
+                elif responses:  # the Responses API sends no [DONE]
+                    self._send_events(server.response_events(reply, n), done=False)
+                else:
+                    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                    self._send_events(server.chunks(reply, n, include_usage), done=True)
 
         return Handler

@@ -80,7 +80,7 @@ from contextlib import aclosing, contextmanager
 from functools import partial
 from typing import Any, ClassVar
 
-from runnertrace._internal.errors import handle_internal_errors
+from runnertrace._internal.errors import handle_internal_errors, internal_log
 from runnertrace._internal.imports import require
 
 require("agent_framework", "maf")
@@ -277,6 +277,75 @@ def _provider_of(context: ChatContext) -> str | None:
 # -- native progress -> builder calls ------------------------------------------------------------
 
 
+class _Run:
+    """One run of text or reasoning contents (its type and id), and what it reported."""
+
+    __slots__ = ("occurrence", "reported")
+
+    def __init__(self, occurrence: tuple[str, str | None]) -> None:
+        self.occurrence = occurrence
+        self.reported = ""
+
+
+class _Streamed:
+    """What one model message has reported so far, per occurrence, so that a content
+    in replace mode sends only what it adds.
+
+    Agent Framework streams deltas (``merge_mode`` "append" or unset) and, from some
+    clients, the whole value again (``merge_mode="replace"``: the Responses client
+    repeats each text, reasoning and argument value from its ``.done`` events). It
+    merges them itself (``ChatResponse.from_updates``); the event stream has to do
+    the same or it shows every value twice. As there, a text or reasoning content
+    belongs to the run of same-type contents it follows (reasoning also by its id),
+    and a tool call's arguments to its call id. An update in replace mode
+    (``ChatResponseUpdate.merge_mode``) is a snapshot of the whole message: its
+    contents replace the message's occurrences in order.
+    """
+
+    __slots__ = ("arguments", "last_call", "runs", "snapshot")
+
+    def __init__(self) -> None:
+        self.runs: list[_Run] = []  # in message order
+        self.arguments: dict[str, str] = {}  # call id -> arguments reported
+        self.last_call: str | None = None  # the call id the last call chunk named
+        self.snapshot: int | None = None  # in a replace-mode update: the next run to match
+
+    def run(self, kind: str, content_id: str | None) -> _Run:
+        """The run a content of this type and id continues (or a new one)."""
+        occurrence = (kind, content_id)
+        if self.snapshot is not None:
+            for index in range(self.snapshot, len(self.runs)):
+                if self.runs[index].occurrence == occurrence:
+                    self.snapshot = index + 1
+                    return self.runs[index]
+            self.snapshot = len(self.runs) + 1
+        elif self.runs and self.runs[-1].occurrence == occurrence:
+            return self.runs[-1]
+        run = _Run(occurrence)
+        self.runs.append(run)
+        return run
+
+
+def _added(reported: str, value: str, replace: bool, what: str) -> str:
+    """What a content adds to what its occurrence reported: all of it when it is a
+    delta; when it is the whole value again, only what lies beyond the reported part.
+    A whole value that contradicts what was already streamed cannot be taken back:
+    the stream keeps what it sent, and the mismatch is logged."""
+    if not replace:
+        return value
+    if value.startswith(reported):
+        return value[len(reported) :]
+    internal_log.warning(
+        f"maf replaced {what}",
+        "Agent Framework replaced the streamed %s with a different value; the stream "
+        "keeps what it already sent (%d characters, the replacement has %d)",
+        what,
+        len(reported),
+        len(value),
+    )
+    return ""
+
+
 class _Mapper:
     """Turns one run's middleware and stream-hook calls into builder calls.
 
@@ -291,7 +360,7 @@ class _Mapper:
         self._detailed = detailed
         self._step: int | None = None
         self._steps = 0
-        self._calls: dict[str, str] = {}  # message id -> the call id its last chunk named
+        self._streamed: dict[str, _Streamed] = {}  # message id -> what it reported so far
 
     # steps and messages -------------------------------------------------------------------
     def chat_started(self, context: ChatContext) -> str:
@@ -317,18 +386,33 @@ class _Mapper:
 
     def _content(self, message_id: str, content: Content) -> None:
         kind = content.type
-        if kind == "text":
-            self.builder.text(content.text or "", message_id)
-        elif kind == "text_reasoning":
-            self.builder.reasoning(content.text or "", message_id)
-        elif kind == "function_call":
-            call_id = content.call_id or self._calls.get(message_id)
+        if kind == "usage":
+            return
+        streamed = self._streamed.setdefault(message_id, _Streamed())
+        replace = streamed.snapshot is not None or content.merge_mode == "replace"
+        if kind in ("text", "text_reasoning"):
+            run = streamed.run(kind, content.id)
+            value = content.text or ""
+            added = _added(run.reported, value, replace, "text" if kind == "text" else "reasoning")
+            run.reported = value if replace else run.reported + value
+            if kind == "text":
+                self.builder.text(added, message_id)
+            elif added or not replace:  # a repeated value opens no empty reasoning block
+                self.builder.reasoning(added, message_id)
+            return
+        streamed.run(kind, None)  # ends the text or reasoning run before it
+        if kind == "function_call":
+            call_id = content.call_id or streamed.last_call
             if call_id:
-                self._calls[message_id] = call_id
+                streamed.last_call = call_id
             arguments = content.arguments
-            delta = arguments if isinstance(arguments, str) else as_text(arguments or {})
+            value = arguments if isinstance(arguments, str) else as_text(arguments or {})
+            value = value if arguments else ""
+            reported = streamed.arguments.get(call_id or "", "")
+            delta = _added(reported, value, replace, "tool-call arguments")
+            streamed.arguments[call_id or ""] = value if replace else reported + value
             self.builder.tool_call(
-                delta if arguments else "",
+                delta,
                 tool_call_id=call_id or None,
                 name=content.name or None,
                 message_id=message_id,
@@ -338,8 +422,14 @@ class _Mapper:
         """Stream mode: one update of the model stream (a transform hook that passes
         the update on unchanged)."""
         with handle_internal_errors("maf stream update"):
-            for content in update.contents:
-                self._content(message_id, content)
+            streamed = self._streamed.setdefault(message_id, _Streamed())
+            if update.merge_mode == "replace":  # the whole message so far: match from the start
+                streamed.snapshot = 0
+            try:
+                for content in update.contents:
+                    self._content(message_id, content)
+            finally:
+                streamed.snapshot = None
         return update
 
     def response(self, message_id: str, response: ChatResponse[Any]) -> None:
@@ -355,7 +445,7 @@ class _Mapper:
         with handle_internal_errors("maf message end"):
             usage = response.usage_details or {}
             reason = response.finish_reason
-            self._calls.pop(message_id, None)
+            self._streamed.pop(message_id, None)
             self.builder.message_end(
                 message_id,
                 finish_reason=str(reason) if reason is not None else None,
@@ -367,7 +457,7 @@ class _Mapper:
 
     def failed(self, message_id: str, error: BaseException) -> None:
         with handle_internal_errors("maf message failure"):
-            self._calls.pop(message_id, None)
+            self._streamed.pop(message_id, None)
             self.builder.message_end(message_id, error=error)
 
     # tools ---------------------------------------------------------------------------------
