@@ -32,13 +32,13 @@ from rich.text import Text
 from rich.tree import Tree
 
 from runnertrace import __version__
-from runnertrace.core.config import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE, ConfigError
 from runnertrace.tracing import drops
+from runnertrace.tracing.config import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE, ConfigError
 
 if TYPE_CHECKING:
-    from runnertrace.core.config import Settings
     from runnertrace.exporters.local_store import RunSummary, SpanStore, StoredSpan
     from runnertrace.tracing.backend import Check
+    from runnertrace.tracing.config import Settings
 
 __all__ = ["main"]
 
@@ -76,7 +76,7 @@ def load_cli_settings() -> Settings:
     """Load the configuration, turning every way a config file can be bad into ConfigError."""
     import yaml
 
-    from runnertrace.core.config import load_settings
+    from runnertrace.tracing.config import load_settings
 
     source = os.environ.get(CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE)
     try:
@@ -94,8 +94,8 @@ def _open_store(db: str | None) -> SpanStore:
 
     Reading traces must keep working while the configuration is being fixed.
     """
-    from runnertrace.core.config_env import default_store_path
     from runnertrace.exporters.local_store import SpanStore
+    from runnertrace.tracing.config_env import default_store_path
 
     if db is not None:
         return SpanStore(db)

@@ -20,7 +20,7 @@ from runnertrace.core.models import (
 from runnertrace.core.session import InMemorySessionStore, Session, SessionStore
 
 if TYPE_CHECKING:
-    from runnertrace.core.config import Settings
+    from runnertrace.tracing.config import Settings
 
 __all__ = ["AgentRegistry", "Runtime", "SessionRegistry"]
 
@@ -243,7 +243,7 @@ def _settings_or_defaults() -> Settings:
     """
     import logging
 
-    from runnertrace.core.config import ConfigError, Settings, load_settings
+    from runnertrace.tracing.config import ConfigError, Settings, load_settings
 
     try:
         return load_settings()

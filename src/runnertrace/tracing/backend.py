@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
 
-    from runnertrace.core.config import TraceConfig
+    from runnertrace.tracing.config import TraceConfig
 
 __all__ = ["Backend", "BackendSettings", "Check"]
 

@@ -120,8 +120,8 @@ def load_backend(name: str, *, key: str = "trace.type") -> type[Backend]:
     when it cannot be imported, is not a Backend, or is registered twice.
     """
     from runnertrace._internal.imports import import_dotted
-    from runnertrace.core.config import ConfigError
     from runnertrace.tracing.backend import Backend
+    from runnertrace.tracing.config import ConfigError
 
     registrations = _registrations().get(name)
     if registrations is None:
