@@ -80,7 +80,7 @@ class SessionRegistry:
 class Runtime:
     """Applies hooks, locks the session, calls the runner and persists the session.
 
-    ``settings`` defaults to :func:`runnertrace.core.config.load_settings` (the
+    ``settings`` defaults to :func:`runnertrace.tracing.config.load_settings` (the
     YAML file plus ``RUNNERTRACE_*`` env vars), read lazily on first use.
     """
 

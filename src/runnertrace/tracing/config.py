@@ -6,7 +6,7 @@ defaults. Invalid values raise :class:`ConfigError`, naming the key, the value
 and what is allowed.
 
 This module knows no backend: the model of each ``trace.<backend>`` section
-belongs to the backend, found by name through :mod:`runnertrace.core.backends`
+belongs to the backend, found by name through :mod:`runnertrace.tracing.backend_registry`
 when a configuration is validated (never at import).
 """
 
@@ -86,7 +86,7 @@ class TraceConfig(BaseModel):
 
     Besides the settings below, each key is a backend's own section,
     ``trace.<name>``, validated against the ``config_model`` of the backend
-    registered as ``<name>`` (see :mod:`runnertrace.core.backends`), so a
+    registered as ``<name>`` (see :mod:`runnertrace.tracing.backend_registry`), so a
     third-party backend's settings are checked like a built-in one's. Read one
     with :meth:`section` (typed) or as an attribute (``config.langfuse.host``);
     a section that was not given reads as its model's defaults.
