@@ -1,7 +1,7 @@
 """The runner contract: events, requests/replies, sessions, agents, hooks, runtime.
 
 The event classes are in :mod:`runnertrace.core.events` (``from runnertrace.core
-import events as ev``); everything else a runner or an app needs is named here.
+import events as ev``); the rest of the contract is named here.
 """
 
 from runnertrace.core.agent import Agent, RunOptionsFactory
