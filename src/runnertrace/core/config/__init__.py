@@ -1,6 +1,7 @@
 """Moved to :mod:`runnertrace.tracing.config`; this path is deprecated.
 
-Still importable without a warning: examples, user code and our tests use it.
+Still importable without a warning, as user code and our own tests use it; new code
+imports ``from runnertrace import load_settings`` (or ``runnertrace.tracing.config``).
 """
 
 from runnertrace._internal.moved import alias
