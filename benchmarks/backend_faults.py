@@ -34,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from otlp_receiver import OtlpReceiver
 from runnertrace import TracingRunner
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.config import TraceConfig
 from runnertrace.core.models import AgentRequestText
 from runnertrace.core.session import Session
 from runnertrace.runners.native import Agent, NativeRunner, ScriptedLlm, calculator
+from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.setup import get_tracing_setup, reset_tracing_setups
 
 TARGET = 1.10

@@ -23,10 +23,10 @@ from pathlib import Path
 
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.config import TraceConfig
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.native import Agent, NativeRunner, ScriptedLlm, calculator
 from runnertrace.tracing import TracingRunner
+from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.cost import usage_cost
 from runnertrace.tracing.setup import get_tracing_setup
 

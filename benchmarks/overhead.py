@@ -61,13 +61,13 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from runnertrace import TracingRunner
 from runnertrace.core import events as ev
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.config import TraceConfig
 from runnertrace.core.models import AgentRequestText
 from runnertrace.core.observer import observing
 from runnertrace.core.session import Session
 from runnertrace.runners.native import Agent, NativeRunner, ScriptedLlm, calculator
 from runnertrace.tracing import get_tracing_setup
 from runnertrace.tracing.backend import Backend
+from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.content import ContentPolicy
 from runnertrace.tracing.state import RunTracer
 

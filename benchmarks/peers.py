@@ -111,10 +111,10 @@ from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai.models.instrumented import InstrumentationSettings
 
 from runnertrace import traced
-from runnertrace.core.config import TraceConfig
 from runnertrace.core.session import Session
 from runnertrace.exporters.local_store import SpanStore
 from runnertrace.runners.pydantic_ai import PydanticAIRunner
+from runnertrace.tracing.config import TraceConfig
 
 MODES = ("run", "stream")
 BASELINE = "plain"

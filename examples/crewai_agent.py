@@ -34,8 +34,8 @@ os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 from crewai import Agent
 from crewai.tools import tool
 
+from runnertrace import load_settings
 from runnertrace.core import Runtime
-from runnertrace.core.config import load_settings
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.crewai import CrewAIModule
 from runnertrace.runners.crewai_testing import ScriptedLLM, action, final

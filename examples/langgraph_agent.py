@@ -31,8 +31,8 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.prebuilt import create_react_agent
 
+from runnertrace import load_settings
 from runnertrace.core import Runtime
-from runnertrace.core.config import load_settings
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.langgraph import LangGraphModule
 from runnertrace.runners.langgraph_testing import ScriptedChatModel

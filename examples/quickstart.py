@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import asyncio
 
+from runnertrace import load_settings
 from runnertrace.core import Runtime, Session
-from runnertrace.core.config import load_settings
 from runnertrace.core.models import AgentRequestText
 from runnertrace.exporters.local_store import SpanStore
 from runnertrace.runners.native import Agent, NativeModule, ScriptedLlm, calculator

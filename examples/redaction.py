@@ -28,8 +28,8 @@ from __future__ import annotations
 import asyncio
 import re
 
+from runnertrace import load_settings
 from runnertrace.core import Runtime, Session
-from runnertrace.core.config import load_settings
 from runnertrace.core.models import AgentRequestText
 from runnertrace.exporters.local_store import SpanStore
 from runnertrace.runners.native import Agent, NativeModule, ScriptedLlm, calculator

@@ -18,8 +18,8 @@ import asyncio
 from smolagents import ToolCallingAgent, tool
 from smolagents.monitoring import LogLevel
 
+from runnertrace import load_settings
 from runnertrace.core import Runtime
-from runnertrace.core.config import load_settings
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.smolagents import SmolagentsModule
 from runnertrace.runners.smolagents_testing import ScriptedModel, calls

@@ -22,15 +22,15 @@ import pytest
 
 from otlp_fixtures import NATIVE_SPAN_COUNTS, traced_run
 from runnertrace.cli import main
-from runnertrace.core.backends import (
+from runnertrace.exporters.local import LocalConfig
+from runnertrace.tracing.backend_registry import (
     BUILTIN_BACKENDS,
     ENTRY_POINT_GROUP,
     backend_names,
     clear_backend_registry,
     load_backend,
 )
-from runnertrace.core.config import ConfigError, TraceConfig, load_settings
-from runnertrace.exporters.local import LocalConfig
+from runnertrace.tracing.config import ConfigError, TraceConfig, load_settings
 from runnertrace.tracing.setup import get_tracing_setup
 
 REPO = Path(__file__).resolve().parent.parent
@@ -261,8 +261,8 @@ def test_resolution_is_lazy(thirdparty: Path) -> None:
     probe = textwrap.dedent(
         """
         import json, sys
-        from runnertrace.core.backends import backend_names, load_backend
-        from runnertrace.core.config import load_settings
+        from runnertrace.tracing.backend_registry import backend_names, load_backend
+        from runnertrace.tracing.config import load_settings
 
         def loaded():
             return sorted(

@@ -1,7 +1,25 @@
 """runnertrace: tracing and observability for AI agent runners.
 
 ``import runnertrace`` is light: it loads no framework and no vendor SDK. The
-tracing entry points are resolved on first attribute access.
+names below are resolved on first attribute access.
+
+What is public, and so kept stable: the names in the ``__all__`` of
+
+* ``runnertrace``: tracing a runner and its configuration;
+* ``runnertrace.core`` (the runner contract), with ``runnertrace.core.events``
+  and ``runnertrace.core.models``;
+* ``runnertrace.testing``: test helpers;
+* ``runnertrace.tracing``, ``runnertrace.tracing.config``,
+  ``runnertrace.tracing.backend`` (for writing a backend) and
+  ``runnertrace.tracing.content`` (content policy and redaction);
+* ``runnertrace.exporters.local_store``: reading the ``local`` backend's traces;
+* ``runnertrace.runners.native`` and each framework's runner module,
+  ``runnertrace.runners.<framework>`` and ``runnertrace.runners.<framework>_testing``.
+
+Every other module, and every name missing from those ``__all__`` lists, is
+internal and may change in any release; so is anything with a leading
+underscore. ``tests/public_api.json`` pins the public names. Old paths kept
+after a move (``runnertrace.core.config`` and others) are deprecated aliases.
 """
 
 from __future__ import annotations
@@ -12,13 +30,34 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from runnertrace.tracing import TracingRunner, traced
+    from runnertrace.tracing.config import ConfigError, Settings, TraceConfig, load_settings
 
-__all__ = ["TracingRunner", "__version__", "traced"]
+_TRACING = frozenset({"TracingRunner", "traced"})
+_CONFIG = frozenset({"ConfigError", "Settings", "TraceConfig", "load_settings"})
+
+__all__ = [
+    "ConfigError",
+    "Settings",
+    "TraceConfig",
+    "TracingRunner",
+    "__version__",
+    "load_settings",
+    "traced",
+]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("TracingRunner", "traced"):
+    # Plain imports, not import_module: what loads what stays visible to readers and tools.
+    if name in _TRACING:
         from runnertrace import tracing
 
         return getattr(tracing, name)
+    if name in _CONFIG:
+        from runnertrace.tracing import config
+
+        return getattr(config, name)
     raise AttributeError(f"module 'runnertrace' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

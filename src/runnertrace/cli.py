@@ -29,16 +29,16 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from rich.tree import Tree
 
 from runnertrace import __version__
-from runnertrace.core.config import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE, ConfigError
+from runnertrace.exporters.trace_tree import STATUS_STYLES, format_duration, render_trace_tree
 from runnertrace.tracing import drops
+from runnertrace.tracing.config import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE, ConfigError
 
 if TYPE_CHECKING:
-    from runnertrace.core.config import Settings
-    from runnertrace.exporters.local_store import RunSummary, SpanStore, StoredSpan
+    from runnertrace.exporters.local_store import RunSummary, SpanStore
     from runnertrace.tracing.backend import Check
+    from runnertrace.tracing.config import Settings
 
 __all__ = ["main"]
 
@@ -48,14 +48,6 @@ DEMO_TASKS = (
     "Hello! What can you do?",
 )
 
-_TYPE_STYLES = {
-    "run": "bold magenta",
-    "step": "cyan",
-    "message": "blue",
-    "reasoning": "purple",
-    "tool": "yellow",
-}
-_STATUS_STYLES = {"ok": "green", "error": "bold red", "cancelled": "yellow", "incomplete": "yellow"}
 _CHECK_STYLES = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 
 
@@ -76,7 +68,7 @@ def load_cli_settings() -> Settings:
     """Load the configuration, turning every way a config file can be bad into ConfigError."""
     import yaml
 
-    from runnertrace.core.config import load_settings
+    from runnertrace.tracing.config import load_settings
 
     source = os.environ.get(CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE)
     try:
@@ -94,8 +86,8 @@ def _open_store(db: str | None) -> SpanStore:
 
     Reading traces must keep working while the configuration is being fixed.
     """
-    from runnertrace.core.config_env import default_store_path
     from runnertrace.exporters.local_store import SpanStore
+    from runnertrace.tracing.config_env import default_store_path
 
     if db is not None:
         return SpanStore(db)
@@ -111,62 +103,12 @@ def _open_store(db: str | None) -> SpanStore:
     return SpanStore(path)
 
 
-def format_duration(ns: int) -> str:
-    if ns < 1_000_000:
-        return f"{ns / 1_000:.0f} µs"
-    if ns < 1_000_000_000:
-        return f"{ns / 1_000_000:.1f} ms"
-    return f"{ns / 1_000_000_000:.2f} s"
-
-
 def _display_path(path: Path) -> str:
     """``path`` relative to the working directory when it is inside it."""
     try:
         return str(path.relative_to(Path.cwd()))
     except ValueError:
         return str(path)
-
-
-def _span_label(span: StoredSpan) -> Text:
-    label = Text()
-    label.append(span.name, style=_TYPE_STYLES.get(span.span_type or "", "white"))
-    label.append(f"  {format_duration(span.duration_ns)}", style="dim")
-    attrs = span.attributes
-    tokens_in, tokens_out = (
-        attrs.get("gen_ai.usage.input_tokens"),
-        attrs.get("gen_ai.usage.output_tokens"),
-    )
-    if tokens_in is not None or tokens_out is not None:
-        label.append(f"  {tokens_in or 0}→{tokens_out or 0} tok", style="dim")
-    if span.is_error:
-        label.append("  ✗ error", style="bold red")
-        if span.status_description:
-            label.append(f": {span.status_description}", style="red")
-    elif attrs.get("runnertrace.cancelled"):
-        label.append("  cancelled", style="yellow")
-    else:
-        label.append("  ✓", style="green")
-    return label
-
-
-def render_trace_tree(spans: Sequence[StoredSpan], run: RunSummary | None = None) -> Tree:
-    """A rich tree of one trace: a header line, then the spans nested as they ran."""
-    from runnertrace.exporters.local_store import span_tree
-
-    header = Text()
-    header.append("trace ", style="dim")
-    header.append(spans[0].trace_id, style="bold")
-    if run is not None:
-        facts = [run.agent, run.framework, run.mode, format_duration(run.duration_ns)]
-        header.append("  " + " · ".join(f for f in facts if f), style="dim")
-        header.append(f"  {run.status}", style=_STATUS_STYLES.get(run.status, ""))
-    tree = Tree(header, guide_style="dim")
-    stack: list[Tree] = []
-    for span, depth in span_tree(spans):
-        del stack[depth:]
-        parent = stack[-1] if stack else tree
-        stack.append(parent.add(_span_label(span)))
-    return tree
 
 
 def _runs_table(runs: Sequence[RunSummary], title: str) -> Table:
@@ -189,7 +131,7 @@ def _runs_table(runs: Sequence[RunSummary], title: str) -> Table:
             Text(run.framework or "-"),
             format_duration(run.duration_ns),
             str(run.span_count),
-            Text(status, style=_STATUS_STYLES.get(run.status, "")),
+            Text(status, style=STATUS_STYLES.get(run.status, "")),
             str(run.tokens) if run.tokens else "-",
             run.trace_id,
         )

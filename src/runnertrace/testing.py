@@ -7,6 +7,10 @@ from 1, so assertions and snapshots are stable.
 
 Also registered as a pytest plugin (``pytest11`` entry point) providing the
 ``captured_spans`` fixture.
+
+Under pytest our internal faults raise, so a test sees them;
+:func:`tolerate_internal_errors` lets a block log them instead, as in production
+(for a test that injects a fault on purpose).
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
-__all__ = ["CapturedSpans", "SequentialIdGenerator", "capture_spans"]
+from runnertrace._internal.errors import tolerate_internal_errors
+
+__all__ = ["CapturedSpans", "SequentialIdGenerator", "capture_spans", "tolerate_internal_errors"]
 
 
 class SequentialIdGenerator(IdGenerator):

@@ -1,8 +1,25 @@
-"""The runner contract: events, requests/replies, sessions, agents, hooks, runtime."""
+"""The runner contract: events, requests/replies, sessions, agents, hooks, runtime.
+
+The event classes are in :mod:`runnertrace.core.events` (``from runnertrace.core
+import events as ev``); the rest of the contract is named here.
+"""
 
 from runnertrace.core.agent import Agent, RunOptionsFactory
 from runnertrace.core.context import ToolContext
 from runnertrace.core.hooks import PostHook, PreHook
+from runnertrace.core.models import (
+    AgentReply,
+    AgentReplyAny,
+    AgentReplyImage,
+    AgentReplyText,
+    AgentRequest,
+    AgentRequestAny,
+    AgentRequestFile,
+    AgentRequestImage,
+    AgentRequestText,
+    StreamChunk,
+    prompt_of,
+)
 from runnertrace.core.module import Module
 from runnertrace.core.observer import claim_observer, observing
 from runnertrace.core.runner import Runner
@@ -16,6 +33,15 @@ from runnertrace.core.session import (
 
 __all__ = [
     "Agent",
+    "AgentReply",
+    "AgentReplyAny",
+    "AgentReplyImage",
+    "AgentReplyText",
+    "AgentRequest",
+    "AgentRequestAny",
+    "AgentRequestFile",
+    "AgentRequestImage",
+    "AgentRequestText",
     "InMemorySessionStore",
     "Module",
     "PostHook",
@@ -26,7 +52,9 @@ __all__ = [
     "Session",
     "SessionStore",
     "SqliteSessionStore",
+    "StreamChunk",
     "ToolContext",
     "claim_observer",
     "observing",
+    "prompt_of",
 ]

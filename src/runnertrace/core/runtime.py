@@ -20,7 +20,7 @@ from runnertrace.core.models import (
 from runnertrace.core.session import InMemorySessionStore, Session, SessionStore
 
 if TYPE_CHECKING:
-    from runnertrace.core.config import Settings
+    from runnertrace.tracing.config import Settings
 
 __all__ = ["AgentRegistry", "Runtime", "SessionRegistry"]
 
@@ -80,7 +80,7 @@ class SessionRegistry:
 class Runtime:
     """Applies hooks, locks the session, calls the runner and persists the session.
 
-    ``settings`` defaults to :func:`runnertrace.core.config.load_settings` (the
+    ``settings`` defaults to :func:`runnertrace.tracing.config.load_settings` (the
     YAML file plus ``RUNNERTRACE_*`` env vars), read lazily on first use.
     """
 
@@ -243,7 +243,7 @@ def _settings_or_defaults() -> Settings:
     """
     import logging
 
-    from runnertrace.core.config import ConfigError, Settings, load_settings
+    from runnertrace.tracing.config import ConfigError, Settings, load_settings
 
     try:
         return load_settings()

@@ -13,8 +13,8 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from runnertrace.core.config import ConfigError
 from runnertrace.tracing.backend import Backend, Check
+from runnertrace.tracing.config import ConfigError
 
 __all__ = ["AppBackend"]
 

@@ -53,7 +53,6 @@ from opentelemetry.util.types import AttributeValue
 
 from runnertrace._internal.errors import handle_internal_errors, internal_log
 from runnertrace._internal.imports import require
-from runnertrace.core.config import ConfigError
 from runnertrace.exporters.cloudwatch_config import CloudWatchConfig, region_problem
 from runnertrace.exporters.otlp import (
     ScopedSession,
@@ -65,12 +64,13 @@ from runnertrace.exporters.otlp import (
 )
 from runnertrace.tracing import attributes as attr
 from runnertrace.tracing.backend import Backend, Check
+from runnertrace.tracing.config import ConfigError
 from runnertrace.tracing.metrics import delta_temporality, our_points
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
 
-    from runnertrace.core.config import TraceConfig
+    from runnertrace.tracing.config import TraceConfig
 
 __all__ = [
     "CloudWatchBackend",

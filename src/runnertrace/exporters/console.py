@@ -51,8 +51,8 @@ class TreeConsoleExporter(SpanExporter):
     def _draw(spans: list[ReadableSpan]) -> None:
         from rich.console import Console
 
-        from runnertrace.cli import render_trace_tree
         from runnertrace.exporters.local_store import stored_span
+        from runnertrace.exporters.trace_tree import render_trace_tree
 
         Console(file=sys.stderr, highlight=False).print(
             render_trace_tree([stored_span(s) for s in spans])

@@ -15,9 +15,9 @@ from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace.export import SpanExporter
 from pydantic import Field
 
-from runnertrace.core.config_env import default_store_path
 from runnertrace.exporters.local_store import SpanStore, SqliteSpanExporter, StoreError
 from runnertrace.tracing.backend import Backend, BackendSettings, Check
+from runnertrace.tracing.config_env import default_store_path
 
 __all__ = ["LocalBackend", "LocalConfig"]
 

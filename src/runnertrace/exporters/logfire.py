@@ -40,10 +40,10 @@ from opentelemetry.sdk.metrics.export import AggregationTemporality
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.util.types import AttributeValue
 
-from runnertrace.core.config import ConfigError
 from runnertrace.exporters.otlp import OtlpHttpBackend, Setting, lookup, validate_url
 from runnertrace.exporters.vendor_config import LogfireConfig
 from runnertrace.tracing import attributes as A
+from runnertrace.tracing.config import ConfigError
 from runnertrace.tracing.metrics import delta_temporality
 
 __all__ = ["LogfireBackend", "base_url_for_token"]

@@ -46,11 +46,11 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.util.types import AttributeValue
 
 from runnertrace._internal.imports import MissingExtraError, import_dotted, require
-from runnertrace.core.config import ConfigError
 from runnertrace.exporters.otlp import OtlpHttpBackend, Setting, lookup, validate_url
 from runnertrace.exporters.vendor_config import OpenLLMetryConfig
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.backend import Check
+from runnertrace.tracing.config import ConfigError
 
 __all__ = ["INSTRUMENTORS", "LineageTracker", "OpenLLMetryBackend"]
 

@@ -45,10 +45,10 @@ from opentelemetry.util.types import AttributeValue
 from pydantic import SecretStr
 
 from runnertrace._internal.errors import internal_log
-from runnertrace.core.config import ConfigError
 from runnertrace.exporters.vendor_config import OtlpConfig
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.backend import Backend, Check
+from runnertrace.tracing.config import ConfigError
 from runnertrace.tracing.drops import current_export, explain
 
 __all__ = [

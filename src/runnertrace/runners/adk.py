@@ -119,7 +119,6 @@ from google.adk.tools.tool_context import ToolContext  # noqa: E402
 from google.genai import types  # noqa: E402
 
 from runnertrace.core.agent import Agent  # noqa: E402
-from runnertrace.core.builder import EventBuilder  # noqa: E402
 from runnertrace.core.context import ensure_tool_context  # noqa: E402
 from runnertrace.core.events import StreamEvent  # noqa: E402
 from runnertrace.core.models import AgentReply, AgentRequest, prompt_of  # noqa: E402
@@ -133,7 +132,16 @@ from runnertrace.core.observer import (  # noqa: E402
 )
 from runnertrace.core.runner import Runner  # noqa: E402
 from runnertrace.core.session import Session  # noqa: E402
-from runnertrace.core.skeleton import Prepared, invoke, native_of, prepare, relay, reply_of, save  # noqa: E402
+from runnertrace.runners._kit.builder import EventBuilder  # noqa: E402
+from runnertrace.runners._kit.skeleton import (  # noqa: E402
+    Prepared,
+    invoke,
+    native_of,
+    prepare,
+    relay,
+    reply_of,
+    save,
+)
 
 __all__ = ["STATE_KEY", "GoogleADKModule", "GoogleADKRunner", "user_content_of"]
 

@@ -114,8 +114,6 @@ except ImportError as exc:
     require(exc.name or "crewai", "crewai")  # raises, naming the extra to install
     raise
 
-from runnertrace.core import genai
-from runnertrace.core.builder import EventBuilder
 from runnertrace.core.context import ensure_tool_context
 from runnertrace.core.events import StreamEvent
 from runnertrace.core.models import AgentReply, AgentRequest, prompt_of
@@ -127,7 +125,17 @@ from runnertrace.core.observer import (
     stream_observer,
 )
 from runnertrace.core.runner import Runner
-from runnertrace.core.skeleton import Prepared, invoke, native_of, prepare, relay, reply_of, save
+from runnertrace.runners._kit import genai
+from runnertrace.runners._kit.builder import EventBuilder
+from runnertrace.runners._kit.skeleton import (
+    Prepared,
+    invoke,
+    native_of,
+    prepare,
+    relay,
+    reply_of,
+    save,
+)
 
 if TYPE_CHECKING:
     from runnertrace.core.agent import Agent

@@ -71,10 +71,15 @@ from pydantic import BaseModel, JsonValue
 from runnertrace._internal.errors import handle_internal_errors, should_raise
 from runnertrace._internal.imports import require
 from runnertrace.core.agent import Agent
-from runnertrace.core.builder import EventBuilder
 from runnertrace.core.context import ensure_tool_context
 from runnertrace.core.events import StreamEvent
-from runnertrace.core.genai import (
+from runnertrace.core.models import AgentReply, AgentRequest, prompt_of
+from runnertrace.core.module import Module
+from runnertrace.core.observer import NULL_OBSERVER, claim_observer, stream_observer
+from runnertrace.core.runner import Runner
+from runnertrace.core.session import Session
+from runnertrace.runners._kit.builder import EventBuilder
+from runnertrace.runners._kit.genai import (
     Message,
     Part,
     as_text,
@@ -86,13 +91,16 @@ from runnertrace.core.genai import (
     tool_definition,
     tool_response_part,
 )
-from runnertrace.core.genai import message as semconv_message
-from runnertrace.core.models import AgentReply, AgentRequest, prompt_of
-from runnertrace.core.module import Module
-from runnertrace.core.observer import NULL_OBSERVER, claim_observer, stream_observer
-from runnertrace.core.runner import Runner
-from runnertrace.core.session import Session
-from runnertrace.core.skeleton import Prepared, invoke, native_of, prepare, relay, reply_of, save
+from runnertrace.runners._kit.genai import message as semconv_message
+from runnertrace.runners._kit.skeleton import (
+    Prepared,
+    invoke,
+    native_of,
+    prepare,
+    relay,
+    reply_of,
+    save,
+)
 
 if TYPE_CHECKING:
     from runnertrace.core.runtime import Runtime

@@ -108,10 +108,20 @@ from agent_framework import observability as maf_observability  # noqa: E402
 
 from runnertrace.core import events as ev  # noqa: E402
 from runnertrace.core.agent import Agent  # noqa: E402
-from runnertrace.core.builder import EventBuilder  # noqa: E402
 from runnertrace.core.context import ensure_tool_context, reset_var  # noqa: E402
-from runnertrace.core.genai import Message as SemconvMessage  # noqa: E402
-from runnertrace.core.genai import (  # noqa: E402
+from runnertrace.core.models import AgentReply, AgentRequest, prompt_of  # noqa: E402
+from runnertrace.core.module import Module  # noqa: E402
+from runnertrace.core.observer import (  # noqa: E402
+    NULL_OBSERVER,
+    claim_observer,
+    in_traced_run,
+    stream_observer,
+)
+from runnertrace.core.runner import Runner  # noqa: E402
+from runnertrace.core.session import Session  # noqa: E402
+from runnertrace.runners._kit.builder import EventBuilder  # noqa: E402
+from runnertrace.runners._kit.genai import Message as SemconvMessage  # noqa: E402
+from runnertrace.runners._kit.genai import (  # noqa: E402
     Part,
     as_text,
     blob_part,
@@ -123,18 +133,8 @@ from runnertrace.core.genai import (  # noqa: E402
     tool_definition,
     tool_response_part,
 )
-from runnertrace.core.genai import message as semconv_message  # noqa: E402
-from runnertrace.core.models import AgentReply, AgentRequest, prompt_of  # noqa: E402
-from runnertrace.core.module import Module  # noqa: E402
-from runnertrace.core.observer import (  # noqa: E402
-    NULL_OBSERVER,
-    claim_observer,
-    in_traced_run,
-    stream_observer,
-)
-from runnertrace.core.runner import Runner  # noqa: E402
-from runnertrace.core.session import Session  # noqa: E402
-from runnertrace.core.skeleton import (  # noqa: E402
+from runnertrace.runners._kit.genai import message as semconv_message  # noqa: E402
+from runnertrace.runners._kit.skeleton import (  # noqa: E402
     Prepared,
     invoke,
     native_of,

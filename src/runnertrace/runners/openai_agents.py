@@ -79,10 +79,20 @@ from typing import Any, ClassVar, cast
 
 from runnertrace._internal.imports import require
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.builder import EventBuilder
 from runnertrace.core.context import ensure_tool_context
 from runnertrace.core.events import StreamEvent
-from runnertrace.core.genai import (
+from runnertrace.core.models import AgentReply, AgentRequest, prompt_of
+from runnertrace.core.module import Module
+from runnertrace.core.observer import (
+    NULL_OBSERVER,
+    claim_observer,
+    in_traced_run,
+    stream_observer,
+)
+from runnertrace.core.runner import Runner
+from runnertrace.core.session import Session
+from runnertrace.runners._kit.builder import EventBuilder
+from runnertrace.runners._kit.genai import (
     Message,
     Part,
     as_text,
@@ -95,17 +105,7 @@ from runnertrace.core.genai import (
     tool_definition,
     tool_response_part,
 )
-from runnertrace.core.models import AgentReply, AgentRequest, prompt_of
-from runnertrace.core.module import Module
-from runnertrace.core.observer import (
-    NULL_OBSERVER,
-    claim_observer,
-    in_traced_run,
-    stream_observer,
-)
-from runnertrace.core.runner import Runner
-from runnertrace.core.session import Session
-from runnertrace.core.skeleton import (
+from runnertrace.runners._kit.skeleton import (
     Prepared,
     invoke,
     native_of,

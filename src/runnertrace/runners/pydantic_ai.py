@@ -129,9 +129,7 @@ from pydantic_ai.tools import RunContext  # noqa: E402
 
 from runnertrace.core import events as ev  # noqa: E402
 from runnertrace.core.agent import Agent  # noqa: E402
-from runnertrace.core.builder import EventBuilder  # noqa: E402
 from runnertrace.core.context import ensure_tool_context  # noqa: E402
-from runnertrace.core.genai import as_text, request_parameters, tool_definition  # noqa: E402
 from runnertrace.core.models import AgentReply, AgentRequest, prompt_of  # noqa: E402
 from runnertrace.core.module import Module  # noqa: E402
 from runnertrace.core.observer import (  # noqa: E402
@@ -142,7 +140,9 @@ from runnertrace.core.observer import (  # noqa: E402
 )
 from runnertrace.core.runner import Runner  # noqa: E402
 from runnertrace.core.session import Session  # noqa: E402
-from runnertrace.core.skeleton import (  # noqa: E402
+from runnertrace.runners._kit.builder import EventBuilder  # noqa: E402
+from runnertrace.runners._kit.genai import as_text, request_parameters, tool_definition  # noqa: E402
+from runnertrace.runners._kit.skeleton import (  # noqa: E402
     Prepared,
     invoke,
     native_of,

@@ -102,9 +102,7 @@ from smolagents.monitoring import AgentLogger, LogLevel  # noqa: E402
 from smolagents.utils import AgentError  # noqa: E402
 
 from runnertrace.core import events as ev  # noqa: E402
-from runnertrace.core import genai  # noqa: E402
 from runnertrace.core.agent import Agent  # noqa: E402
-from runnertrace.core.builder import EventBuilder  # noqa: E402
 from runnertrace.core.context import ensure_tool_context  # noqa: E402
 from runnertrace.core.models import AgentReply, AgentRequest, prompt_of  # noqa: E402
 from runnertrace.core.module import Module  # noqa: E402
@@ -116,7 +114,9 @@ from runnertrace.core.observer import (  # noqa: E402
 )
 from runnertrace.core.runner import Runner  # noqa: E402
 from runnertrace.core.session import Session  # noqa: E402
-from runnertrace.core.skeleton import Prepared, native_of, prepare, relay, reply_of, save  # noqa: E402
+from runnertrace.runners._kit import genai  # noqa: E402
+from runnertrace.runners._kit.builder import EventBuilder  # noqa: E402
+from runnertrace.runners._kit.skeleton import Prepared, native_of, prepare, relay, reply_of, save  # noqa: E402
 
 __all__ = ["STATE_KEY", "SmolagentsModule", "SmolagentsRunner", "StoredAgentError"]
 

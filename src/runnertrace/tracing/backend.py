@@ -1,7 +1,7 @@
 """The backend contract: config, exporter, attribute mapping and ``check()``.
 
 A backend is found by name through the ``runnertrace.backends`` entry-point
-group (see :mod:`runnertrace.core.backends`) and owns the model of its
+group (see :mod:`runnertrace.tracing.backend_registry`) and owns the model of its
 ``trace.<name>`` section (:attr:`Backend.config_model`), so a third-party
 backend gets validated settings exactly like a built-in one.
 
@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
 
-    from runnertrace.core.config import TraceConfig
+    from runnertrace.tracing.config import TraceConfig
 
 __all__ = ["Backend", "BackendSettings", "Check"]
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runnertrace.core.config import ConfigError, TraceConfig
+from runnertrace.tracing.config import ConfigError, TraceConfig
 
 __all__ = ["ContentPolicy", "redact_secrets_and_emails"]
 

@@ -28,13 +28,13 @@ from typing import Any
 from opentelemetry.context import attach, detach
 
 from runnertrace._internal.errors import handle_internal_errors, report_internal_error
-from runnertrace.core.config import TraceConfig
 from runnertrace.core.observer import (
     enter_traced_run,
     exit_traced_run,
     install_observer,
     uninstall_observer,
 )
+from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.content import ContentPolicy
 from runnertrace.tracing.setup import TracingSetup, get_tracing_setup, setup_key
 from runnertrace.tracing.state import RunTracer

@@ -28,8 +28,8 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from runnertrace import __version__
-from runnertrace.core.config import TraceConfig
 from runnertrace.tracing.backend import Backend
+from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.cost import preload_prices
 from runnertrace.tracing.export import flush_processors, shutdown_processors
 
@@ -82,7 +82,7 @@ def build_backends(config: TraceConfig, *, validate: bool = True) -> list[Backen
     now (every missing key in one :class:`ConfigError`); ``doctor`` skips it to
     list them as findings instead.
     """
-    from runnertrace.core.backends import backend_names, load_backend
+    from runnertrace.tracing.backend_registry import backend_names, load_backend
 
     classes = [(name, load_backend(name)) for name in config.types]
     registered = set(backend_names())  # a class named by its path has no section
@@ -159,7 +159,7 @@ def _build_or_report(config: TraceConfig) -> TracingSetup:
     it is reported once per process (the disabled setup is cached), without a
     traceback, naming everything that is missing.
     """
-    from runnertrace.core.config import ConfigError
+    from runnertrace.tracing.config import ConfigError
 
     try:
         return _build(config)
@@ -169,7 +169,7 @@ def _build_or_report(config: TraceConfig) -> TracingSetup:
 
 
 def _build(config: TraceConfig) -> TracingSetup:
-    from runnertrace.core.config import ConfigError
+    from runnertrace.tracing.config import ConfigError
 
     if sdk_disabled():
         return TracingSetup(trace_api.NoOpTracerProvider(), owns_provider=False, disabled=True)

@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from runnertrace.core import events as ev
-from runnertrace.core.builder import EventBuilder
 from runnertrace.core.observer import NULL_OBSERVER, Observer
+from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.runners.native.llm import LlmClient, parts_of
 from runnertrace.runners.native.tools import BaseTool, FunctionTool
 from runnertrace.runners.native.types import (

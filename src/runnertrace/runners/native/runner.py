@@ -9,7 +9,6 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.builder import EventBuilder
 from runnertrace.core.events import StreamEvent
 from runnertrace.core.models import (
     AgentReply,
@@ -22,6 +21,7 @@ from runnertrace.core.module import Module
 from runnertrace.core.observer import claim_observer, stream_observer
 from runnertrace.core.runner import Runner
 from runnertrace.core.session import Session
+from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.runners.native.agent import Agent as NativeAgent
 from runnertrace.runners.native.types import AgentResult, Event, ExecutionContext
 

@@ -6,7 +6,7 @@ defaults. Invalid values raise :class:`ConfigError`, naming the key, the value
 and what is allowed.
 
 This module knows no backend: the model of each ``trace.<backend>`` section
-belongs to the backend, found by name through :mod:`runnertrace.core.backends`
+belongs to the backend, found by name through :mod:`runnertrace.tracing.backend_registry`
 when a configuration is validated (never at import).
 """
 
@@ -37,7 +37,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from runnertrace.core.config_env import (
+from runnertrace.tracing.config_env import (
     read_yaml_mapping,
     resolve_dotted,
     split_comma_list,
@@ -86,7 +86,7 @@ class TraceConfig(BaseModel):
 
     Besides the settings below, each key is a backend's own section,
     ``trace.<name>``, validated against the ``config_model`` of the backend
-    registered as ``<name>`` (see :mod:`runnertrace.core.backends`), so a
+    registered as ``<name>`` (see :mod:`runnertrace.tracing.backend_registry`), so a
     third-party backend's settings are checked like a built-in one's. Read one
     with :meth:`section` (typed) or as an attribute (``config.langfuse.host``);
     a section that was not given reads as its model's defaults.
@@ -123,7 +123,7 @@ class TraceConfig(BaseModel):
     @field_validator("type")
     @classmethod
     def _known_type(cls, value: str | list[str]) -> str | list[str]:
-        from runnertrace.core.backends import backend_names, validate_backend_name
+        from runnertrace.tracing.backend_registry import backend_names, validate_backend_name
 
         names = [value] if isinstance(value, str) else value
         if not names:
@@ -148,7 +148,7 @@ class TraceConfig(BaseModel):
     @model_validator(mode="after")
     def _backend_sections(self) -> Self:
         """Validate every extra key as a backend's section (a model instance afterwards)."""
-        from runnertrace.core.backends import section_model
+        from runnertrace.tracing.backend_registry import section_model
 
         sections = self.__pydantic_extra__
         if not sections:
@@ -173,7 +173,7 @@ class TraceConfig(BaseModel):
 
     @classmethod
     def _unknown_key(cls, name: str, value: object) -> str:
-        from runnertrace.core.backends import backend_names
+        from runnertrace.tracing.backend_registry import backend_names
 
         backends = backend_names()
         # A section's content may hold secrets: only a plain value is repeated.
@@ -211,7 +211,7 @@ class TraceConfig(BaseModel):
         sections = self.__pydantic_extra__
         if sections is not None and name in sections:
             return sections[name]
-        from runnertrace.core.backends import section_model
+        from runnertrace.tracing.backend_registry import section_model
 
         model = section_model(name)
         if model is None:

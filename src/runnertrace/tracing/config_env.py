@@ -54,7 +54,7 @@ def read_yaml_mapping(path: Path) -> None:
     """Parse ``path`` and raise :class:`ConfigError` unless it is a mapping (or empty)."""
     import yaml
 
-    from runnertrace.core.config import ConfigError
+    from runnertrace.tracing.config import ConfigError
 
     try:
         with path.open(encoding="utf-8") as stream:
@@ -88,7 +88,7 @@ def _section_names(variable: str) -> list[str] | None:
     Backend sections are not fields of the ``trace`` model (each backend owns
     its own), so they are looked up by name, loading only that backend's model.
     """
-    from runnertrace.core.backends import backend_names, section_model
+    from runnertrace.tracing.backend_registry import backend_names, section_model
 
     for backend in backend_names():
         prefix = f"{ENV_PREFIX}TRACE__{backend.upper()}__"

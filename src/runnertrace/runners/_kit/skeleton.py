@@ -31,10 +31,10 @@ from runnertrace.core.models import AgentReply, AgentReplyAny, AgentReplyImage, 
 
 if TYPE_CHECKING:
     from runnertrace.core.agent import Agent
-    from runnertrace.core.builder import EventBuilder
     from runnertrace.core.events import StreamEvent
     from runnertrace.core.models import AgentRequest
     from runnertrace.core.session import Session
+    from runnertrace.runners._kit.builder import EventBuilder
 
 T = TypeVar("T")
 Item = TypeVar("Item")

@@ -1,0 +1,199 @@
+"""The public surface, pinned: the ``__all__`` of each public module, against a snapshot.
+
+The rule is the one ``runnertrace``'s docstring states: the modules listed
+there (and each framework's runner module) are public, by their ``__all__``;
+everything else is internal. A change to a public name shows up here as a diff
+against ``tests/public_api.json``; after a deliberate change, rewrite it with
+
+    UPDATE_PUBLIC_API=1 pytest tests/test_public_api.py
+
+and review the diff. ``__all__`` is read from the source (no import), so the
+runners of frameworks missing here (CrewAI) are pinned too.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import runnertrace
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+SNAPSHOT = Path(__file__).with_name("public_api.json")
+
+LISTED = (
+    "runnertrace",
+    "runnertrace.core",
+    "runnertrace.core.events",
+    "runnertrace.core.models",
+    "runnertrace.testing",
+    "runnertrace.tracing",
+    "runnertrace.tracing.config",
+    "runnertrace.tracing.backend",
+    "runnertrace.tracing.content",
+    "runnertrace.exporters.local_store",
+    "runnertrace.runners.native",
+)
+"""The public modules ``runnertrace``'s docstring names one by one."""
+
+DEPRECATED_PATHS = {
+    "runnertrace.core.config": ("runnertrace.tracing.config", False),
+    "runnertrace.core.config_env": ("runnertrace.tracing.config_env", True),
+    "runnertrace.core.backends": ("runnertrace.tracing.backend_registry", True),
+    "runnertrace.core.builder": ("runnertrace.runners._kit.builder", False),
+    "runnertrace.core.skeleton": ("runnertrace.runners._kit.skeleton", False),
+    "runnertrace.core.genai": ("runnertrace.runners._kit.genai", False),
+}
+"""Old path -> (the module it now is, whether importing it warns).
+
+Silent while our own tests, examples or concurrent runner code still import it.
+"""
+
+
+def _path(module: str) -> Path:
+    base = SRC.joinpath(*module.split("."))
+    return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+
+
+def public_modules() -> list[str]:
+    """The listed modules, and each framework's runner module (``runners/<name>.py``)."""
+    runners = sorted(
+        f"runnertrace.runners.{p.stem}"
+        for p in (SRC / "runnertrace" / "runners").glob("*.py")
+        if not p.stem.startswith("_")
+    )
+    return [*LISTED, *runners]
+
+
+def declared_all(module: str) -> list[str]:
+    """The module's ``__all__``, read from its source."""
+    tree = ast.parse(_path(module).read_text(encoding="utf-8"))
+    for node in tree.body:
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+            assert node.value is not None
+            value = ast.literal_eval(node.value)
+            return sorted(value)
+    raise AssertionError(f"{module} declares no literal __all__")
+
+
+def surface() -> dict[str, list[str]]:
+    return {module: declared_all(module) for module in public_modules()}
+
+
+def test_the_public_surface_matches_the_snapshot() -> None:
+    current = surface()
+    if os.environ.get("UPDATE_PUBLIC_API"):
+        SNAPSHOT.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
+    pinned = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
+    changes = [
+        f"{module}: {sign}{name}"
+        for module in sorted({*current, *pinned})
+        for sign, names in (
+            ("+", set(current.get(module, [])) - set(pinned.get(module, []))),
+            ("-", set(pinned.get(module, [])) - set(current.get(module, []))),
+        )
+        for name in sorted(names)
+    ]
+    changes += [
+        f"{m}: module {'added' if m in current else 'removed'}"
+        for m in current.keys() ^ pinned.keys()
+    ]
+    assert not changes, (
+        "the public surface changed (rewrite tests/public_api.json with "
+        "UPDATE_PUBLIC_API=1 if this is meant):\n  " + "\n  ".join(changes)
+    )
+
+
+def test_the_root_docstring_names_every_listed_module() -> None:
+    """The rule users read and the list this test pins are the same list."""
+    doc = runnertrace.__doc__ or ""
+    missing = [m for m in LISTED if f"``{m}``" not in doc]
+    assert not missing, f"runnertrace's docstring does not name {missing}"
+
+
+@pytest.mark.parametrize("module", public_modules())
+def test_every_public_name_resolves(module: str) -> None:
+    try:
+        imported = importlib.import_module(module)
+    except ImportError as exc:  # a framework not installed in this venv (CrewAI)
+        pytest.skip(f"{module}: {exc}")
+    missing = [name for name in declared_all(module) if not hasattr(imported, name)]
+    assert not missing, f"{module}.__all__ names what it does not define: {missing}"
+
+
+def test_the_root_exports_tracing_and_configuration_lazily() -> None:
+    from runnertrace.tracing import TracingRunner, traced
+    from runnertrace.tracing.config import ConfigError, Settings, TraceConfig, load_settings
+
+    assert (runnertrace.TracingRunner, runnertrace.traced) == (TracingRunner, traced)
+    assert runnertrace.load_settings is load_settings
+    assert (runnertrace.Settings, runnertrace.TraceConfig) == (Settings, TraceConfig)
+    assert runnertrace.ConfigError is ConfigError
+    assert set(runnertrace.__all__) <= set(dir(runnertrace))
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        _ = runnertrace.nothing_here  # type: ignore[attr-defined]
+
+
+def test_tolerate_internal_errors_is_a_test_helper() -> None:
+    from runnertrace._internal import errors
+    from runnertrace.testing import tolerate_internal_errors
+
+    assert tolerate_internal_errors is errors.tolerate_internal_errors
+
+
+@pytest.mark.parametrize("old", sorted(DEPRECATED_PATHS))
+def test_an_old_path_is_the_moved_module(old: str) -> None:
+    new, warns = DEPRECATED_PATHS[old]
+    target = importlib.import_module(new)
+    previous = sys.modules.pop(old, None)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            aliased = importlib.import_module(old)
+    finally:
+        if previous is not None:
+            sys.modules[old] = previous
+    assert aliased is target
+    deprecations = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert [str(w.message) for w in deprecations] == (
+        [f"{old} moved to {new}; import it from there (the old path will be removed)"]
+        if warns
+        else []
+    )
+    if warns:  # outside pytest (whose import hook sits in the stack), at the importing line
+        shown = subprocess.run(
+            [sys.executable, "-W", "always::DeprecationWarning", "-c", f"import {old}"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stderr
+        assert f"<string>:1: DeprecationWarning: {old} moved to {new}" in shown
+
+
+def test_the_old_paths_are_exactly_the_shims() -> None:
+    """Each shim is the alias and nothing else, and no other module calls ``alias``."""
+    from test_import_layers import module_names, shims
+
+    found = shims(module_names(SRC))
+    assert found == {old: new for old, (new, _) in DEPRECATED_PATHS.items()}
+    for old in found:
+        tree = ast.parse(_path(old).read_text(encoding="utf-8"))
+        body = tree.body[1:] if ast.get_docstring(tree) else tree.body
+        kinds = [type(node).__name__ for node in body]
+        assert kinds == ["ImportFrom", "ImportFrom", "Expr"], (old, kinds)
