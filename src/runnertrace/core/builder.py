@@ -80,7 +80,10 @@ class EventBuilder:
 
     # -- scopes ---------------------------------------------------------------------------
     def tool_scope(self, tool_call_id: str) -> AbstractContextManager[None]:
-        """Wrap the framework's execution of a tool: spans opened there nest under it."""
+        """Wrap the framework's execution of a tool: its ``execute_tool`` span starts here
+        (not when the model announced the call) and spans opened inside nest under it.
+        Enter it where the framework starts the tool, and report the result the moment
+        the tool returns, so the span times the tool."""
         return self.observer.scope("tool", tool_call_id)
 
     def model_scope(self, message_id: str) -> AbstractContextManager[None]:

@@ -1,0 +1,68 @@
+"""``execute_tool`` spans time the tool, in every runner (CrewAI: test_tool_timing_crewai.py).
+
+Per runner and mode, an agent whose model calls one tool (``weather``, which notes
+when it really ran) and then answers; once with a model that finishes as soon as it
+announced the call, once with one that keeps streaming for 0.3 s after. The tool's
+span must bracket the tool's own run within 1 ms, sit under the step that ran it,
+and end before that step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from tests.fidelity_helpers import MODES, run
+from tests.tool_timing_helpers import CITIES, LINGERS, ToolClock, assert_tool_spans_time_the_tool
+
+from runnertrace import TracingRunner
+from runnertrace.core.agent import Agent as CoreAgent
+from runnertrace.testing import CapturedSpans
+
+Build = Callable[[ToolClock, float], CoreAgent]
+
+
+# -- native ------------------------------------------------------------------------------
+def native(clock: ToolClock, linger: float) -> CoreAgent:
+    from runnertrace.runners.native import Agent, NativeRunner, ScriptedLlm
+    from runnertrace.runners.native.tools import tool
+    from runnertrace.runners.native.types import LlmResponse, StreamPart, ToolCall
+
+    class LingeringLlm(ScriptedLlm):
+        """Streams on for ``linger`` seconds after the tool call, before it finishes."""
+
+        async def stream(self, request: Any) -> AsyncIterator[StreamPart]:
+            async for part in super().stream(request):
+                if isinstance(part, LlmResponse) and part.tool_calls:
+                    await asyncio.sleep(linger)
+                yield part
+
+    @tool
+    async def weather(city: str) -> str:
+        """Look up the weather."""
+        return await clock.arun(city)
+
+    calls = [ToolCall(f"c{i}", "weather", {"city": city}) for i, city in enumerate(CITIES)]
+    turns: list[Any] = [LlmResponse(content=list(calls)), "Sunny."]
+    native_agent = Agent(LingeringLlm(turns=turns), tools=[weather], name="planner")
+    return CoreAgent("planner", TracingRunner(NativeRunner(), capture_content=True), native_agent)
+
+
+CASES: dict[str, tuple[Build, str]] = {
+    # runner: (agent builder, the step whose span holds the tool span)
+    "native": (native, "planner"),
+}
+
+
+@pytest.mark.parametrize("linger", LINGERS, ids=["prompt", "lingering"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("runner", list(CASES))
+async def test_execute_tool_spans_time_the_tool(
+    runner: str, mode: str, linger: float, captured_spans: CapturedSpans
+) -> None:
+    build, step = CASES[runner]
+    clock = ToolClock()
+    await run(build(clock, linger), mode)
+    assert_tool_spans_time_the_tool(captured_spans, clock, step=step)
