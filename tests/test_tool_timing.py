@@ -10,6 +10,7 @@ and end before that step.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -50,9 +51,54 @@ def native(clock: ToolClock, linger: float) -> CoreAgent:
     return CoreAgent("planner", TracingRunner(NativeRunner(), capture_content=True), native_agent)
 
 
+# -- pydantic_ai -------------------------------------------------------------------------
+def pydantic_ai(clock: ToolClock, linger: float) -> CoreAgent:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
+
+    from runnertrace.runners.pydantic_ai import PydanticAIRunner
+
+    def asked(messages: list[ModelMessage]) -> bool:
+        return any(
+            getattr(part, "part_kind", "") == "tool-return" for m in messages for part in m.parts
+        )
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if asked(messages):
+            return ModelResponse(parts=[TextPart("Sunny.")])
+        return ModelResponse(
+            parts=[
+                ToolCallPart("weather", {"city": city}, tool_call_id=f"c{i}")
+                for i, city in enumerate(CITIES)
+            ]
+        )
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+        if asked(messages):
+            yield "Sunny."
+            return
+        for i, city in enumerate(CITIES):
+            yield {i: DeltaToolCall("weather", tool_call_id=f"c{i}")}
+            yield {i: DeltaToolCall(json_args=json.dumps({"city": city}))}
+        await asyncio.sleep(linger)  # streams on after announcing the calls
+
+    agent: Agent[None, str] = Agent(
+        FunctionModel(respond, stream_function=stream, model_name="fake"), name="planner"
+    )
+
+    @agent.tool_plain
+    async def weather(city: str) -> str:
+        """Look up the weather."""
+        return await clock.arun(city)
+
+    return CoreAgent("planner", TracingRunner(PydanticAIRunner(), capture_content=True), agent)
+
+
 CASES: dict[str, tuple[Build, str]] = {
     # runner: (agent builder, the step whose span holds the tool span)
     "native": (native, "planner"),
+    "pydantic_ai": (pydantic_ai, "planner"),
 }
 
 
