@@ -95,10 +95,44 @@ def pydantic_ai(clock: ToolClock, linger: float) -> CoreAgent:
     return CoreAgent("planner", TracingRunner(PydanticAIRunner(), capture_content=True), agent)
 
 
+# -- openai_agents -----------------------------------------------------------------------
+def openai_agents(clock: ToolClock, linger: float) -> CoreAgent:
+    from agents import Agent, function_tool
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from runnertrace.runners.openai_agents import OpenAIRunner
+
+    class LingeringModel(ScriptedModel):
+        """Streams on for ``linger`` seconds after the calls, before the response completes."""
+
+        model = "fake-model"
+
+        async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            async for event in super().stream_response(*args, **kwargs):
+                if event.type == "response.completed" and any(
+                    getattr(item, "type", "") == "function_call" for item in event.response.output
+                ):
+                    await asyncio.sleep(linger)
+                yield event
+
+    @function_tool
+    async def weather(city: str) -> str:
+        """Look up the weather."""
+        return await clock.arun(city)
+
+    calls = [
+        function_call("weather", {"city": city}, call_id=f"c{i}") for i, city in enumerate(CITIES)
+    ]
+    model = LingeringModel([calls, [assistant_message("Sunny.")]])
+    agent = Agent(name="planner", model=model, tools=[weather])
+    return CoreAgent("planner", TracingRunner(OpenAIRunner(), capture_content=True), agent)
+
+
 CASES: dict[str, tuple[Build, str]] = {
     # runner: (agent builder, the step whose span holds the tool span)
     "native": (native, "planner"),
     "pydantic_ai": (pydantic_ai, "planner"),
+    "openai_agents": (openai_agents, "planner"),
 }
 
 
