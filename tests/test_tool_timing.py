@@ -128,11 +128,47 @@ def openai_agents(clock: ToolClock, linger: float) -> CoreAgent:
     return CoreAgent("planner", TracingRunner(OpenAIRunner(), capture_content=True), agent)
 
 
+# -- langgraph ---------------------------------------------------------------------------
+def langgraph(clock: ToolClock, linger: float) -> CoreAgent:
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from runnertrace.runners.langgraph import LangGraphRunner
+    from runnertrace.runners.langgraph_testing import ScriptedChatModel
+
+    @tool
+    async def weather(city: str) -> str:
+        """Look up the weather."""
+        return await clock.arun(city)
+
+    calls = [{"name": "weather", "args": {"city": c}, "id": f"c{i}"} for i, c in enumerate(CITIES)]
+    model = ScriptedChatModel(
+        responses=[AIMessage(content="", tool_calls=calls), AIMessage(content="Sunny.")],
+        pause_after_tool_calls=linger,
+    )
+    bound = model.bind_tools([weather])
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await bound.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode([weather]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    compiled = graph.compile(name="planner")
+    return CoreAgent("planner", TracingRunner(LangGraphRunner(), capture_content=True), compiled)
+
+
 CASES: dict[str, tuple[Build, str]] = {
     # runner: (agent builder, the step whose span holds the tool span)
     "native": (native, "planner"),
     "pydantic_ai": (pydantic_ai, "planner"),
     "openai_agents": (openai_agents, "planner"),
+    "langgraph": (langgraph, "tools"),
 }
 
 
