@@ -163,12 +163,31 @@ def langgraph(clock: ToolClock, linger: float) -> CoreAgent:
     return CoreAgent("planner", TracingRunner(LangGraphRunner(), capture_content=True), compiled)
 
 
+# -- maf ---------------------------------------------------------------------------------
+def maf(clock: ToolClock, linger: float) -> CoreAgent:
+    from agent_framework import Agent, tool
+
+    from runnertrace.runners.maf import MAFRunner
+    from runnertrace.runners.maf_testing import ScriptedChatClient, call, say
+
+    @tool
+    async def weather(city: str) -> str:
+        """Look up the weather."""
+        return await clock.arun(city)
+
+    calls = call(*[(f"c{i}", "weather", {"city": city}) for i, city in enumerate(CITIES)])
+    client = ScriptedChatClient([calls, say("Sunny.")], pause_after_tool_calls=linger)
+    agent = Agent(client, "You plan trips.", name="planner", tools=[weather])
+    return CoreAgent("planner", TracingRunner(MAFRunner(), capture_content=True), agent)
+
+
 CASES: dict[str, tuple[Build, str]] = {
     # runner: (agent builder, the step whose span holds the tool span)
     "native": (native, "planner"),
     "pydantic_ai": (pydantic_ai, "planner"),
     "openai_agents": (openai_agents, "planner"),
     "langgraph": (langgraph, "tools"),
+    "maf": (maf, "planner"),
 }
 
 
