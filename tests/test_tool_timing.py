@@ -181,6 +181,23 @@ def maf(clock: ToolClock, linger: float) -> CoreAgent:
     return CoreAgent("planner", TracingRunner(MAFRunner(), capture_content=True), agent)
 
 
+# -- adk ---------------------------------------------------------------------------------
+def adk(clock: ToolClock, linger: float) -> CoreAgent:
+    from google.adk.agents import LlmAgent
+
+    from runnertrace.runners.adk import GoogleADKRunner
+    from runnertrace.runners.adk_testing import ScriptedAdkLlm, Turn, answer
+
+    async def weather(city: str) -> str:
+        """Look up the weather."""
+        return await clock.arun(city)
+
+    calls = Turn(calls=[("weather", {"city": city}, f"c{i}") for i, city in enumerate(CITIES)])
+    model = ScriptedAdkLlm(script=[calls, answer("Sunny.")], pause_after_tool_calls=linger)
+    agent = LlmAgent(name="planner", model=model, instruction="You plan trips.", tools=[weather])
+    return CoreAgent("planner", TracingRunner(GoogleADKRunner(), capture_content=True), agent)
+
+
 CASES: dict[str, tuple[Build, str]] = {
     # runner: (agent builder, the step whose span holds the tool span)
     "native": (native, "planner"),
@@ -188,6 +205,7 @@ CASES: dict[str, tuple[Build, str]] = {
     "openai_agents": (openai_agents, "planner"),
     "langgraph": (langgraph, "tools"),
     "maf": (maf, "planner"),
+    "adk": (adk, "planner"),
 }
 
 
