@@ -198,6 +198,32 @@ def adk(clock: ToolClock, linger: float) -> CoreAgent:
     return CoreAgent("planner", TracingRunner(GoogleADKRunner(), capture_content=True), agent)
 
 
+# -- smolagents --------------------------------------------------------------------------
+def smolagents(clock: ToolClock, linger: float) -> CoreAgent:
+    from smolagents import ToolCallingAgent, tool
+    from smolagents.monitoring import LogLevel
+
+    from runnertrace.runners.smolagents import SmolagentsRunner
+    from runnertrace.runners.smolagents_testing import ScriptedModel, calls
+
+    @tool
+    def weather(city: str) -> str:
+        """Look up the weather.
+
+        Args:
+            city: The city to look up.
+        """
+        return clock.run(city)
+
+    asked = calls(*[("weather", {"city": city}) for city in CITIES])
+    answer = calls(("final_answer", {"answer": "Sunny."}))
+    model = ScriptedModel([asked, answer], pause_after_tool_calls=linger)
+    agent = ToolCallingAgent(
+        tools=[weather], model=model, name="planner", verbosity_level=LogLevel.OFF
+    )
+    return CoreAgent("planner", TracingRunner(SmolagentsRunner(), capture_content=True), agent)
+
+
 CASES: dict[str, tuple[Build, str]] = {
     # runner: (agent builder, the step whose span holds the tool span)
     "native": (native, "planner"),
@@ -206,6 +232,7 @@ CASES: dict[str, tuple[Build, str]] = {
     "langgraph": (langgraph, "tools"),
     "maf": (maf, "planner"),
     "adk": (adk, "planner"),
+    "smolagents": (smolagents, "planner"),
 }
 
 
