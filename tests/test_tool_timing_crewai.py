@@ -65,6 +65,7 @@ def planner(clock: ToolClock, linger: float) -> Agent:
 async def test_execute_tool_spans_time_the_tool(
     mode: str, linger: float, captured_spans: CapturedSpans
 ) -> None:
-    clock = ToolClock()
-    await run(planner(clock, linger), mode)
-    assert_tool_spans_time_the_tool(captured_spans, clock, step="planner")
+    async def scenario(clock: ToolClock) -> None:
+        await run(planner(clock, linger), mode)
+
+    await assert_tool_spans_time_the_tool(captured_spans, scenario, step="planner")
