@@ -260,3 +260,73 @@ async def test_execute_tool_spans_time_the_tool(
         await run(build(clock, linger), mode)
 
     await assert_tool_spans_time_the_tool(captured_spans, scenario, step=step)
+
+
+# -- the tracer, under any runner ----------------------------------------------------------
+class ScopedRunner:
+    """A runner of our own making on the builder: it announces a call, waits, and only
+    then runs the tool in the builder's tool scope (a user span opens inside)."""
+
+    framework = "scoped"
+
+    def __init__(self, clock: ToolClock, captured: CapturedSpans, wait: float) -> None:
+        self.clock, self.captured, self.wait = clock, captured, wait
+
+    async def run(self, agent: Any, session: Any, requests: Any) -> Any:
+        from runnertrace.core.builder import EventBuilder
+        from runnertrace.core.models import AgentReplyText
+        from runnertrace.core.observer import claim_observer
+
+        with claim_observer() as observer:
+            builder = EventBuilder(observer)
+            builder.step_start("plan", 0)
+            message = builder.message_start(model="fake")
+            builder.tool_call('{"city": "Oslo"}', tool_call_id="c1", name="weather", index=0)
+            await asyncio.sleep(self.wait)  # the model streams on
+            builder.message_end(message, finish_reason="tool_calls")
+            with builder.tool_scope("c1"):
+                tracer = self.captured.provider.get_tracer("user-code")
+                with tracer.start_as_current_span("db.query weather"):
+                    content = await self.clock.arun("Oslo")
+            builder.tool_result("c1", content)
+            builder.step_end("plan", 0)
+        return AgentReplyText(text="Sunny.", prompt="go")
+
+
+async def test_a_tool_span_opens_at_its_scope_and_what_runs_there_nests_under_it(
+    captured_spans: CapturedSpans,
+) -> None:
+    from tests.tracing_helpers import ForeignAgent, ForeignSession
+
+    clock = ToolClock()
+    runner = TracingRunner(ScopedRunner(clock, captured_spans, wait=0.05), capture_content=True)
+    await runner.run(ForeignAgent(), ForeignSession(), [])
+    (tool_span,) = captured_spans.by_name("execute_tool weather")
+    entry, exit_ = clock.runs["Oslo"]
+    assert tool_span.start_time is not None and tool_span.end_time is not None
+    assert 0 <= entry - tool_span.start_time <= 1_000_000
+    assert 0 <= tool_span.end_time - exit_ <= 1_000_000
+    (user_span,) = captured_spans.by_name("db.query weather")
+    assert user_span.parent is not None and user_span.parent.span_id == tool_span.context.span_id
+    (chat,) = captured_spans.by_name("chat fake")
+    assert chat.end_time is not None and chat.end_time <= tool_span.start_time
+
+
+async def test_a_stream_without_tool_scopes_keeps_the_span_from_the_announcement(
+    captured_spans: CapturedSpans,
+) -> None:
+    """A foreign runner's stream never says when a tool ran: its span starts when the
+    call was announced, in the step that announced it, and ends at the result."""
+    from tests.tracing_helpers import ForeignAgent, ForeignRunner, ForeignSession
+
+    runner = TracingRunner(ForeignRunner(), capture_content=True)
+    await runner.run(ForeignAgent(), ForeignSession(), [])
+    (tool_span,) = captured_spans.by_name("execute_tool lookup")
+    chat = min(captured_spans.by_name("chat fake-model"), key=lambda s: s.start_time or 0)
+    assert chat.start_time is not None and chat.end_time is not None
+    assert tool_span.start_time is not None
+    assert chat.start_time <= tool_span.start_time <= chat.end_time  # announced in the message
+    assert tool_span.parent is not None
+    (step,) = captured_spans.by_name("agent_step plan")
+    assert tool_span.parent.span_id == step.context.span_id
+    assert (tool_span.attributes or {})["gen_ai.tool.call.arguments"] == '{"q": "x"}'

@@ -67,6 +67,7 @@ def _timing_misses(spans: CapturedSpans, clock: ToolClock, *, tool: str, step: s
     assert sorted(clock.runs) == sorted(CITIES), "the tool did not run once per call"
     assert len(tool_spans) == len(CITIES), [s.name for s in spans.spans]
     by_id = _by_id(spans)
+    _assert_asked_on_a_chat_span(spans, tool_spans)
     misses: list[str] = []
     for span in tool_spans:
         assert span.attributes is not None
@@ -85,6 +86,19 @@ def _timing_misses(spans: CapturedSpans, clock: ToolClock, *, tool: str, step: s
         if late > SLACK_NS:
             misses.append(f"the {city} span ends {late / 1e6:.3f} ms after the tool")
     return misses
+
+
+def _assert_asked_on_a_chat_span(spans: CapturedSpans, tool_spans: list[ReadableSpan]) -> None:
+    """The model's request for each call stays on the chat span that asked, as a
+    ``tool_call`` part of its output."""
+    asked = set()
+    for chat in spans.spans:
+        output = (chat.attributes or {}).get("gen_ai.output.messages")
+        if chat.name.startswith("chat") and output:
+            for message in json.loads(str(output)):
+                asked |= {p["id"] for p in message["parts"] if p["type"] == "tool_call"}
+    ran = {str((s.attributes or {})["gen_ai.tool.call.id"]) for s in tool_spans}
+    assert ran <= asked, f"calls not on a chat span: {ran - asked}"
 
 
 async def assert_tool_spans_time_the_tool(
