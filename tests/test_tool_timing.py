@@ -20,7 +20,9 @@ from tests.fidelity_helpers import MODES, run
 from tests.tool_timing_helpers import CITIES, LINGERS, ToolClock, assert_tool_spans_time_the_tool
 
 from runnertrace import TracingRunner
+from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
+from runnertrace.core.models import AgentRequestText
 from runnertrace.testing import CapturedSpans
 
 Build = Callable[[ToolClock, float], CoreAgent]
@@ -262,6 +264,26 @@ async def test_execute_tool_spans_time_the_tool(
     await assert_tool_spans_time_the_tool(captured_spans, scenario, step=step)
 
 
+@pytest.mark.parametrize("runner", list(CASES))
+async def test_a_slow_stream_consumer_does_not_move_the_tool_spans(
+    runner: str, captured_spans: CapturedSpans
+) -> None:
+    """A consumer that takes 2 ms over each event: where a framework runs on ahead of
+    its stream's reader (OpenAI Agents), the tool ran before its events were read."""
+    build, step = CASES[runner]
+
+    async def scenario(clock: ToolClock) -> None:
+        agent = build(clock, 0.0)
+        requests = [AgentRequestText(prompt="Trip to Oslo?")]
+        async for _ in agent.runner.stream(agent, Session("s1"), requests):
+            await asyncio.sleep(SLOW_READ_SECONDS)
+
+    await assert_tool_spans_time_the_tool(captured_spans, scenario, step=step)
+
+
+SLOW_READ_SECONDS = 0.002
+
+
 # -- the tracer, under any runner ----------------------------------------------------------
 class ScopedRunner:
     """A runner of our own making on the builder: it announces a call, waits, and only
@@ -330,3 +352,31 @@ async def test_a_stream_without_tool_scopes_keeps_the_span_from_the_announcement
     (step,) = captured_spans.by_name("agent_step plan")
     assert tool_span.parent.span_id == step.context.span_id
     assert (tool_span.attributes or {})["gen_ai.tool.call.arguments"] == '{"q": "x"}'
+
+
+async def test_a_result_that_says_when_the_tool_ran_sets_the_span_times(
+    captured_spans: CapturedSpans,
+) -> None:
+    """A stream relayed behind its run reports the tool's own start and end with the
+    result (``started_at``/``ended_at``); the span takes them, not the reading times."""
+    import time
+
+    from tests.tracing_helpers import ForeignAgent, ForeignRunner, ForeignSession
+
+    from runnertrace.core import events as ev
+
+    now = time.time_ns()
+    ran = (now + 2_000_000, now + 7_000_000)  # read long before it "happened": unmistakable
+    events = [
+        ev.StepStart(step_name="plan", step_index=0),
+        ev.MessageStart(message_id="m1", model="fake-model"),
+        ev.ToolCallStart(tool_call_id="c1", tool_name="lookup", parent_message_id="m1"),
+        ev.ToolCallEnd(tool_call_id="c1"),
+        ev.MessageEnd(message_id="m1", finish_reason="tool_calls"),
+        ev.ToolCallResult(tool_call_id="c1", content="ok", started_at=ran[0], ended_at=ran[1]),
+        ev.StepEnd(step_name="plan", step_index=0),
+    ]
+    await TracingRunner(ForeignRunner(events)).run(ForeignAgent(), ForeignSession(), [])
+    (tool_span,) = captured_spans.by_name("execute_tool lookup")
+    assert (tool_span.start_time, tool_span.end_time) == ran
+    assert ev.parse_event(events[5].model_dump_json()) == events[5]  # the fields stream

@@ -271,8 +271,12 @@ class EventBuilder:
         name: str | None = None,
         error: BaseException | None = None,
         is_error: bool | None = None,
+        started_at: int | None = None,
+        ended_at: int | None = None,
     ) -> None:
-        """The tool finished. A call never announced gets a start and an end first."""
+        """The tool finished. A call never announced gets a start and an end first.
+        ``started_at``/``ended_at`` (``time.time_ns()``): when it ran, if that was not
+        just now in its tool scope."""
         if tool_call_id not in self._announced:
             self._announced.add(tool_call_id)
             self.emit(ev.ToolCallStart(tool_call_id=tool_call_id, tool_name=name or "unknown"))
@@ -283,6 +287,8 @@ class EventBuilder:
                 content=content,
                 is_error=(error is not None) if is_error is None else is_error,
                 error=ev.EventError.from_exception(error) if error is not None else None,
+                started_at=started_at,
+                ended_at=ended_at,
             )
         )
 

@@ -517,14 +517,15 @@ class RunTracer:
             item.parent_id = getattr(event, "parent_message_id", None)
         self.tools[cid] = item
 
-    def _run_tool(self, item: _Open, *, late: bool = False) -> None:
+    def _run_tool(self, item: _Open, *, late: bool = False, start_ns: int | None = None) -> None:
         """Open an announced call's span as the framework starts executing the tool, in
-        the innermost open step. ``late``: the stream never said when the tool ran (a
-        foreign runner that has no tool scope), so the span starts when the call was
-        announced, in the step that announced it."""
+        the innermost open step. ``late``: the tool ran outside any tool scope (a
+        foreign runner has none), so the span starts at ``start_ns`` if the result
+        said when the tool started, else when the call was announced, in the step
+        that announced it."""
         attrs, item.pending = item.pending or {}, None
         if late:
-            parent, start_ns = item.origin or self.run, item.start_ns
+            parent, start_ns = item.origin or self.run, start_ns or item.start_ns
         else:
             parent, start_ns = self._container(), None
             item.owner = self.steps[-1][1] if self.steps else None
@@ -575,7 +576,7 @@ class RunTracer:
             self._anomaly(f"tool_call_result for unknown call {event.tool_call_id!r}")
             return
         if item.pending is not None:
-            self._run_tool(item, late=True)
+            self._run_tool(item, late=True, start_ns=_time(getattr(event, "started_at", None)))
         span = item.span
         if self.capture:
             text = self.policy.text(event.content)
@@ -584,7 +585,8 @@ class RunTracer:
         if error is not None or getattr(event, "is_error", False):
             span.set_attribute(A.ERROR_TYPE, _error_name(error) if error is not None else "_OTHER")
             self._fail(span, error or EventError(type="_OTHER", message=str(event.content)))
-        span.end()
+        ended_ns = _time(getattr(event, "ended_at", None))
+        span.end(end_time=ended_ns if ended_ns is None or ended_ns >= item.start_ns else None)
 
     # -- closing -------------------------------------------------------------------------
     def _close(
@@ -802,6 +804,11 @@ class _Scope:
         if self._boundary is not None:
             self._boundary.__exit__()
         detach(self._token)
+
+
+def _time(value: Any) -> int | None:
+    """An event's Unix-ns timestamp field, if it holds one (foreign events may not)."""
+    return value if type(value) is int and value > 0 else None
 
 
 def _text(value: Any) -> str:
