@@ -8,6 +8,7 @@ own run within 1 ms, sit under the agent's step, and end before it.
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import pytest
@@ -28,7 +29,9 @@ from tests.tool_timing_helpers import (  # noqa: E402
 )
 
 from runnertrace import TracingRunner  # noqa: E402
+from runnertrace.core import Session  # noqa: E402
 from runnertrace.core.agent import Agent  # noqa: E402
+from runnertrace.core.models import AgentRequestText  # noqa: E402
 from runnertrace.runners.crewai import CrewAIRunner  # noqa: E402
 from runnertrace.runners.crewai_testing import ScriptedLLM, action, final  # noqa: E402
 from runnertrace.testing import CapturedSpans  # noqa: E402
@@ -67,5 +70,19 @@ async def test_execute_tool_spans_time_the_tool(
 ) -> None:
     async def scenario(clock: ToolClock) -> None:
         await run(planner(clock, linger), mode)
+
+    await assert_tool_spans_time_the_tool(captured_spans, scenario, step="planner")
+
+
+async def test_a_slow_stream_consumer_does_not_move_the_tool_spans(
+    captured_spans: CapturedSpans,
+) -> None:
+    """The crew runs in its own thread, ahead of a reader taking 2 ms over each event."""
+
+    async def scenario(clock: ToolClock) -> None:
+        agent = planner(clock, 0.0)
+        requests = [AgentRequestText(prompt="Trip to Oslo?")]
+        async for _ in agent.runner.stream(agent, Session("s1"), requests):
+            await asyncio.sleep(0.002)
 
     await assert_tool_spans_time_the_tool(captured_spans, scenario, step="planner")
