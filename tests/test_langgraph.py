@@ -640,8 +640,8 @@ EXPECTED_TREE = [
     (
         "invoke_agent calc",
         [
-            ("agent_step agent", [("chat scripted", []), ("execute_tool multiply", [])]),
-            ("agent_step tools", []),
+            ("agent_step agent", [("chat scripted", [])]),
+            ("agent_step tools", [("execute_tool multiply", [])]),  # the step that ran it
             ("agent_step agent", [("chat scripted", [])]),
         ],
     )

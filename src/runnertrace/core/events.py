@@ -163,6 +163,9 @@ class ToolCallResult(_Event):
 
     ``is_error`` flags a failed tool, whether the framework raised or fed the
     failure back to the model; ``error`` says what failed, when known.
+    ``started_at`` and ``ended_at`` (Unix time in ns) say when the tool ran, for a
+    runner that reports the result after the fact (a stream read behind the run it
+    relays), so the tool's span still times the tool.
     """
 
     type: Literal["tool_call_result"] = "tool_call_result"
@@ -171,6 +174,8 @@ class ToolCallResult(_Event):
     message_id: str | None = None
     is_error: bool = False
     error: EventError | None = None
+    started_at: int | None = None
+    ended_at: int | None = None
 
 
 class StepStart(_Event):

@@ -60,7 +60,9 @@ class Observer(Protocol):
     def scope(self, kind: ScopeKind, key: str) -> AbstractContextManager[None]:
         """Around the framework's own execution of a tool (``key``: its call id) or
         a model call (``key``: its message id): what runs inside nests under that
-        call's span. Enter and leave in the same context (never across a ``yield``)."""
+        call's span. Enter and leave in the same context (never across a ``yield``).
+        A tool's span starts when its scope is first taken: the execution, not the
+        model's announcement of the call."""
 
     def claim(self) -> None:
         """Called by :func:`stream_observer`: the runner will report every event of

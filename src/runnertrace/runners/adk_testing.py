@@ -92,12 +92,15 @@ class ScriptedAdkLlm(BaseLlm):
     """A ``BaseLlm`` that plays ``script`` turn by turn (see the module docstring).
 
     ``requests`` records every ``LlmRequest`` it was sent; ``loop=True`` starts
-    the script over when it is used up (for benchmarks).
+    the script over when it is used up (for benchmarks). ``pause_after_tool_calls``
+    keeps a response that asks for function calls open that many seconds after it
+    announced them (a model that streams on; ADK acts on the calls meanwhile).
     """
 
     model: str = "scripted-llm"
     script: list[Any] = Field(default_factory=list)
     loop: bool = False
+    pause_after_tool_calls: float = 0.0
     requests: list[LlmRequest] = Field(default_factory=list)
     _position: int = PrivateAttr(default=0)
 
@@ -144,3 +147,5 @@ class ScriptedAdkLlm(BaseLlm):
             model_version=self.model,
             **turn.extra,
         )
+        if turn.calls and self.pause_after_tool_calls:
+            await asyncio.sleep(self.pause_after_tool_calls)

@@ -57,6 +57,8 @@ How the contract maps onto CrewAI:
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import sys
 import uuid
@@ -244,6 +246,8 @@ class _Mapping:
         self.crew_id: str | None = None
         self._model_scopes: dict[str, AbstractContextManager[None]] = {}
         self._tool_scope: AbstractContextManager[None] | None = None
+        self._running = False  # our tool's function is running (in its scope)
+        self._ran = False  # the function of the current call has started
         self._tools: list[dict[str, JsonValue]] | None = None
         self._streamed: set[str] = set()
         self._steps: list[tuple[str, int | None]] = []
@@ -400,7 +404,7 @@ class _Mapping:
 
     # -- tool calls ------------------------------------------------------------------------
     def on_tool_started(self, source: Any, event: ToolUsageStartedEvent) -> None:
-        if self._tool_scope is not None:  # a tool of a crew running inside our tool
+        if self._running or self._tool_scope is not None:  # a crew's tool inside our tool
             self._nested += 1
             return
         name = str(event.tool_name)
@@ -412,18 +416,63 @@ class _Mapping:
             else:  # a call no message announced (native function calling without chunks)
                 self._call = (f"call_{uuid.uuid4().hex[:12]}", name)
         self._call_error = None
-        scope = self.builder.tool_scope(self._call[0])
-        scope.__enter__()
-        self._tool_scope = scope
+        self._ran = False
+        if not self._time_function(source, name):
+            scope = self.builder.tool_scope(self._call[0])
+            scope.__enter__()
+            self._tool_scope = scope
+
+    def _time_function(self, source: Any, name: str) -> bool:
+        """Run the tool's scope around the tool's function itself, if it can be found.
+
+        CrewAI emits the started event before its cache lookup and the argument
+        schema it builds per call (1-3 ms), so the scope (where the span starts)
+        wraps the function instead. The structured tools a ``ToolUsage`` picks from
+        are made per agent execution (``parse_tools``), so wrapping one changes no
+        object of the user's; an async function keeps the scope of the event.
+        """
+        found = False
+        for structured in getattr(source, "tools", None) or ():
+            func = getattr(structured, "func", None)
+            if not _same_tool(str(getattr(structured, "name", "")), name) or func is None:
+                continue
+            if inspect.iscoroutinefunction(func):
+                return False
+            if getattr(func, "__runnertrace_mapping__", None) is not self:
+                structured.func = self._timed(func)
+            found = True
+        return found
+
+    def _timed(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(func)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            call = self._call
+            if call is None or self._running or self.closed:
+                return func(*args, **kwargs)
+            self._running = self._ran = True
+            try:
+                with self.builder.tool_scope(call[0]):
+                    return func(*args, **kwargs)
+            finally:
+                self._running = False
+
+        timed.__runnertrace_mapping__ = self  # type: ignore[attr-defined]
+        return timed
 
     def _leave_tool(self) -> bool:
-        """Leave the running tool's scope; False when the event was a nested crew's."""
+        """Leave the running tool's scope; False when the event was a nested crew's.
+
+        A call whose function never ran (a cached result, a failed validation)
+        opens its span here, when CrewAI settles it."""
         if self._nested:
             self._nested -= 1
             return False
         scope, self._tool_scope = self._tool_scope, None
         if scope is not None:
             scope.__exit__(None, None, None)
+        elif self._call is not None and not self._ran:
+            with self.builder.tool_scope(self._call[0]):
+                self._ran = True
         return self._call is not None
 
     def on_tool_finished(self, source: Any, event: ToolUsageFinishedEvent) -> None:

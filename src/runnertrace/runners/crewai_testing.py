@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -65,13 +66,16 @@ class ScriptedLLM(BaseLLM):
     usage, or call failed), inside ``llm_call_context()`` so the events carry the
     call's id. ``calls`` records the messages each call received. The script is
     shared by every run using the instance, in call order (a lock keeps
-    concurrent runs from drawing the same turn).
+    concurrent runs from drawing the same turn). ``pause_after_tool_calls`` makes a
+    streamed turn that asks for a tool (``Action:``) wait that many seconds after its
+    chunks, before the call completes (a model that streams on after its call).
     """
 
     responses: list[Any] = Field(repr=False)
     model: str = "scripted"
     provider: str = "scripted"
     llm_type: str = "scripted"
+    pause_after_tool_calls: float = 0.0
 
     # One script per model, also shared by the shallow copies CrewAI makes when it
     # copies an agent (the runner copies the agent for each run).
@@ -157,6 +161,8 @@ class ScriptedLLM(BaseLLM):
                         from_agent=from_agent,
                         call_type=LLMCallType.LLM_CALL,
                     )
+                if self.pause_after_tool_calls and "\nAction:" in text:
+                    time.sleep(self.pause_after_tool_calls)
             self._emit_call_completed_event(
                 response=text,
                 call_type=LLMCallType.LLM_CALL,

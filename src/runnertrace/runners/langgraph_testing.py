@@ -7,8 +7,10 @@ loaded by every test run) so that plugin never imports LangChain.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
@@ -44,6 +46,8 @@ class ScriptedChatModel(BaseChatModel):
     in two, as providers do) and then its text word by word, with usage on the
     last chunk. ``calls`` records the messages each call received;
     ``temperature`` and ``max_tokens`` are only reported as request parameters.
+    ``pause_after_tool_calls`` makes a streamed reply wait that many seconds after
+    its tool-call chunks (a model that streams on after announcing its calls).
     """
 
     # Out of repr: LangChain serialises the model (via repr) for every callback
@@ -52,6 +56,7 @@ class ScriptedChatModel(BaseChatModel):
     model_name: str = "scripted"
     temperature: float | None = None
     max_tokens: int | None = None
+    pause_after_tool_calls: float = 0.0
 
     _position: int = PrivateAttr(default=0)
     _calls: list[list[BaseMessage]] = PrivateAttr(default_factory=list)
@@ -101,7 +106,7 @@ class ScriptedChatModel(BaseChatModel):
         )
 
     @staticmethod
-    def _chunks(message: AIMessage) -> Iterator[ChatGenerationChunk]:
+    def _call_chunks(message: AIMessage) -> Iterator[ChatGenerationChunk]:
         for index, call in enumerate(message.tool_calls):
             args = json.dumps(call["args"])
             half = len(args) // 2
@@ -116,6 +121,9 @@ class ScriptedChatModel(BaseChatModel):
                 yield ChatGenerationChunk(
                     message=AIMessageChunk(content="", id=message.id, tool_call_chunks=[tool_chunk])
                 )
+
+    @staticmethod
+    def _rest_chunks(message: AIMessage) -> Iterator[ChatGenerationChunk]:
         if isinstance(message.content, str):
             pieces: list[Any] = re.findall(r"\s*\S+", message.content)
         else:
@@ -157,7 +165,11 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: Any = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        yield from self._chunks(self._next(messages))
+        message = self._next(messages)
+        yield from self._call_chunks(message)
+        if message.tool_calls and self.pause_after_tool_calls:
+            time.sleep(self.pause_after_tool_calls)
+        yield from self._rest_chunks(message)
 
     async def _astream(
         self,
@@ -166,5 +178,10 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: Any = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
-        for chunk in self._chunks(self._next(messages)):
+        message = self._next(messages)
+        for chunk in self._call_chunks(message):
+            yield chunk
+        if message.tool_calls and self.pause_after_tool_calls:
+            await asyncio.sleep(self.pause_after_tool_calls)
+        for chunk in self._rest_chunks(message):
             yield chunk

@@ -11,6 +11,7 @@ every test run) so that plugin never imports Agent Framework.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal, cast
@@ -87,7 +88,9 @@ class ScriptedChatClient(
     ``loop=True`` starts the script over when it is used up (for benchmarks);
     otherwise running out is an error naming the call. ``calls`` records the
     messages and options of each request (not in loop mode, where it would grow
-    without bound).
+    without bound). ``pause_after_tool_calls`` makes a streamed reply wait that many
+    seconds after its tool-call updates (a model that streams on after announcing
+    its calls).
     """
 
     OTEL_PROVIDER_NAME: ClassVar[str] = "scripted"
@@ -98,10 +101,12 @@ class ScriptedChatClient(
         *,
         model: str = "scripted-1",
         loop: bool = False,
+        pause_after_tool_calls: float = 0.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.model = model
+        self.pause_after_tool_calls = pause_after_tool_calls
         self._turns = list(turns)
         self._position = 0
         self._loop = loop
@@ -148,5 +153,11 @@ class ScriptedChatClient(
     async def _stream(
         self, turn: Turn, messages: Sequence[Message]
     ) -> AsyncIterator[ChatResponseUpdate]:
+        announced = False
         for update in self._play(turn, messages):
+            calls = any(content.type == "function_call" for content in update.contents)
+            if announced and not calls and self.pause_after_tool_calls:
+                await asyncio.sleep(self.pause_after_tool_calls)
+                announced = False
+            announced = announced or calls
             yield update

@@ -72,6 +72,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import time
 from asyncio import current_task
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import AbstractContextManager, aclosing
@@ -355,6 +356,7 @@ class _Observation(RunHooks[Any]):
         self._pending: tuple[Any, Any, Any, str | None] | None = None  # a request not yet opened
         self._model_scope: tuple[AbstractContextManager[None], Any] | None = None
         self._waiting: dict[str, str] = {}  # call id -> tool name, announced without a result
+        self._ran: dict[str, list[int]] = {}  # stream mode: call id -> when its tool ran
         self.errors: dict[str, BaseException] = {}  # call id -> what a handled tool raised
         # Per streamed response.
         self._calls: dict[Any, str] = {}  # output index -> call id
@@ -482,7 +484,15 @@ class _Observation(RunHooks[Any]):
             return
         name = self._waiting.pop(call_id, name)
         error = self.errors.pop(call_id, None)
-        self.builder.tool_result(call_id, as_text(output), name=name, error=error)
+        ran = self._ran.pop(call_id, None)
+        self.builder.tool_result(
+            call_id,
+            as_text(output),
+            name=name,
+            error=error,
+            started_at=ran[0] if ran else None,
+            ended_at=ran[1] if ran and len(ran) > 1 else None,
+        )
 
     # -- hooks (work done when called; see the class docstring) -------------------------
     def on_llm_start(
@@ -542,14 +552,19 @@ class _Observation(RunHooks[Any]):
         # elsewhere.
         call_id = getattr(context, "tool_call_id", None)
         if call_id:
+            if self._streaming:  # its result is read off the stream, maybe well after
+                self._ran[call_id] = [time.time_ns()]
             self.builder.tool_scope(call_id).__enter__()
         return _done()
 
     def on_tool_end(
         self, context: Any, agent: Any, tool: Any, result: Any
     ) -> Coroutine[Any, Any, None]:
+        call_id = getattr(context, "tool_call_id", None)
         if not self._streaming:
-            self.tool_result(getattr(context, "tool_call_id", None), result, tool.name)
+            self.tool_result(call_id, result, tool.name)
+        elif call_id in self._ran:
+            self._ran[call_id].append(time.time_ns())
         return _done()
 
     def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> Coroutine[Any, Any, None]:

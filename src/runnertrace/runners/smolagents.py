@@ -433,8 +433,10 @@ class _Mapper:
         if name == FINAL_ANSWER:  # reported as the answer's text, not as a tool
             return execute()
         call_id = self._claim(name, arguments)
+        with self.lock:  # taking the scope opens the tool's span: parallel calls, one at a time
+            scope = self.builder.tool_scope(call_id)
         try:
-            with self.builder.tool_scope(call_id):
+            with scope:
                 result = execute()
         except Exception as exc:
             cause = exc.__cause__ or exc

@@ -8,6 +8,7 @@ loaded by every test run) so that plugin never imports smolagents.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeAlias
 
@@ -68,6 +69,8 @@ class ScriptedModel(Model):  # type: ignore[misc]
     argument chunks (as providers stream them), with the usage on the last chunk.
     ``received`` records the messages each call was sent, and ``kwargs`` (such as
     ``temperature``) are kept as smolagents keeps a model's completion settings.
+    ``pause_after_tool_calls`` makes a streamed reply wait that many seconds after its
+    tool-call chunks (a model that streams on after announcing its calls).
     """
 
     def __init__(
@@ -77,9 +80,11 @@ class ScriptedModel(Model):  # type: ignore[misc]
         model_id: str = "scripted",
         input_tokens: int = 11,
         output_tokens: int = 7,
+        pause_after_tool_calls: float = 0.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(model_id=model_id, **kwargs)
+        self.pause_after_tool_calls = pause_after_tool_calls
         self.turns = list(turns)
         self.received: list[list[ChatMessage]] = []
         self._usage = (input_tokens, output_tokens)
@@ -146,4 +151,6 @@ class ScriptedModel(Model):  # type: ignore[misc]
                         )
                     ]
                 )
+        if reply.tool_calls and self.pause_after_tool_calls:
+            time.sleep(self.pause_after_tool_calls)
         yield ChatMessageStreamDelta(content="", token_usage=reply.token_usage)

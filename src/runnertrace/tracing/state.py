@@ -59,6 +59,8 @@ class _Open:
     parent_id: Any = None  # a tool call's parent message id
     owner: _Open | None = None  # the step this span started in
     awaiting = False  # a tool whose step ended before its result arrived
+    pending: dict[str, Any] | None = None  # a tool call not yet running: its span's attributes
+    origin: _Open | None = None  # the step a tool call was announced in
 
     def __init__(self, span: Span, kind: str, start_ns: int) -> None:
         self.span = span
@@ -187,9 +189,10 @@ class RunTracer:
         parent: _Open,
         attrs: dict[str, Any],
         span_kind: SpanKind = _INTERNAL,
+        start_ns: int | None = None,
     ) -> _Open:
         """Open a child span; ``attrs`` is a copy of ``self.templates[kind]`` plus its keys."""
-        now = time.time_ns()
+        now = time.time_ns() if start_ns is None else start_ns
         if self.agent is not None:
             attrs[A.AGENT_NAME] = self.agent
         if self.redactor is not None:
@@ -203,15 +206,18 @@ class RunTracer:
 
     def _put(self, item: _Open, attrs: dict[str, Any]) -> None:
         """Set several of our own (valid, already redacted) attributes at once."""
-        if attrs:
+        if item.pending is not None:  # a tool call not yet running: its span opens with them
+            item.pending.update(attrs)
+        elif attrs:
             if self.legacy:
                 attrs.update(A.vendor_mirrors(attrs, item.kind))
             item.span.set_attributes(attrs)
 
     def nesting_context(self) -> Context:
-        """Parent for a run nested in this one: the newest open tool, else step, else run."""
-        if self.tools:
-            return next(reversed(self.tools.values())).context()
+        """Parent for a run nested in this one: the newest running tool, else step, else run."""
+        for tool in reversed(self.tools.values()):
+            if tool.pending is None:
+                return tool.context()
         return self._container().context()
 
     # -- dispatch ---------------------------------------------------------------------
@@ -245,6 +251,11 @@ class RunTracer:
         item = (self.tools if kind == "tool" else self.messages).get(key)
         if item is None:
             return ToolBoundary() if kind == "tool" else NULL_OBSERVER.scope("model", key)
+        if item.pending is not None:  # the framework starts executing the tool now
+            try:
+                self._run_tool(item)
+            except Exception as exc:  # noqa: BLE001 - telemetry boundary
+                report_internal_error("span state machine (tool scope)", exc)
         return _Scope(item.context(), kind == "tool")
 
     # -- steps --------------------------------------------------------------------------
@@ -496,13 +507,31 @@ class RunTracer:
         attrs[A.TOOL_NAME] = name
         attrs[A.TOOL_CALL_ID] = cid if type(cid) is str else str(cid)
         owner = self.steps[-1][1] if self.steps else None
-        item = self._start(f"execute_tool {name}", "tool", owner or self.run, attrs)
-        item.owner = owner
+        # The model announced the call; its span opens when the tool runs (_run_tool).
+        item = _Open(trace_api.INVALID_SPAN, "tool", time.time_ns())
+        item.pending = attrs
+        item.owner = item.origin = owner
         item.name = name
         if self.capture:
             item.parts = []
             item.parent_id = getattr(event, "parent_message_id", None)
         self.tools[cid] = item
+
+    def _run_tool(self, item: _Open, *, late: bool = False, start_ns: int | None = None) -> None:
+        """Open an announced call's span as the framework starts executing the tool, in
+        the innermost open step. ``late``: the tool ran outside any tool scope (a
+        foreign runner has none), so the span starts at ``start_ns`` if the result
+        said when the tool started, else when the call was announced, in the step
+        that announced it."""
+        attrs, item.pending = item.pending or {}, None
+        if late:
+            parent, start_ns = item.origin or self.run, start_ns or item.start_ns
+        else:
+            parent, start_ns = self._container(), None
+            item.owner = self.steps[-1][1] if self.steps else None
+            item.awaiting = False
+        opened = self._start(f"execute_tool {item.name}", "tool", parent, attrs, start_ns=start_ns)
+        item.span, item.start_ns, item.ctx = opened.span, opened.start_ns, None
 
     def _on_tool_call_args(self, event: Any) -> None:
         item = self.tools.get(event.tool_call_id)
@@ -546,6 +575,8 @@ class RunTracer:
         if item is None:
             self._anomaly(f"tool_call_result for unknown call {event.tool_call_id!r}")
             return
+        if item.pending is not None:
+            self._run_tool(item, late=True, start_ns=_time(getattr(event, "started_at", None)))
         span = item.span
         if self.capture:
             text = self.policy.text(event.content)
@@ -554,7 +585,8 @@ class RunTracer:
         if error is not None or getattr(event, "is_error", False):
             span.set_attribute(A.ERROR_TYPE, _error_name(error) if error is not None else "_OTHER")
             self._fail(span, error or EventError(type="_OTHER", message=str(event.content)))
-        span.end()
+        ended_ns = _time(getattr(event, "ended_at", None))
+        span.end(end_time=ended_ns if ended_ns is None or ended_ns >= item.start_ns else None)
 
     # -- closing -------------------------------------------------------------------------
     def _close(
@@ -565,6 +597,8 @@ class RunTracer:
         error: BaseException | None = None,
         cancelled: bool = False,
     ) -> None:
+        if item.pending is not None:
+            self._run_tool(item, late=True)
         span = item.span
         if not span.is_recording():
             return
@@ -770,6 +804,11 @@ class _Scope:
         if self._boundary is not None:
             self._boundary.__exit__()
         detach(self._token)
+
+
+def _time(value: Any) -> int | None:
+    """An event's Unix-ns timestamp field, if it holds one (foreign events may not)."""
+    return value if type(value) is int and value > 0 else None
 
 
 def _text(value: Any) -> str:

@@ -80,7 +80,10 @@ class EventBuilder:
 
     # -- scopes ---------------------------------------------------------------------------
     def tool_scope(self, tool_call_id: str) -> AbstractContextManager[None]:
-        """Wrap the framework's execution of a tool: spans opened there nest under it."""
+        """Wrap the framework's execution of a tool: its ``execute_tool`` span starts here
+        (not when the model announced the call) and spans opened inside nest under it.
+        Enter it where the framework starts the tool, and report the result the moment
+        the tool returns, so the span times the tool."""
         return self.observer.scope("tool", tool_call_id)
 
     def model_scope(self, message_id: str) -> AbstractContextManager[None]:
@@ -268,8 +271,12 @@ class EventBuilder:
         name: str | None = None,
         error: BaseException | None = None,
         is_error: bool | None = None,
+        started_at: int | None = None,
+        ended_at: int | None = None,
     ) -> None:
-        """The tool finished. A call never announced gets a start and an end first."""
+        """The tool finished. A call never announced gets a start and an end first.
+        ``started_at``/``ended_at`` (``time.time_ns()``): when it ran, if that was not
+        just now in its tool scope."""
         if tool_call_id not in self._announced:
             self._announced.add(tool_call_id)
             self.emit(ev.ToolCallStart(tool_call_id=tool_call_id, tool_name=name or "unknown"))
@@ -280,6 +287,8 @@ class EventBuilder:
                 content=content,
                 is_error=(error is not None) if is_error is None else is_error,
                 error=ev.EventError.from_exception(error) if error is not None else None,
+                started_at=started_at,
+                ended_at=ended_at,
             )
         )
 

@@ -14,7 +14,6 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from runnertrace.core import events as ev
-from runnertrace.core.observer import NULL_OBSERVER, Observer
 from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.runners.native.llm import LlmClient, parts_of
 from runnertrace.runners.native.tools import BaseTool, FunctionTool
@@ -149,17 +148,8 @@ class Agent:
 
         tool_calls = response.tool_calls
         if tool_calls:
-            errors: dict[str, BaseException] = {}
-            results = await self.act(context, tool_calls, observer=builder.observer, errors=errors)
+            results = await self.act(context, tool_calls, builder=builder)
             context.add_event(Event(context.execution_id, self.name, list(results)))
-            for result in results:
-                builder.tool_result(
-                    result.tool_call_id,
-                    result.text,
-                    name=result.name,
-                    error=errors.get(result.tool_call_id),
-                    is_error=result.status == "error",
-                )
         else:
             self._finish(context, response.text)
         context.increment_step()
@@ -266,45 +256,48 @@ class Agent:
         context: ExecutionContext,
         tool_calls: list[ToolCall],
         *,
-        observer: Observer = NULL_OBSERVER,
-        errors: dict[str, BaseException] | None = None,
+        builder: EventBuilder | None = None,
     ) -> list[ToolResult]:
         """Run each requested tool. Failures become error results the model will see.
 
-        Each tool runs in the observer's tool scope; a tool that raises has its
-        exception put in ``errors`` under its call id (for the trace), besides
-        the error result the model reads.
+        Each tool runs in the builder's tool scope (where its span starts), and its
+        result is reported the moment it returns (where its span ends); a tool that
+        raises has its exception reported with it, besides the error result the
+        model reads.
         """
+        builder = builder if builder is not None else EventBuilder()
         tools = {t.name: t for t in self.tools}
         results: list[ToolResult] = []
         for call in tool_calls:
             found = tools.get(call.name)
+            error: BaseException | None = None
             if found is None:
                 known = ", ".join(sorted(tools)) or "none"
-                results.append(
-                    ToolResult(
-                        call.tool_call_id,
-                        call.name,
-                        "error",
-                        [f"Tool {call.name!r} not found; available tools: {known}"],
-                    )
-                )
-                continue
-            try:
-                with observer.scope("tool", call.tool_call_id):
-                    output = await found(context, **call.arguments)
-            except Exception as exc:  # noqa: BLE001 - a tool error is data for the model
-                if errors is not None:
-                    errors[call.tool_call_id] = exc
-                results.append(
-                    ToolResult(
-                        call.tool_call_id, call.name, "error", [f"{type(exc).__name__}: {exc}"]
-                    )
+                result = ToolResult(
+                    call.tool_call_id,
+                    call.name,
+                    "error",
+                    [f"Tool {call.name!r} not found; available tools: {known}"],
                 )
             else:
-                results.append(
-                    ToolResult(call.tool_call_id, call.name, "success", [_render(output)])
-                )
+                try:
+                    with builder.tool_scope(call.tool_call_id):
+                        output = await found(context, **call.arguments)
+                except Exception as exc:  # noqa: BLE001 - a tool error is data for the model
+                    error = exc
+                    result = ToolResult(
+                        call.tool_call_id, call.name, "error", [f"{type(exc).__name__}: {exc}"]
+                    )
+                else:
+                    result = ToolResult(call.tool_call_id, call.name, "success", [_render(output)])
+            builder.tool_result(
+                result.tool_call_id,
+                result.text,
+                name=result.name,
+                error=error,
+                is_error=result.status == "error",
+            )
+            results.append(result)
         return results
 
 
