@@ -62,6 +62,14 @@ DELTA_CHARS = "runnertrace.delta.chars"
 CANCELLED = "runnertrace.cancelled"
 INCOMPLETE = "runnertrace.incomplete"
 MALFORMED = "runnertrace.stream.anomalies"
+FAULT = "runnertrace.event.fault"
+"""On a span whose event could not be processed (a foreign event with a field of the
+wrong type, say): that event's type. The span is kept and ends as usual, marked
+incomplete; the fault is counted in ``runnertrace.stream.anomalies`` on the run span."""
+SANITIZED = "runnertrace.sanitized"
+"""On a span or span event: the keys whose values had to be made encodable (lone
+surrogates replaced by U+FFFD, an integer beyond 64 bits or a value of no attribute
+type written as its text). Span names are built from those same cleaned values."""
 HANDOFF_SOURCE = "runnertrace.handoff.source"
 HANDOFF_TARGET = "runnertrace.handoff.target"
 SPAN_TYPE = "runnertrace.span.type"
