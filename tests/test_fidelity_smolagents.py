@@ -179,6 +179,12 @@ async def test_a_failed_model_call_is_an_error_on_its_chat_span_in_its_step(
     assert "reset the connection" in str(event.attributes["exception.message"])
     assert "no flights to Oslo" in attr(failed, "gen_ai.input.messages")
     assert parent_of(captured_spans, failed) == steps(captured_spans)[1]
+    # the step that held the failed call is ERROR, as in every runner
+    assert [s.status.status_code for s in steps(captured_spans)] == [
+        StatusCode.UNSET,
+        StatusCode.ERROR,
+    ]
+    assert attr(steps(captured_spans)[1], "error.type") == "ConnectionError"
     assert one(captured_spans, "invoke_agent planner").status.status_code is StatusCode.ERROR
 
 
