@@ -106,6 +106,31 @@ def attr(span: ReadableSpan, key: str) -> Any:
 
 
 @pytest.mark.parametrize("mode", MODES)
+async def test_the_provider_is_on_chat_and_run_spans(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    await run(core(planner([first_turn, ANSWER])), mode)
+    spans = [*chats(captured_spans), one(captured_spans, "invoke_agent planner")]
+    assert len(spans) == 3
+    assert [attr(s, "gen_ai.provider.name") for s in spans] == ["runnertrace"] * 3
+
+
+def test_the_provider_of_smolagents_model_classes() -> None:
+    from smolagents import LiteLLMModel, OpenAIServerModel
+
+    from runnertrace.runners.smolagents import _provider_of
+
+    class OfflineLiteLLM(LiteLLMModel):  # type: ignore[misc]
+        def create_client(self) -> None:  # litellm is not installed here; no call is made
+            return None
+
+    openai = OpenAIServerModel(model_id="gpt-x", api_base="http://127.0.0.1:9", api_key="k")
+    assert _provider_of(openai) == "openai"
+    assert _provider_of(OfflineLiteLLM(model_id="anthropic/claude-x")) == "anthropic"
+    assert _provider_of(OfflineLiteLLM(model_id="gpt-x")) is None  # LiteLLM guesses; we do not
+
+
+@pytest.mark.parametrize("mode", MODES)
 async def test_chat_spans_show_what_the_model_was_sent(
     mode: str, captured_spans: CapturedSpans
 ) -> None:

@@ -70,6 +70,8 @@ class ScriptedModel(Model):  # type: ignore[misc]
     ``temperature``) are kept as smolagents keeps a model's completion settings.
     """
 
+    provider = "runnertrace"  # ``gen_ai.provider.name``, as the native ScriptedLlm's
+
     def __init__(
         self,
         turns: Sequence[Turn],
