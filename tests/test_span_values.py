@@ -226,6 +226,43 @@ async def test_a_failing_handler_ends_its_span_marked_and_counted(
         assert (run.attributes or {})["runnertrace.stream.anomalies"] == 2
 
 
+def poisoned_redactor(text: str) -> str:
+    """A redactor with a bug: it raises on one value (loaded by dotted path below)."""
+    if "poison" in text:
+        raise ValueError("the redactor broke")
+    return text
+
+
+async def test_a_raising_redactor_loses_no_span(captured_spans: CapturedSpans) -> None:
+    tracker = OpenSpanTracker()
+    captured_spans.provider.add_span_processor(tracker)
+    counter = EndCounter()
+    logging.getLogger("opentelemetry.sdk.trace").addHandler(counter)
+    events = [
+        ev.StepStart(step_name="s"),
+        ev.MessageStart(message_id="m1", model="m"),
+        ev.MessageEnd(message_id="m1", response_model="poison"),  # fails in message_end
+        ev.MessageStart(message_id="m2", model="m"),
+        ev.ToolCallStart(tool_call_id="c", tool_name="t"),
+        ev.TextDelta(message_id="m2", delta="x"),  # m2, c and s are open when the run fails
+        ev.StepEnd(step_name="s"),  # never sent: the run fails here
+    ]
+    runner = traced(
+        ForeignRunner(events, fail_at=len(events) - 1, error=RuntimeError("poison")),
+        redact="tests.test_span_values.poisoned_redactor",
+    )
+    try:
+        with tolerate_internal_errors(), pytest.raises(RuntimeError, match="poison"):
+            await runner.run(ForeignAgent(), ForeignSession(), [])
+    finally:
+        logging.getLogger("opentelemetry.sdk.trace").removeHandler(counter)
+    assert tracker.started == 5  # run, step, two chats, tool
+    assert tracker.open == {}
+    assert counter.second_ends == 0
+    failed = captured_spans.by_name("chat m")[0]
+    assert (failed.attributes or {})["runnertrace.event.fault"] == "message_end"
+
+
 class EndCounter(logging.Handler):
     """Counts the SDK's "Calling end() on an ended span." warnings (a second end)."""
 

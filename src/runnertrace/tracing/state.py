@@ -626,23 +626,27 @@ class RunTracer:
         error: BaseException | None = None,
         cancelled: bool = False,
     ) -> None:
+        """End ``item``'s span, marked as the arguments say. It ends even when marking
+        it fails (a redactor that raises): the fault propagates, the span is not lost."""
         span = item.span
         if not span.is_recording():  # ended already (a salvaged event), or never recorded
             return
-        attrs = self._delta_attributes(item) if item.kind in ("message", "reasoning") else {}
-        if incomplete:
-            attrs[A.INCOMPLETE] = True
-        if cancelled:
-            attrs[A.CANCELLED] = True
-        failure: BaseException | EventError | None = error if error is not None else item.failure
-        if failure is not None:
-            attrs[A.ERROR_TYPE] = (
-                failure.type if isinstance(failure, EventError) else _error_type(failure)
-            )
-        self._put(item, attrs)
-        if failure is not None:
-            self._status(span, failure)
-        span.end()
+        try:
+            attrs = self._delta_attributes(item) if item.kind in ("message", "reasoning") else {}
+            if incomplete:
+                attrs[A.INCOMPLETE] = True
+            if cancelled:
+                attrs[A.CANCELLED] = True
+            failure = error if error is not None else item.failure
+            if failure is not None:
+                attrs[A.ERROR_TYPE] = (
+                    failure.type if isinstance(failure, EventError) else _error_type(failure)
+                )
+            self._put(item, attrs)
+            if failure is not None:
+                self._status(span, failure)
+        finally:
+            span.end()
 
     def _status(self, span: Span, error: BaseException | EventError) -> None:
         """ERROR status, its description cleaned like any attribute."""
@@ -669,9 +673,17 @@ class RunTracer:
         self.finished = True
         self.accepting = False
         try:
-            if self.reasoning or self.messages or self.tools or self.steps:
-                self._close_dangling(error, cancelled)
-            span = self.run.span
+            try:
+                if self.reasoning or self.messages or self.tools or self.steps:
+                    self._close_dangling(error, cancelled)
+            finally:
+                self._end_run(reply, error, cancelled)
+        except Exception as exc:  # noqa: BLE001 - telemetry boundary
+            report_internal_error("span state machine (finish)", exc)
+
+    def _end_run(self, reply: Any, error: BaseException | None, cancelled: bool) -> None:
+        span = self.run.span
+        try:
             attrs: dict[str, Any] = {}
             if self.input_tokens or self.output_tokens:
                 attrs[A.AGG_INPUT_TOKENS] = self.input_tokens
@@ -699,9 +711,8 @@ class RunTracer:
             if error is not None:
                 self._record_exception(error)
                 self._status(span, error)
+        finally:
             span.end()
-        except Exception as exc:  # noqa: BLE001 - telemetry boundary
-            report_internal_error("span state machine (finish)", exc)
 
     def _close_dangling(self, error: BaseException | None, cancelled: bool) -> None:
         dangling = [*self.reasoning.values(), *self.messages.values(), *self.tools.values()]
@@ -710,13 +721,19 @@ class RunTracer:
         unexpected = [item for item in dangling if not item.awaiting]
         if unexpected and error is None and not cancelled:
             self._anomaly(f"{len(unexpected)} span(s) still open when the run ended")
-        for item in dangling:
+        faults: list[Exception] = []
+        for item in dangling:  # each one ends, whatever marking another did
             failed = error is not None or cancelled or not item.awaiting
-            self._close(item, incomplete=failed, error=error, cancelled=cancelled)
+            try:
+                self._close(item, incomplete=failed, error=error, cancelled=cancelled)
+            except Exception as exc:  # noqa: BLE001 - re-raised below, once all have ended
+                faults.append(exc)
         self.reasoning.clear()
         self.messages.clear()
         self.tools.clear()
         self.steps.clear()
+        if faults:
+            raise faults[0]
 
     def _record_exception(self, error: BaseException) -> None:
         """The run's exception event, as ``Span.record_exception`` writes it, but with
