@@ -97,7 +97,7 @@ def _returning_text(fn: Callable[[str], Any], path: str) -> Redactor:
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_PLAIN = (bool, float)  # attribute types no gate has anything to do with
+_PLAIN = frozenset({bool, float})  # attribute types the gate has nothing to do for
 
 
 def sanitize_text(text: str) -> str | None:
@@ -144,7 +144,7 @@ class ContentPolicy:
             redact = self.redactor
             if redact is not None:
                 value = redact(value)
-            fixed = sanitize_text(value)
+            fixed = None if value.isascii() else sanitize_text(value)
             return (value, False) if fixed is None else (fixed, True)
         if kind is int:
             return (value, False) if _INT64_MIN <= value <= _INT64_MAX else (str(value), True)
@@ -163,13 +163,19 @@ class ContentPolicy:
         """``attrs`` through :meth:`clean_value`, keys included; the keys it had to
         sanitize are listed under ``runnertrace.sanitized``."""
         out: dict[str, Any] = {}
-        sanitized: list[str] = []
+        sanitized: list[str] | None = None
+        clean_value = self.clean_value
         for key, value in attrs.items():
-            value, changed = self.clean_value(value)
+            kind = type(value)
+            # The commonest values (bool, float, a 64-bit int) need nothing: no call for them.
+            if kind not in _PLAIN and not (kind is int and _INT64_MIN <= value <= _INT64_MAX):
+                value, changed = clean_value(value)
+                if changed:
+                    if sanitized is None:
+                        sanitized = []
+                    sanitized.append(key)
             if not key.isascii():
                 key = sanitize_text(key) or key
-            if changed:
-                sanitized.append(key)
             out[key] = value
         if sanitized:
             out[SANITIZED] = tuple(sanitized)
