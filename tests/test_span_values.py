@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -29,7 +30,10 @@ from tests.tracing_helpers import ForeignAgent, ForeignRunner, ForeignSession, O
 from runnertrace import traced
 from runnertrace._internal.errors import tolerate_internal_errors
 from runnertrace.core import events as ev
+from runnertrace.core.config import TraceConfig
+from runnertrace.exporters.local_store import SpanStore
 from runnertrace.testing import CapturedSpans, capture_spans
+from runnertrace.tracing.setup import get_tracing_setup
 
 EMAIL = "alice@example.com"
 REDACT = "runnertrace.tracing.content.redact_secrets_and_emails"
@@ -148,6 +152,26 @@ async def test_unencodable_values_are_sanitized_and_marked(captured_spans: Captu
     delta = next(e for e in chat.events if e.name == "gen_ai.content.delta")
     assert (delta.attributes or {})["runnertrace.sanitized"] == ("content",)
     assert len(captured_spans.by_name("agent_step calc-\ufffd")) == 2
+
+
+async def test_one_odd_run_costs_no_good_run_in_the_local_store(tmp_path: Path) -> None:
+    """The issue's case: 100 good runs and one whose tool name holds a lone surrogate."""
+    config = TraceConfig(type="local", local={"path": str(tmp_path / "traces.db")})
+    good = traced(ForeignRunner(), config)
+    odd = [ev.ToolCallStart(tool_call_id="c", tool_name=SURROGATE_TOOL), *tool_end("c")]
+    for index in range(101):
+        runner = traced(ForeignRunner(odd), config) if index == 50 else good
+        await runner.run(ForeignAgent(), ForeignSession(), [])
+    assert get_tracing_setup(config).flush()
+    store = SpanStore(tmp_path / "traces.db")
+    runs = store.list_runs(200)
+    assert len(runs) == 101
+    names = {span.name for run in runs for span in store.get_trace(run.trace_id)}
+    assert "execute_tool calc-\ufffd" in names
+
+
+def tool_end(call: str) -> list[Any]:
+    return [ev.ToolCallEnd(tool_call_id=call), ev.ToolCallResult(tool_call_id=call, content="4")]
 
 
 async def test_clean_values_are_not_marked(captured_spans: CapturedSpans) -> None:
