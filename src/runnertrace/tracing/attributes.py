@@ -63,9 +63,10 @@ CANCELLED = "runnertrace.cancelled"
 INCOMPLETE = "runnertrace.incomplete"
 MALFORMED = "runnertrace.stream.anomalies"
 FAULT = "runnertrace.event.fault"
-"""On a span whose event could not be processed (a foreign event with a field of the
-wrong type, say): that event's type. The span is kept and ends as usual, marked
-incomplete; the fault is counted in ``runnertrace.stream.anomalies`` on the run span."""
+"""On a span an event could not be applied to (a foreign event with a field of the
+wrong type, say): that event's type. The span is kept: an event that was to end it ends
+it then, marked ``runnertrace.incomplete``; else it ends as usual. The fault is counted
+in ``runnertrace.stream.anomalies`` on the run span."""
 SANITIZED = "runnertrace.sanitized"
 """On a span or span event: the keys whose values had to be made encodable (lone
 surrogates replaced by U+FFFD, an integer beyond 64 bits or a value of no attribute
