@@ -151,8 +151,13 @@ class ContentPolicy:
         if kind in _PLAIN:
             return value, False
         if kind is tuple or kind is list:
-            cleaned = [self.clean_value(item) for item in value]
-            return tuple(item for item, _ in cleaned), any(changed for _, changed in cleaned)
+            items = []
+            changed = False
+            for item in value:
+                item, fixed = self.clean_value(item)
+                items.append(item)
+                changed = changed or fixed
+            return tuple(items), changed
         if isinstance(value, str):  # a subclass (a str enum): its text, not its repr
             return self.clean_value(str.__str__(value))
         if isinstance(value, int | float):  # bool is exact above; IntEnum, numpy floats
@@ -165,10 +170,16 @@ class ContentPolicy:
         out: dict[str, Any] = {}
         sanitized: list[str] | None = None
         clean_value = self.clean_value
+        unredacted = self.redactor is None
         for key, value in attrs.items():
             kind = type(value)
-            # The commonest values (bool, float, a 64-bit int) need nothing: no call for them.
-            if kind not in _PLAIN and not (kind is int and _INT64_MIN <= value <= _INT64_MAX):
+            # The commonest values need nothing, so they skip the call (this is the hot
+            # path): bool, float, a 64-bit int, and ASCII text when nothing is redacted.
+            if not (
+                kind in _PLAIN
+                or (kind is int and _INT64_MIN <= value <= _INT64_MAX)
+                or (kind is str and unredacted and value.isascii())
+            ):
                 value, changed = clean_value(value)
                 if changed:
                     if sanitized is None:
