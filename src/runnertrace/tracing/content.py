@@ -154,9 +154,9 @@ class ContentPolicy:
             items = []
             changed = False
             for item in value:
-                item, fixed = self.clean_value(item)
+                item, item_changed = self.clean_value(item)
                 items.append(item)
-                changed = changed or fixed
+                changed = changed or item_changed
             return tuple(items), changed
         if isinstance(value, str):  # a subclass (a str enum): its text, not its repr
             return self.clean_value(str.__str__(value))
