@@ -125,7 +125,11 @@ def encodes(spans: Sequence[ReadableSpan]) -> None:
 async def test_unencodable_values_are_sanitized_and_marked(captured_spans: CapturedSpans) -> None:
     events = [
         ev.StepStart(step_name=SURROGATE_TOOL),
-        ev.MessageStart(message_id="m", model=LONE_HALF, request_parameters={"seed": 2**70}),
+        ev.MessageStart(
+            message_id="m",
+            model=LONE_HALF,
+            request_parameters={"seed": 2**70, "stop_sequences": ["x", 3, None]},
+        ),
         ev.TextDelta(message_id="m", delta=LONE_HALF),
         ev.ToolCallStart(tool_call_id="c", tool_name=SURROGATE_TOOL, parent_message_id="m"),
         ev.ToolCallArgs(tool_call_id="c", delta=json.dumps({"path": SURROGATE_TOOL})),
@@ -172,6 +176,26 @@ async def test_one_odd_run_costs_no_good_run_in_the_local_store(tmp_path: Path) 
 
 def tool_end(call: str) -> list[Any]:
     return [ev.ToolCallEnd(tool_call_id=call), ev.ToolCallResult(tool_call_id=call, content="4")]
+
+
+@pytest.mark.parametrize(
+    ("value", "cleaned"),
+    [
+        ((EMAIL, "STOP"), ("[REDACTED_EMAIL]", "STOP")),  # redacted, not sanitized
+        (("x", 3, None), ("x", "3", "None")),  # mixed: OTel would drop the attribute
+        ([("nested",), "b"], ("('nested',)", "b")),  # no sequences inside sequences
+        ((SURROGATE_TOOL,), ("calc-\ufffd",)),
+        ({"k": EMAIL}, "{'k': '[REDACTED_EMAIL]'}"),  # no attribute type: its text, redacted
+        (2**64, str(2**64)),
+    ],
+)
+def test_the_gate_makes_any_value_an_attribute(value: Any, cleaned: Any) -> None:
+    from runnertrace.tracing.content import ContentPolicy, load_redactor
+
+    policy = ContentPolicy(capture=True, max_length=0, redactor=load_redactor(REDACT))
+    attrs = policy.clean({"key": value})
+    assert attrs["key"] == cleaned
+    assert ("runnertrace.sanitized" in attrs) is (value != (EMAIL, "STOP"))
 
 
 async def test_clean_values_are_not_marked(captured_spans: CapturedSpans) -> None:

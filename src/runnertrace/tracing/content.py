@@ -150,13 +150,16 @@ class ContentPolicy:
             return (value, False) if _INT64_MIN <= value <= _INT64_MAX else (str(value), True)
         if kind in _PLAIN:
             return value, False
-        if kind is tuple or kind is list:
+        if kind is tuple or kind is list:  # of scalars, all of one type (else as text)
             items = []
             changed = False
             for item in value:
-                item, item_changed = self.clean_value(item)
+                nested = type(item) is tuple or type(item) is list
+                item, item_changed = self.clean_value(str(item) if nested else item)
                 items.append(item)
-                changed = changed or item_changed
+                changed = changed or item_changed or nested
+            if len({type(item) for item in items}) > 1:
+                return tuple(str(item) for item in items), True
             return tuple(items), changed
         if isinstance(value, str):  # a subclass (a str enum): its text, not its repr
             return self.clean_value(str.__str__(value))
