@@ -200,6 +200,36 @@ async def test_otlp_adds_the_openinference_spellings_unless_told_not_to(
         assert all("session.id" not in s.attributes for s in receiver.spans)
 
 
+LEGACY_KEYS = {"gen_ai.system", "gen_ai.client.operation.time_to_first_chunk", "tool.name"}
+
+
+@pytest.mark.parametrize("vendor_keys", [None, "all", "none"])
+async def test_otlp_adds_no_deprecated_or_other_vendor_keys_unless_asked(
+    receiver: OtlpReceiver, vendor_keys: str | None
+) -> None:
+    section: dict[str, Any] = {"endpoint": receiver.traces_url}
+    if vendor_keys is not None:
+        section["vendor_keys"] = vendor_keys
+    config = TraceConfig(type="otlp", otlp=section)
+    assert await traced_run(config, "stream") == ANSWER
+    assert get_tracing_setup(config).flush()
+    keys = {k for s in receiver.spans for k in s.attributes}
+    # the facts those keys would repeat are there, in their semconv keys
+    assert {"gen_ai.provider.name", "gen_ai.response.time_to_first_chunk"} <= keys
+    if vendor_keys == "all":
+        assert keys >= LEGACY_KEYS
+    else:
+        assert keys.isdisjoint(LEGACY_KEYS)
+        assert ("openinference.span.kind" in keys) is (vendor_keys is None)
+
+
+def test_otlp_vendor_keys_reads_the_old_switch() -> None:
+    assert TraceConfig(otlp={"vendor_keys": True}).otlp.vendor_keys == "all"
+    assert TraceConfig(otlp={"vendor_keys": False}).otlp.vendor_keys == "none"
+    with pytest.raises(ConfigError, match="vendor_keys"):
+        load_settings(trace={"otlp": {"vendor_keys": "some"}})
+
+
 async def test_otlp_endpoint_comes_from_the_otel_env(
     receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:

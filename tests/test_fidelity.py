@@ -84,6 +84,12 @@ async def test_chat_spans_show_what_the_model_was_sent(
     first, second = sorted(captured_spans.by_name("chat scripted-1"), key=lambda s: s.start_time)
     sent = json.loads(second.attributes["gen_ai.input.messages"])
     assert sent[0] == {"role": "user", "parts": [{"type": "text", "content": "Trip to Oslo?"}]}
+    # grouped as sent: one assistant turn with both calls, then one message per result
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool"]
+    assert [(p["type"], p["id"]) for p in sent[1]["parts"]] == [
+        ("tool_call", "c1"),
+        ("tool_call", "c2"),
+    ]
     responses = [p for m in sent for p in m["parts"] if p["type"] == "tool_call_response"]
     assert [(p["id"], p["name"]) for p in responses] == [("c1", "weather"), ("c2", "flights")]
     assert "LookupFailed: no flights to Oslo" in responses[1]["response"]  # fed back

@@ -107,6 +107,28 @@ def attr(span: ReadableSpan, key: str) -> Any:
     return span.attributes[key]
 
 
+@pytest.mark.parametrize(
+    ("model", "provider"),
+    [
+        ("gemini-2.5-flash", "gcp.gemini"),
+        ("anthropic/claude-x", "anthropic"),
+        ("planner-llm", None),
+    ],
+)
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_provider_is_on_chat_and_run_spans_when_the_model_names_one(
+    mode: str, model: str, provider: str | None, captured_spans: CapturedSpans
+) -> None:
+    native = planner([first_turn, SECOND])
+    native.model = ScriptedAdkLlm(model=model, script=[first_turn, SECOND])
+    await run(core(native), mode)
+    chat_spans = in_start_order(captured_spans, f"chat {model}")
+    assert len(chat_spans) == 2
+    run_span = one(captured_spans, "invoke_agent planner")
+    for span in (*chat_spans, run_span):
+        assert (span.attributes or {}).get("gen_ai.provider.name") == provider
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_chat_spans_show_what_the_model_was_sent(
     mode: str, captured_spans: CapturedSpans

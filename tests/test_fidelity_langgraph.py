@@ -208,6 +208,12 @@ async def test_a_retried_model_call_is_its_own_error_span(
     attempt, retry = parent_of(captured_spans, failed), parent_of(captured_spans, retried)
     assert attempt.name == retry.name == "agent_step agent"
     assert attempt.context.span_id != retry.context.span_id
+    # the attempt that failed is ERROR, as in every runner; the retry is not
+    assert [attempt.status.status_code, retry.status.status_code] == [
+        StatusCode.ERROR,
+        StatusCode.UNSET,
+    ]
+    assert attempt.attributes["error.type"] == "ConnectionError"
     assert attempt.end_time is not None and attempt.end_time <= retry.start_time
 
 
@@ -225,6 +231,8 @@ async def test_a_model_call_that_fails_the_run_is_an_error_on_its_chat_span(
     assert failed.attributes["error.type"] == "ConnectionError"
     steps = sorted(captured_spans.by_name("agent_step agent"), key=lambda s: s.start_time or 0)
     assert parent_of(captured_spans, failed) == steps[1]  # the step that held the failure
+    assert steps[1].status.status_code is StatusCode.ERROR
+    assert steps[0].status.status_code is StatusCode.UNSET
     run_span = one(captured_spans, "invoke_agent planner")
     assert run_span.status.status_code is StatusCode.ERROR
 

@@ -106,6 +106,31 @@ def attr(span: ReadableSpan, key: str) -> Any:
 
 
 @pytest.mark.parametrize("mode", MODES)
+async def test_the_provider_is_on_chat_and_run_spans(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    await run(core(planner([first_turn, ANSWER])), mode)
+    spans = [*chats(captured_spans), one(captured_spans, "invoke_agent planner")]
+    assert len(spans) == 3
+    assert [attr(s, "gen_ai.provider.name") for s in spans] == ["runnertrace"] * 3
+
+
+def test_the_provider_of_smolagents_model_classes() -> None:
+    from smolagents import LiteLLMModel, OpenAIServerModel
+
+    from runnertrace.runners.smolagents import _provider_of
+
+    class OfflineLiteLLM(LiteLLMModel):  # type: ignore[misc]
+        def create_client(self) -> None:  # litellm is not installed here; no call is made
+            return None
+
+    openai = OpenAIServerModel(model_id="gpt-x", api_base="http://127.0.0.1:9", api_key="k")
+    assert _provider_of(openai) == "openai"
+    assert _provider_of(OfflineLiteLLM(model_id="anthropic/claude-x")) == "anthropic"
+    assert _provider_of(OfflineLiteLLM(model_id="gpt-x")) is None  # LiteLLM guesses; we do not
+
+
+@pytest.mark.parametrize("mode", MODES)
 async def test_chat_spans_show_what_the_model_was_sent(
     mode: str, captured_spans: CapturedSpans
 ) -> None:
@@ -179,6 +204,12 @@ async def test_a_failed_model_call_is_an_error_on_its_chat_span_in_its_step(
     assert "reset the connection" in str(event.attributes["exception.message"])
     assert "no flights to Oslo" in attr(failed, "gen_ai.input.messages")
     assert parent_of(captured_spans, failed) == steps(captured_spans)[1]
+    # the step that held the failed call is ERROR, as in every runner
+    assert [s.status.status_code for s in steps(captured_spans)] == [
+        StatusCode.UNSET,
+        StatusCode.ERROR,
+    ]
+    assert attr(steps(captured_spans)[1], "error.type") == "ConnectionError"
     assert one(captured_spans, "invoke_agent planner").status.status_code is StatusCode.ERROR
 
 

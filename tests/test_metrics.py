@@ -178,15 +178,14 @@ async def test_metrics_arrive_over_otlp_with_exact_counts(receiver: OtlpReceiver
     assert model_attrs == {"scripted-1"}
     assert {p.attributes.get("gen_ai.provider.name") for p in usage} == {"runnertrace"}
 
-    # time to first chunk: model calls whose text arrived in chunks (the final answer of
-    # each of the 3 runs that reached one); tool-call-only calls have none
+    # time to first chunk: every model call whose output arrived, text or tool calls (all
+    # but the failed one); a tool call announced is the response's first chunk too
     first = points(receiver, "gen_ai.client.operation.time_to_first_chunk")
     streamed = [s for s in chats if "gen_ai.response.time_to_first_chunk" in s.attributes]
-    assert sum(p.count for p in first) == len(streamed) == 3
+    assert sum(p.count for p in first) == len(streamed) == len(chats) - 1 == 8
     assert sorted(p.attributes[AGENT] for p in first for _ in range(p.count)) == [
-        "math",
-        "math",
-        "toolfail",
+        *["math"] * 6,
+        *["toolfail"] * 2,
     ]
 
     # an unpriced model records no cost anywhere

@@ -498,10 +498,11 @@ class OtlpHttpBackend(Backend):
 class OtlpBackend(OtlpHttpBackend):
     """Any OTLP/HTTP receiver (a collector, Phoenix, Jaeger, ...).
 
-    Spans keep their GenAI semconv keys; unless ``trace.otlp.vendor_keys`` is
-    off, the exported copy also gets the cross-vendor spellings that OpenInference
-    readers such as Phoenix need (``openinference.span.kind`` for chain spans,
-    ``input.value``/``output.value``, ``session.id``).
+    Spans keep their GenAI semconv keys; by default (``trace.otlp.vendor_keys``)
+    the exported copy also gets the spellings that OpenInference readers such as
+    Phoenix need (``openinference.span.kind`` for chain spans,
+    ``input.value``/``output.value``, ``session.id``), and no other vendor's or
+    deprecated key unless ``vendor_keys: all`` asks for them.
     """
 
     name = "otlp"
@@ -558,10 +559,11 @@ class OtlpBackend(OtlpHttpBackend):
         return dict(self.settings.headers)
 
     def map_attributes(self, span: ReadableSpan) -> Mapping[str, AttributeValue] | None:
-        if not self.settings.vendor_keys:
+        keys = self.settings.vendor_keys
+        if keys == "none":
             return None
         attrs = span.attributes or {}
-        return A.vendor_mirrors(attrs, attrs.get(A.SPAN_TYPE)) or None
+        return A.vendor_mirrors(attrs, attrs.get(A.SPAN_TYPE), legacy=keys == "all") or None
 
     def probe_headers(self) -> dict[str, str]:
         raw = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or os.environ.get(

@@ -12,9 +12,9 @@ than a flush may take; ``otlp`` follows ``OTEL_EXPORTER_OTLP_TRACES_TIMEOUT``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 
 class _BackendSection(BaseModel):
@@ -31,9 +31,20 @@ class OtlpConfig(_BackendSection):
     """Sent on top of ``OTEL_EXPORTER_OTLP_(TRACES_)HEADERS``; these win per key."""
     compression: Literal["gzip", "none"] | None = None
     """Unset: ``OTEL_EXPORTER_OTLP_(TRACES_)COMPRESSION``, else none."""
-    vendor_keys: bool = True
-    """Add the cross-vendor spellings (OpenInference's ``openinference.span.kind``,
-    ``input.value``..., ``session.id``) to the exported copy, for Phoenix and alike."""
+    vendor_keys: Literal["openinference", "all", "none"] = "openinference"
+    """Spellings added to the exported copy beside the GenAI semconv keys.
+    ``openinference`` (default): OpenInference's (``openinference.span.kind``,
+    ``input.value``/``output.value``, ``session.id``), which Phoenix needs for chain
+    spans; ``all`` also adds other vendors' and deprecated keys (``gen_ai.system``,
+    Logfire's ``gen_ai.client.operation.time_to_first_chunk``, ``tool.name``);
+    ``none``: the semconv keys only. ``true``/``false`` read as ``all``/``none``."""
+
+    @field_validator("vendor_keys", mode="before")
+    @classmethod
+    def _from_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # the switch this setting was before
+            return "all" if value else "none"
+        return value
 
 
 class LangfuseConfig(_BackendSection):

@@ -86,6 +86,7 @@ import base64
 import binascii
 import json
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
@@ -311,6 +312,25 @@ def _request_fields(llm_request: LlmRequest) -> dict[str, Any]:
     }
 
 
+def _provider_of(model: str | None) -> str | None:
+    """``gen_ai.provider.name`` for a model id, read as ADK's own telemetry reads it.
+
+    Gemini ids are Google's (``gcp.vertex_ai`` when the google-genai client is set to
+    Vertex, else ``gcp.gemini``), ``claude-*`` Anthropic's, and a LiteLLM-style
+    ``<provider>/<model>`` names its provider; any other id names none we know.
+    """
+    if not model:
+        return None
+    name = model.rsplit("models/", 1)[-1]  # a resource path ends in models/<id>
+    if name.startswith("gemini"):
+        vertex = os.environ.get("GOOGLE_GENAI_USE_VERTEXAI", "").lower() in ("1", "true")
+        return "gcp.vertex_ai" if vertex else "gcp.gemini"
+    if name.startswith("claude"):
+        return "anthropic"
+    prefix, slash, _ = name.partition("/")
+    return prefix.lower() if slash and prefix else None
+
+
 def _result_text(result: Any) -> str:
     """A tool's result as text: ADK wraps a non-dict return as ``{"result": value}``."""
     if isinstance(result, Mapping) and set(result) == {"result"}:
@@ -379,7 +399,9 @@ class _Mapper:
         self._close(agent_name)
         self._start_step(agent_name)
         fields = _request_fields(llm_request) if self._detailed else {}
-        message = self.builder.message_start(model=llm_request.model, **fields)
+        message = self.builder.message_start(
+            model=llm_request.model, provider=_provider_of(llm_request.model), **fields
+        )
         scope = self.builder.model_scope(message) if self._model_scopes else None
         self._calls[agent_name] = _ModelCall(message, scope)
         if scope is not None:
@@ -396,7 +418,10 @@ class _Mapper:
         call = self._calls.get(agent_name)
         if call is None:  # a response no request of ours announced (a callback's)
             call = self._calls[agent_name] = _ModelCall(
-                self.builder.message_start(model=response.model_version), None
+                self.builder.message_start(
+                    model=response.model_version, provider=_provider_of(response.model_version)
+                ),
+                None,
             )
         message = call.message
         parts = response.content.parts or [] if response.content is not None else []

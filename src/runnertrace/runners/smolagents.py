@@ -231,6 +231,31 @@ def _parts(message: ChatMessage) -> list[genai.Part]:
     return parts
 
 
+# smolagents' model classes (their subclasses too) -> gen_ai.provider.name
+_PROVIDERS = {
+    "AzureOpenAIModel": "azure.ai.openai",
+    "OpenAIModel": "openai",
+    "AmazonBedrockModel": "aws.bedrock",
+    "InferenceClientModel": "huggingface",
+    "TransformersModel": "huggingface",
+}
+
+
+def _provider_of(model: Any) -> str | None:
+    """The provider behind a smolagents model: by its class (the nearest known one in
+    its MRO), a LiteLLM ``<provider>/<model>`` id's prefix, else a ``provider`` the
+    model declares (offline models do, as the native ``ScriptedLlm``)."""
+    for cls in type(model).__mro__:
+        if cls.__name__ in ("LiteLLMModel", "LiteLLMRouterModel"):
+            prefix, slash, _ = str(getattr(model, "model_id", "") or "").partition("/")
+            return prefix.lower() if slash and prefix else None
+        known = _PROVIDERS.get(cls.__name__)
+        if known is not None:
+            return known
+    declared = getattr(model, "provider", None)
+    return declared if isinstance(declared, str) and declared else None
+
+
 def _request(
     model: Any, messages: Sequence[Any], stop: list[str] | None, tools: Sequence[Tool] | None
 ) -> dict[str, Any]:
@@ -351,7 +376,9 @@ class _Mapper:
             self._open_step()
             fields = _request(self._model, messages, stop, tools) if self.builder.observed else {}
             message_id = self.builder.message_start(
-                model=getattr(self._model, "model_id", None), **fields
+                model=getattr(self._model, "model_id", None),
+                provider=_provider_of(self._model),
+                **fields,
             )
 
         self._report("message start", start)

@@ -73,6 +73,8 @@ class ScriptedModel(Model):  # type: ignore[misc]
     tool-call chunks (a model that streams on after announcing its calls).
     """
 
+    provider = "runnertrace"  # ``gen_ai.provider.name``, as the native ScriptedLlm's
+
     def __init__(
         self,
         turns: Sequence[Turn],

@@ -62,6 +62,15 @@ DELTA_CHARS = "runnertrace.delta.chars"
 CANCELLED = "runnertrace.cancelled"
 INCOMPLETE = "runnertrace.incomplete"
 MALFORMED = "runnertrace.stream.anomalies"
+FAULT = "runnertrace.event.fault"
+"""On a span an event could not be applied to (a foreign event with a field of the
+wrong type, say): that event's type. The span is kept: an event that was to end it ends
+it then, marked ``runnertrace.incomplete``; else it ends as usual. The fault is counted
+in ``runnertrace.stream.anomalies`` on the run span."""
+SANITIZED = "runnertrace.sanitized"
+"""On a span or span event: the keys whose values had to be made encodable (lone
+surrogates replaced by U+FFFD, an integer beyond 64 bits or a value of no attribute
+type written as its text). Span names are built from those same cleaned values."""
 HANDOFF_SOURCE = "runnertrace.handoff.source"
 HANDOFF_TARGET = "runnertrace.handoff.target"
 SPAN_TYPE = "runnertrace.span.type"
@@ -77,11 +86,20 @@ no vendor that sums a trace's costs counts it twice."""
 
 # -- the vendor spellings of facts the core span carries once ---------------------------------
 
-OPENINFERENCE_KINDS = {"run": "AGENT", "step": "CHAIN", "message": "LLM", "tool": "TOOL"}
-"""``runnertrace.span.type`` -> ``openinference.span.kind`` (reasoning has none)."""
+OPENINFERENCE_KINDS = {
+    "run": "AGENT",
+    "step": "CHAIN",
+    "message": "LLM",
+    "tool": "TOOL",
+    "reasoning": "CHAIN",
+}
+"""``runnertrace.span.type`` -> ``openinference.span.kind``. Reasoning is a part of a
+model call's output, not a call of its own: as LLM it would count the call twice."""
 
-_RENAMED = (
-    (CONVERSATION_ID, SESSION_ID),
+_OPENINFERENCE_RENAMED = ((CONVERSATION_ID, SESSION_ID),)
+# Other vendors' and deprecated spellings: only when asked for (trace.otlp.vendor_keys:
+# all, trace.semconv_version: 1), and by the backend of the vendor that reads them.
+_LEGACY_RENAMED = (
     (PROVIDER, SYSTEM),
     (TOOL_NAME, LEGACY_TOOL_NAME),
     (TTFC, TTFC_LOGFIRE),
@@ -91,6 +109,7 @@ _RENAMED = (
 _VALUES = {
     "run": ((INPUT_MESSAGES, INPUT_VALUE), (OUTPUT_MESSAGES, OUTPUT_VALUE)),
     "tool": ((TOOL_ARGUMENTS, INPUT_VALUE), (TOOL_RESULT, OUTPUT_VALUE)),
+    "reasoning": ((OUTPUT_MESSAGES, OUTPUT_VALUE),),
 }
 
 
@@ -100,7 +119,9 @@ def session_of(attrs: Mapping[str, Any]) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def vendor_mirrors(attrs: Mapping[str, Any], span_type: Any) -> dict[str, Any]:
+def vendor_mirrors(
+    attrs: Mapping[str, Any], span_type: Any, *, legacy: bool = True
+) -> dict[str, Any]:
     """The cross-vendor spellings of what ``attrs`` holds, for a span of ``span_type``.
 
     The core span carries each fact once, in its GenAI semconv key. Readers that
@@ -110,9 +131,12 @@ def vendor_mirrors(attrs: Mapping[str, Any], span_type: Any) -> dict[str, Any]:
     dashboards for ``tool.name``. Backends add these to their exported copy, and
     ``trace.semconv_version: 1`` puts them on the span itself, as before.
     ``attrs`` may be a whole span's attributes or only the ones being set now.
+    ``legacy=False`` leaves out all but OpenInference's spellings.
     """
     out: dict[str, Any] = {}
-    for ours, theirs in _RENAMED:
+    for ours, theirs in (
+        (*_OPENINFERENCE_RENAMED, *_LEGACY_RENAMED) if legacy else _OPENINFERENCE_RENAMED
+    ):
         value = attrs.get(ours)
         if value is not None:
             out[theirs] = value
@@ -128,10 +152,12 @@ def vendor_mirrors(attrs: Mapping[str, Any], span_type: Any) -> dict[str, Any]:
 
 
 _MESSAGE_KEYS = frozenset({INPUT_MESSAGES, OUTPUT_MESSAGES})
+_TEXT_PARTS = frozenset({"text", "reasoning"})
 
 
 def message_text(value: Any) -> Any:
-    """The text parts of a ``gen_ai.*.messages`` JSON string, joined by newlines.
+    """The text (or reasoning) parts of a ``gen_ai.*.messages`` JSON string, joined by
+    newlines.
 
     What ``input.value``/``output.value`` held before the structured keys: the
     prompt or reply as plain text. A value that is not such JSON (truncated, or
@@ -145,7 +171,7 @@ def message_text(value: Any) -> Any:
             part["content"]
             for message in messages
             for part in message.get("parts", ())
-            if part.get("type") == "text" and isinstance(part.get("content"), str)
+            if part.get("type") in _TEXT_PARTS and isinstance(part.get("content"), str)
         ]
     except (ValueError, TypeError, AttributeError, KeyError):
         return value

@@ -3,8 +3,15 @@
 Private by default: prompts, outputs and tool arguments/results are recorded
 only when ``trace.capture_content`` is true or, when that is unset,
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` allows it. Captured text
-is truncated; image and file bytes are never recorded. The redaction hook runs
-on every string attribute we write, so nothing unredacted leaves the process.
+is truncated; image and file bytes are never recorded.
+
+Every value the state machine writes (attribute, event attribute, status
+description, and so the span names built from them) passes through one gate,
+:meth:`ContentPolicy.clean_value`: it runs the redaction hook on strings and on
+sequences of strings, and replaces what no exporter can encode (lone
+surrogates, integers beyond 64 bits, values of no attribute type), so nothing
+unredacted leaves the process and one odd string never costs a batch. What it
+had to replace is named in ``runnertrace.sanitized`` on the span or event.
 """
 
 from __future__ import annotations
@@ -16,9 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from runnertrace.tracing.attributes import SANITIZED
 from runnertrace.tracing.config import ConfigError, TraceConfig
 
-__all__ = ["ContentPolicy", "redact_secrets_and_emails"]
+__all__ = ["ContentPolicy", "redact_secrets_and_emails", "sanitize_text"]
 
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 # EVENT_ONLY asks for content on log events, which we do not emit; spans stay clean.
@@ -88,6 +96,27 @@ def _returning_text(fn: Callable[[str], Any], path: str) -> Redactor:
     return redact
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_PLAIN = frozenset({bool, float})  # attribute types the gate has nothing to do for
+
+
+def sanitize_text(text: str) -> str | None:
+    """``text`` made encodable as UTF-8, or ``None`` when it already is.
+
+    Lone surrogates (what ``surrogateescape`` makes of undecodable bytes in file
+    names and argv, or JSON's ``"\\ud83d"``) become U+FFFD; a surrogate pair that
+    a str kept as two code points is joined into its character. ASCII, by far the
+    commonest case, is recognised without copying.
+    """
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return None
+
+
 @dataclass(frozen=True)
 class ContentPolicy:
     capture: bool
@@ -100,6 +129,71 @@ class ContentPolicy:
             config.capture_content if config.capture_content is not None else capture_from_env()
         )
         return cls(capture, config.max_content_length, load_redactor(config.redact))
+
+    def clean_value(self, value: Any) -> tuple[Any, bool]:
+        """The one gate every value we write passes: ``(value fit to export, changed)``.
+
+        ``changed`` is true when the value had to be *sanitized*, not merely
+        redacted: a string with unencodable code points, an integer no OTLP
+        encoder takes, or a value of no attribute type (written as its text).
+        Redaction runs before sanitizing, so a redactor's own output is made safe
+        too.
+        """
+        kind = type(value)
+        if kind is str:
+            redact = self.redactor
+            if redact is not None:
+                value = redact(value)
+            fixed = None if value.isascii() else sanitize_text(value)
+            return (value, False) if fixed is None else (fixed, True)
+        if kind is int:
+            return (value, False) if _INT64_MIN <= value <= _INT64_MAX else (str(value), True)
+        if kind in _PLAIN:
+            return value, False
+        if kind is tuple or kind is list:  # of scalars, all of one type (else as text)
+            items = []
+            changed = False
+            for item in value:
+                nested = type(item) is tuple or type(item) is list
+                item, item_changed = self.clean_value(str(item) if nested else item)
+                items.append(item)
+                changed = changed or item_changed or nested
+            if len({type(item) for item in items}) > 1:
+                return tuple(str(item) for item in items), True
+            return tuple(items), changed
+        if isinstance(value, str):  # a subclass (a str enum): its text, not its repr
+            return self.clean_value(str.__str__(value))
+        if isinstance(value, int | float):  # bool is exact above; IntEnum, numpy floats
+            return self.clean_value(int(value) if isinstance(value, int) else float(value))
+        return self.clean_value(str(value))[0], True
+
+    def clean(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """``attrs`` through :meth:`clean_value`, keys included; the keys it had to
+        sanitize are listed under ``runnertrace.sanitized``."""
+        out: dict[str, Any] = {}
+        sanitized: list[str] | None = None
+        clean_value = self.clean_value
+        unredacted = self.redactor is None
+        for key, value in attrs.items():
+            kind = type(value)
+            # The commonest values need nothing, so they skip the call (this is the hot
+            # path): bool, float, a 64-bit int, and ASCII text when nothing is redacted.
+            if not (
+                kind in _PLAIN
+                or (kind is int and _INT64_MIN <= value <= _INT64_MAX)
+                or (kind is str and unredacted and value.isascii())
+            ):
+                value, changed = clean_value(value)
+                if changed:
+                    if sanitized is None:
+                        sanitized = []
+                    sanitized.append(key)
+            if not key.isascii():
+                key = sanitize_text(key) or key
+            out[key] = value
+        if sanitized:
+            out[SANITIZED] = tuple(sanitized)
+        return out
 
     def truncate(self, text: str) -> str:
         if self.max_length and len(text) > self.max_length:

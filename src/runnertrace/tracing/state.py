@@ -10,6 +10,16 @@ Malformed streams (an end without a start, a duplicate id, events after the
 run's final message) are tolerated: the event is skipped for tracing, counted in
 ``runnertrace.stream.anomalies`` on the run span, and one warning is logged per
 run. Whatever is still open when the run ends is closed then.
+
+No event can lose track of a span: a handler leaves its span in its table until
+it has finished with it, so when a handler fails (a foreign event with a field
+of the wrong type), :meth:`RunTracer._salvage` finds the span still there, marks
+it with ``runnertrace.event.fault``, counts the anomaly, and ends it if the event
+was to end it (else it ends with its step or the run, as usual).
+
+Every value written to a span, and every span name, is built from what
+:meth:`~runnertrace.tracing.content.ContentPolicy.clean_value` returned: the one
+place where redaction and sanitizing happen (see :mod:`runnertrace.tracing.content`).
 """
 
 from __future__ import annotations
@@ -59,8 +69,11 @@ class _Open:
     parent_id: Any = None  # a tool call's parent message id
     owner: _Open | None = None  # the step this span started in
     awaiting = False  # a tool whose step ended before its result arrived
-    pending: dict[str, Any] | None = None  # a tool call not yet running: its span's attributes
+    pending: dict[str, Any] | None = None  # a tool call not yet running: its span's fields
     origin: _Open | None = None  # the step a tool call was announced in
+    message: _Open | None = None  # the message a reasoning block is part of
+    failure: EventError | None = None  # a step's failed model call: the step ends ERROR
+    sanitized: tuple[str, ...] = ()  # keys already named in runnertrace.sanitized
 
     def __init__(self, span: Span, kind: str, start_ns: int) -> None:
         self.span = span
@@ -112,61 +125,50 @@ class RunTracer:
         self.tracer = tracer
         self.policy = policy
         self.capture = policy.capture
-        self.redactor = policy.redactor
+        self.clean = policy.clean
+        self.clean_value = policy.clean_value
         self.deltas_as_events = deltas_as_events
         self.legacy = legacy_keys  # trace.semconv_version 1: vendor spellings on the span too
         self.mode = mode
-        if self.redactor is None:
+        if policy.redactor is None:
             self.common, self.templates = _templates(
-                agent_name, framework, session_id, user_id, mode
+                agent_name, framework, session_id, user_id, mode, policy
             )
         else:  # a redactor may see (and change) every value: nothing shared
             self.common, self.templates = _templates.__wrapped__(
-                agent_name, framework, session_id, user_id, mode, self.redactor
+                agent_name, framework, session_id, user_id, mode, policy
             )
         self.steps: list[tuple[tuple[str, Any], _Open]] = []
         self.messages: dict[str, _Open] = {}
         self.reasoning: dict[str, _Open] = {}
         self.tools: dict[str, _Open] = {}
         now = time.time_ns()
-        attrs = self.templates["run"].copy()
+        fields: dict[str, Any] = {}
         if self.capture and requests is not None:
             parts = request_parts(requests)
             messages = [{"role": "user", "parts": parts}]
-            attrs[A.INPUT_MESSAGES] = policy.messages(messages)
+            fields[A.INPUT_MESSAGES] = policy.messages(messages)
             if instructions:
-                attrs[A.SYSTEM_INSTRUCTIONS] = policy.parts(
+                fields[A.SYSTEM_INSTRUCTIONS] = policy.parts(
                     [{"type": "text", "content": instructions}]
                 )
-        if self.capture:  # the content keys; the template's values are redacted already
-            attrs = self._clean(attrs)
+        attrs = _merged(self.templates["run"], self.clean(fields) if fields else None)
         if self.legacy:
             attrs.update(A.vendor_mirrors(attrs, "run"))
         run_span = tracer.start_span(
-            f"invoke_agent {agent_name}",
+            f"invoke_agent {self.common[A.AGENT_NAME]}",
             context=parent,
             kind=_INTERNAL,
             attributes=attrs,
             start_time=now,
         )
         self.run = _Open(run_span, "run", now)
+        self.run.sanitized = attrs.get(A.SANITIZED, ())
         # An unsampled run records nothing below its run span (whose context still
         # propagates the decision to nested runs and foreign spans).
         self.recording = self.accepting = run_span.is_recording()  # accepting: until the end
 
     # -- helpers ------------------------------------------------------------------------
-    def _clean(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        redact = self.redactor
-        if redact is None:
-            return attrs
-        return {k: redact(v) if isinstance(v, str) else v for k, v in attrs.items()}
-
-    def _set(self, item: _Open, key: str, value: Any) -> None:
-        """Set one attribute we made from content (so it passes the redactor)."""
-        if self.redactor is not None and isinstance(value, str):
-            value = self.redactor(value)
-        self._put(item, {key: value})
-
     def _anomaly(self, what: str) -> None:
         self.anomalies += 1
         if self.anomalies == 1:
@@ -184,34 +186,57 @@ class RunTracer:
 
     def _start(
         self,
-        name: str,
+        operation: str,
         kind: str,
         parent: _Open,
-        attrs: dict[str, Any],
+        fields: dict[str, Any],
+        label: str | None = None,
         span_kind: SpanKind = _INTERNAL,
         start_ns: int | None = None,
     ) -> _Open:
-        """Open a child span; ``attrs`` is a copy of ``self.templates[kind]`` plus its keys."""
+        """Open a child span with ``self.templates[kind]`` plus its own ``fields``.
+
+        The fields are cleaned first, and the name is ``operation`` followed by the
+        cleaned value of ``fields[label]`` (when given): a name never holds what
+        its attribute could not. ``start_ns`` backdates the span (a tool that ran
+        before the tracer heard of it).
+        """
         now = time.time_ns() if start_ns is None else start_ns
         if self.agent is not None:
-            attrs[A.AGENT_NAME] = self.agent
-        if self.redactor is not None:
-            attrs = self._clean(attrs)
+            fields[A.AGENT_NAME] = self.agent
+        fields = self.clean(fields)
+        name = operation if label is None or label not in fields else f"{operation} {fields[label]}"
+        attrs = _merged(self.templates[kind], fields)
         if self.legacy:
             attrs.update(A.vendor_mirrors(attrs, kind))
         span = self.tracer.start_span(
             name, context=parent.context(), kind=span_kind, attributes=attrs, start_time=now
         )
-        return _Open(span, kind, now)
+        item = _Open(span, kind, now)
+        marked = attrs.get(A.SANITIZED)
+        if marked:
+            item.sanitized = marked
+        return item
 
     def _put(self, item: _Open, attrs: dict[str, Any]) -> None:
-        """Set several of our own (valid, already redacted) attributes at once."""
-        if item.pending is not None:  # a tool call not yet running: its span opens with them
+        """Set attributes on ``item``'s span, cleaned (redacted and made encodable).
+
+        A tool call not yet running keeps them raw; its span opens with them (cleaned then).
+        """
+        if item.pending is not None:
             item.pending.update(attrs)
         elif attrs:
+            attrs = self.clean(attrs)
+            marked = attrs.get(A.SANITIZED)
+            if marked:  # keep the keys named before: one span, one list
+                item.sanitized = attrs[A.SANITIZED] = (*item.sanitized, *marked)
             if self.legacy:
                 attrs.update(A.vendor_mirrors(attrs, item.kind))
             item.span.set_attributes(attrs)
+
+    def _event(self, item: _Open, name: str, attrs: dict[str, Any]) -> None:
+        """Add a span event whose attributes are cleaned like the span's."""
+        item.span.add_event(name, self.clean(attrs))
 
     def nesting_context(self) -> Context:
         """Parent for a run nested in this one: the newest running tool, else step, else run."""
@@ -226,7 +251,11 @@ class RunTracer:
         try:
             handler = _HANDLERS.get(getattr(event, "type", None))
             if handler is not None and self.accepting:
-                handler(self, event)
+                try:
+                    handler(self, event)
+                except Exception:
+                    self._salvage(event)
+                    raise
             elif not self.recording:
                 return
             elif handler is None:
@@ -235,6 +264,31 @@ class RunTracer:
                 self._anomaly(f"{event.type} after the run ended")
         except Exception as exc:  # noqa: BLE001 - telemetry boundary
             report_internal_error("span state machine", exc)
+
+    def _salvage(self, event: Any) -> None:
+        """A handler failed on ``event``: keep track of the span it was for.
+
+        The span is still in its table (handlers remove it only once done with
+        it). It is marked with the event's type and counted as an anomaly; an
+        event that was to end it ends it now, incomplete, and any other is left
+        to end with its step or the run.
+        """
+        kind: str = event.type  # a key of _HANDLERS: a str
+        self._anomaly(f"{kind} could not be processed")
+        table, key = _TABLES.get(kind, (None, ""))
+        if table is None:
+            return
+        spans: dict[Any, _Open] = getattr(self, table)
+        try:
+            item = spans.get(getattr(event, key, None))
+        except TypeError:  # an id that cannot be a key (a list...): never stored either
+            return
+        if item is None:
+            return
+        self._put(item, {A.FAULT: kind})
+        if kind.endswith(("_end", "_result")):
+            del spans[getattr(event, key)]
+            self._close(item, incomplete=True)
 
     __call__ = handle  # the core Observer protocol: a runner reports events by calling us
 
@@ -265,17 +319,17 @@ class RunTracer:
         agent = getattr(event, "agent_name", None)
         if agent:
             self.agent = agent if type(agent) is str else str(agent)
-        attrs = self.templates["step"].copy()
-        attrs[A.STEP_NAME] = name if type(name) is str else str(name)
+        fields: dict[str, Any] = {A.STEP_NAME: _text(name)}
         if index is not None:
-            attrs[A.STEP_INDEX] = _number(index)
+            fields[A.STEP_INDEX] = _number(index)
         source = getattr(event, "handoff_from", None)
         if source:
-            attrs[A.HANDOFF_SOURCE] = str(source)
-            attrs[A.HANDOFF_TARGET] = self.agent or self.common[A.AGENT_NAME]
+            fields[A.HANDOFF_SOURCE] = _text(source)
+            fields[A.HANDOFF_TARGET] = self.agent or self.common[A.AGENT_NAME]
         steps = self.steps
         parent = steps[-1][1] if steps else self.run
-        steps.append(((name, index), self._start(f"agent_step {name}", "step", parent, attrs)))
+        step = self._start("agent_step", "step", parent, fields, A.STEP_NAME)
+        steps.append(((name, index), step))
 
     def _on_step_end(self, event: Any) -> None:
         key = (_field(event, "step_name", "name"), getattr(event, "step_index", None))
@@ -286,15 +340,15 @@ class RunTracer:
             self._anomaly(f"step_end for {key} without a step_start")
             return
         popped = [item for _, item in self.steps[pos:]]
-        del self.steps[pos:]
         code = getattr(event, "code", None)
         if code and self.capture:
-            self._set(popped[0], A.STEP_CODE, self.policy.truncate(str(code)))
+            self._put(popped[0], {A.STEP_CODE: self.policy.truncate(_text(code))})
         if len(popped) > 1:
             self._anomaly(f"step {key} ended while {len(popped) - 1} inner step(s) were open")
-        for step in reversed(popped):
+        for step in reversed(popped):  # still listed while closing: a fault leaves none open
             self._close_children(step)
             self._close(step, incomplete=step is not popped[0])
+        del self.steps[pos:]
 
     def _close_children(self, step: _Open) -> None:
         """End what a step left open; an open message or reasoning block is incomplete.
@@ -322,39 +376,33 @@ class RunTracer:
             self._close(self.messages.pop(mid), incomplete=True)
         model = getattr(event, "model", None)
         provider = getattr(event, "provider", None)
-        attrs = self.templates["message"].copy()
+        fields: dict[str, Any] = {}
         if model:
-            if type(model) is not str:
-                model = str(model)
-            attrs[A.REQUEST_MODEL] = self.model = model
+            fields[A.REQUEST_MODEL] = self.model = _text(model)
         if provider:
-            if type(provider) is not str:
-                provider = str(provider)
-            attrs[A.PROVIDER] = self.provider = provider
+            fields[A.PROVIDER] = self.provider = _text(provider)
         parameters = getattr(event, "request_parameters", None)
         if parameters:
             for key, value in parameters.items():
-                attrs[f"gen_ai.request.{key}"] = _attribute(value)
+                fields[f"gen_ai.request.{key}"] = _attribute(value)
         definitions = getattr(event, "tool_definitions", None)
         if definitions:
-            attrs[A.TOOL_DEFINITIONS] = self._tool_definitions(definitions)
+            fields[A.TOOL_DEFINITIONS] = self._tool_definitions(definitions)
         if self.capture:
             messages = getattr(event, "input_messages", None)
             if messages:
-                attrs[A.INPUT_MESSAGES] = self.policy.messages(messages)
+                fields[A.INPUT_MESSAGES] = self.policy.messages(messages)
             instructions = getattr(event, "system_instructions", None)
             if instructions:
-                attrs[A.SYSTEM_INSTRUCTIONS] = self.policy.parts(
+                fields[A.SYSTEM_INSTRUCTIONS] = self.policy.parts(
                     [{"type": "text", "content": instructions}]
                 )
         owner = self.steps[-1][1] if self.steps else None
-        item = self._start(
-            f"chat {model}" if model else "chat", "message", owner or self.run, attrs, _CLIENT
-        )
+        item = self._start("chat", "message", owner or self.run, fields, A.REQUEST_MODEL, _CLIENT)
+        self.messages[mid] = item
         item.owner = owner
         if self.capture:
             item.parts = []
-        self.messages[mid] = item
 
     def _tool_definitions(self, definitions: Any) -> str:
         """Tool names and types always (not content); descriptions and schemas only
@@ -375,17 +423,22 @@ class RunTracer:
             return
         self._delta(item, _field(event, "delta", "content"))
 
-    def _delta(self, item: _Open, delta: str) -> None:
+    def _delta(self, item: _Open, delta: Any) -> None:
+        if type(delta) is not str:  # a foreign event's None or number: as text, None as ""
+            delta = "" if delta is None else str(delta)
         item.deltas += 1
         if not item.first_ns:
             item.first_ns = time.time_ns()
+            message = item.message
+            if message is not None and not message.first_ns:  # reasoning: the reply's first chunk
+                message.first_ns = item.first_ns
         if item.parts is not None:
             item.parts.append(delta)
         if self.deltas_as_events:
             attrs: dict[str, Any] = {"length": len(delta)}
             if self.capture:
                 attrs["content"] = self.policy.truncate(delta)
-            item.span.add_event("gen_ai.content.delta", self._clean(attrs))
+            self._event(item, "gen_ai.content.delta", attrs)
         else:
             item.chars += len(delta)
 
@@ -403,7 +456,8 @@ class RunTracer:
         # The call ended now: pricing it below may first wait for the price table
         # (once per process), and that wait is ours, not the model's.
         ended_ns = time.time_ns()
-        item = self.messages.pop(event.message_id, None)
+        mid = event.message_id
+        item = self.messages.get(mid)
         if item is None:
             self._anomaly(f"message_end for unknown message {event.message_id!r}")
             return
@@ -414,12 +468,14 @@ class RunTracer:
             attrs[A.FINISH_REASONS] = (str(finish),)
         tokens = getattr(event, "input_tokens", None)
         if tokens is not None:
-            attrs[A.INPUT_TOKENS] = _number(tokens)
-            self.input_tokens += tokens or 0
+            attrs[A.INPUT_TOKENS] = tokens = _number(tokens)
+            if type(tokens) is int:
+                self.input_tokens += tokens
         tokens = getattr(event, "output_tokens", None)
         if tokens is not None:
-            attrs[A.OUTPUT_TOKENS] = _number(tokens)
-            self.output_tokens += tokens or 0
+            attrs[A.OUTPUT_TOKENS] = tokens = _number(tokens)
+            if type(tokens) is int:
+                self.output_tokens += tokens
         for key, field in _DETAIL_USAGE_FIELDS:
             value = getattr(event, field, None)
             if value is not None:
@@ -427,9 +483,8 @@ class RunTracer:
         for key, field in _RESPONSE_FIELDS:
             value = getattr(event, field, None)
             if value:
-                value = _text(value)
-                attrs[key] = self.redactor(value) if self.redactor else value
-        if A.INPUT_TOKENS in attrs or A.OUTPUT_TOKENS in attrs:
+                attrs[key] = _text(value)
+        if _counted(attrs.get(A.INPUT_TOKENS)) or _counted(attrs.get(A.OUTPUT_TOKENS)):
             cost = usage_cost(
                 attrs.get(A.RESPONSE_MODEL) or self.model,
                 self.provider,
@@ -442,12 +497,14 @@ class RunTracer:
             else:
                 attrs[A.COST] = cost
                 self.cost = (self.cost or 0.0) + cost
-        error = getattr(event, "error", None)
+        error = _event_error(getattr(event, "error", None))
         if error is not None:
-            attrs[A.ERROR_TYPE] = _error_name(error)
+            attrs[A.ERROR_TYPE] = error.type
         self._put(item, attrs)
         if error is not None:
-            self._fail(span, error)
+            self._fail(item, error)
+            if item.owner is not None:
+                item.owner.failure = error
         if item.parts is not None:
             parts: list[dict[str, Any]] = []
             text = "".join(item.parts)
@@ -456,7 +513,8 @@ class RunTracer:
                 self.last_text = text
             parts.extend(item.calls or ())
             message = {"role": "assistant", "parts": parts, "finish_reason": _finish(finish)}
-            self._set(item, A.OUTPUT_MESSAGES, self.policy.messages([message]))
+            self._put(item, {A.OUTPUT_MESSAGES: self.policy.messages([message])})
+        del self.messages[mid]
         span.end(end_time=ended_ns)
 
     # -- reasoning --------------------------------------------------------------------
@@ -466,12 +524,13 @@ class RunTracer:
             self._anomaly(f"duplicate reasoning_start {rid!r}")
             self._close(self.reasoning.pop(rid), incomplete=True)
         owner = self.steps[-1][1] if self.steps else None
-        parent = next(reversed(self.messages.values())) if self.messages else owner or self.run
-        item = self._start("reasoning", "reasoning", parent, self.templates["reasoning"].copy())
+        message = next(reversed(self.messages.values())) if self.messages else None
+        item = self._start("reasoning", "reasoning", message or owner or self.run, {})
+        self.reasoning[rid] = item
         item.owner = owner
+        item.message = message
         if self.capture:
             item.parts = []
-        self.reasoning[rid] = item
 
     def _on_reasoning_delta(self, event: Any) -> None:
         item = self.reasoning.get(event.message_id)
@@ -481,17 +540,21 @@ class RunTracer:
         self._delta(item, _field(event, "delta", "content"))
 
     def _on_reasoning_end(self, event: Any) -> None:
-        item = self.reasoning.pop(event.message_id, None)
+        rid = event.message_id
+        item = self.reasoning.get(rid)
         if item is None:
-            self._anomaly(f"reasoning_end for unknown block {event.message_id!r}")
+            self._anomaly(f"reasoning_end for unknown block {rid!r}")
             return
-        self._put(item, self._delta_attributes(item))
+        attrs = self._delta_attributes(item)
         if item.parts is not None:
-            message = {
+            message = {  # finish_reason: the schema requires it of every output message
                 "role": "assistant",
                 "parts": [{"type": "reasoning", "content": "".join(item.parts)}],
+                "finish_reason": "stop",
             }
-            self._set(item, A.OUTPUT_MESSAGES, self.policy.messages([message]))
+            attrs[A.OUTPUT_MESSAGES] = self.policy.messages([message])
+        self._put(item, attrs)
+        del self.reasoning[rid]
         item.span.end()
 
     # -- tool calls -------------------------------------------------------------------
@@ -500,22 +563,22 @@ class RunTracer:
         if cid in self.tools:
             self._anomaly(f"duplicate tool_call_start {cid!r}")
             self._close(self.tools.pop(cid), incomplete=True)
-        name = _field(event, "tool_name", "name")
-        if type(name) is not str:
-            name = str(name)
-        attrs = self.templates["tool"].copy()
-        attrs[A.TOOL_NAME] = name
-        attrs[A.TOOL_CALL_ID] = cid if type(cid) is str else str(cid)
+        name = _text(_field(event, "tool_name", "name"))
+        fields: dict[str, Any] = {A.TOOL_NAME: name, A.TOOL_CALL_ID: _text(cid)}
         owner = self.steps[-1][1] if self.steps else None
         # The model announced the call; its span opens when the tool runs (_run_tool).
         item = _Open(trace_api.INVALID_SPAN, "tool", time.time_ns())
-        item.pending = attrs
+        item.pending = fields
         item.owner = item.origin = owner
+        self.tools[cid] = item
         item.name = name
+        item.parent_id = parent_id = getattr(event, "parent_message_id", None)
         if self.capture:
             item.parts = []
-            item.parent_id = getattr(event, "parent_message_id", None)
-        self.tools[cid] = item
+        if parent_id is not None:  # a tool call is a chunk of the asking message's reply too
+            asking = self.messages.get(parent_id)
+            if asking is not None and not asking.first_ns:
+                asking.first_ns = item.start_ns
 
     def _run_tool(self, item: _Open, *, late: bool = False, start_ns: int | None = None) -> None:
         """Open an announced call's span as the framework starts executing the tool, in
@@ -530,8 +593,9 @@ class RunTracer:
             parent, start_ns = self._container(), None
             item.owner = self.steps[-1][1] if self.steps else None
             item.awaiting = False
-        opened = self._start(f"execute_tool {item.name}", "tool", parent, attrs, start_ns=start_ns)
+        opened = self._start("execute_tool", "tool", parent, attrs, A.TOOL_NAME, start_ns=start_ns)
         item.span, item.start_ns, item.ctx = opened.span, opened.start_ns, None
+        item.sanitized = opened.sanitized
 
     def _on_tool_call_args(self, event: Any) -> None:
         item = self.tools.get(event.tool_call_id)
@@ -540,7 +604,8 @@ class RunTracer:
             return
         item.deltas += 1
         if item.parts is not None:
-            item.parts.append(_field(event, "delta", "content"))
+            delta = _field(event, "delta", "content")
+            item.parts.append(delta if type(delta) is str else "" if delta is None else str(delta))
 
     def _on_tool_call_end(self, event: Any) -> None:
         item = self.tools.get(event.tool_call_id)
@@ -551,8 +616,7 @@ class RunTracer:
         if item.parts is None:
             return
         arguments = "".join(item.parts)
-        text = self.policy.truncate(arguments)
-        self._set(item, A.TOOL_ARGUMENTS, text)
+        self._put(item, {A.TOOL_ARGUMENTS: self.policy.truncate(arguments)})
         asking = self.messages.get(item.parent_id or "")
         if asking is not None and asking.parts is not None:
             try:
@@ -571,22 +635,24 @@ class RunTracer:
             )
 
     def _on_tool_call_result(self, event: Any) -> None:
-        item = self.tools.pop(event.tool_call_id, None)
+        cid = event.tool_call_id
+        item = self.tools.get(cid)
         if item is None:
-            self._anomaly(f"tool_call_result for unknown call {event.tool_call_id!r}")
+            self._anomaly(f"tool_call_result for unknown call {cid!r}")
             return
         if item.pending is not None:
             self._run_tool(item, late=True, start_ns=_time(getattr(event, "started_at", None)))
-        span = item.span
         if self.capture:
-            text = self.policy.text(event.content)
-            self._set(item, A.TOOL_RESULT, text)
-        error = getattr(event, "error", None)
-        if error is not None or getattr(event, "is_error", False):
-            span.set_attribute(A.ERROR_TYPE, _error_name(error) if error is not None else "_OTHER")
-            self._fail(span, error or EventError(type="_OTHER", message=str(event.content)))
+            self._put(item, {A.TOOL_RESULT: self.policy.text(event.content)})
+        error = _event_error(getattr(event, "error", None))
+        if error is None and getattr(event, "is_error", False):
+            error = EventError(type="_OTHER", message=_text(getattr(event, "content", "")))
+        if error is not None:
+            self._put(item, {A.ERROR_TYPE: error.type})
+            self._fail(item, error)
+        del self.tools[cid]
         ended_ns = _time(getattr(event, "ended_at", None))
-        span.end(end_time=ended_ns if ended_ns is None or ended_ns >= item.start_ns else None)
+        item.span.end(end_time=ended_ns if ended_ns is None or ended_ns >= item.start_ns else None)
 
     # -- closing -------------------------------------------------------------------------
     def _close(
@@ -597,36 +663,45 @@ class RunTracer:
         error: BaseException | None = None,
         cancelled: bool = False,
     ) -> None:
+        """End ``item``'s span, marked as the arguments say. It ends even when marking
+        it fails (a redactor that raises): the fault propagates, the span is not lost."""
         if item.pending is not None:
             self._run_tool(item, late=True)
         span = item.span
-        if not span.is_recording():
+        if not span.is_recording():  # ended already (a salvaged event), or never recorded
             return
-        if item.kind in ("message", "reasoning"):
-            self._put(item, self._delta_attributes(item))
-        if incomplete:
-            span.set_attribute(A.INCOMPLETE, True)
-        if cancelled:
-            span.set_attribute(A.CANCELLED, True)
-        if error is not None:
-            span.set_attribute(A.ERROR_TYPE, _error_type(error))
-            span.set_status(Status(StatusCode.ERROR, self._message(error)))
-        span.end()
+        try:
+            attrs = self._delta_attributes(item) if item.kind in ("message", "reasoning") else {}
+            if incomplete:
+                attrs[A.INCOMPLETE] = True
+            if cancelled:
+                attrs[A.CANCELLED] = True
+            failure = error if error is not None else item.failure
+            if failure is not None:
+                attrs[A.ERROR_TYPE] = (
+                    failure.type if isinstance(failure, EventError) else _error_type(failure)
+                )
+            self._put(item, attrs)
+            if failure is not None:
+                self._status(span, failure)
+        finally:
+            span.end()
 
-    def _message(self, error: BaseException | EventError) -> str:
+    def _status(self, span: Span, error: BaseException | EventError) -> None:
+        """ERROR status, its description cleaned like any attribute."""
         if isinstance(error, EventError):
             text = f"{error.type}: {error.message}" if error.message else error.type
         else:
             text = f"{type(error).__name__}: {error}"
-        return self.redactor(text) if self.redactor else text
+        span.set_status(Status(StatusCode.ERROR, self.clean_value(text)[0]))
 
-    def _fail(self, span: Span, error: EventError) -> None:
+    def _fail(self, item: _Open, error: EventError) -> None:
         """ERROR status plus an exception event, as ``record_exception`` would write."""
-        span.set_status(Status(StatusCode.ERROR, self._message(error)))
+        self._status(item.span, error)
         attrs = {"exception.type": error.type, "exception.message": error.message}
         if error.stacktrace:
             attrs["exception.stacktrace"] = error.stacktrace
-        span.add_event("exception", self._clean(attrs))
+        self._event(item, "exception", attrs)
 
     def finish(
         self, reply: Any = None, error: BaseException | None = None, cancelled: bool = False
@@ -637,9 +712,17 @@ class RunTracer:
         self.finished = True
         self.accepting = False
         try:
-            if self.reasoning or self.messages or self.tools or self.steps:
-                self._close_dangling(error, cancelled)
-            span = self.run.span
+            try:
+                if self.reasoning or self.messages or self.tools or self.steps:
+                    self._close_dangling(error, cancelled)
+            finally:
+                self._end_run(reply, error, cancelled)
+        except Exception as exc:  # noqa: BLE001 - telemetry boundary
+            report_internal_error("span state machine (finish)", exc)
+
+    def _end_run(self, reply: Any, error: BaseException | None, cancelled: bool) -> None:
+        span = self.run.span
+        try:
             attrs: dict[str, Any] = {}
             if self.input_tokens or self.output_tokens:
                 attrs[A.AGG_INPUT_TOKENS] = self.input_tokens
@@ -648,6 +731,8 @@ class RunTracer:
                 attrs[A.AGG_COST] = self.cost
             if self.model:
                 attrs[A.REQUEST_MODEL] = self.model
+            if self.provider:  # required on invoke_agent when known
+                attrs[A.PROVIDER] = self.provider
             if self.anomalies:
                 attrs[A.MALFORMED] = self.anomalies
             if cancelled:
@@ -663,11 +748,10 @@ class RunTracer:
                 # stream mode has no reply object: the newest message's text is the output
                 self._record_reply(reply if reply is not None else self.last_text)
             if error is not None:
-                self._record_exception(span, error)
-                span.set_status(Status(StatusCode.ERROR, self._message(error)))
+                self._record_exception(error)
+                self._status(span, error)
+        finally:
             span.end()
-        except Exception as exc:  # noqa: BLE001 - telemetry boundary
-            report_internal_error("span state machine (finish)", exc)
 
     def _close_dangling(self, error: BaseException | None, cancelled: bool) -> None:
         dangling = [*self.reasoning.values(), *self.messages.values(), *self.tools.values()]
@@ -676,26 +760,30 @@ class RunTracer:
         unexpected = [item for item in dangling if not item.awaiting]
         if unexpected and error is None and not cancelled:
             self._anomaly(f"{len(unexpected)} span(s) still open when the run ended")
-        for item in dangling:
+        faults: list[Exception] = []
+        for item in dangling:  # each one ends, whatever marking another did
             failed = error is not None or cancelled or not item.awaiting
-            self._close(item, incomplete=failed, error=error, cancelled=cancelled)
+            try:
+                self._close(item, incomplete=failed, error=error, cancelled=cancelled)
+            except Exception as exc:  # noqa: BLE001 - re-raised below, once all have ended
+                faults.append(exc)
         self.reasoning.clear()
         self.messages.clear()
         self.tools.clear()
         self.steps.clear()
+        if faults:
+            raise faults[0]
 
-    def _record_exception(self, span: Span, error: BaseException) -> None:
-        if self.redactor is None:
-            span.record_exception(error)
-            return
-        # The default stack trace ends with the message, so redact all three fields.
+    def _record_exception(self, error: BaseException) -> None:
+        """The run's exception event, as ``Span.record_exception`` writes it, but with
+        every field cleaned (a message may name a file whose name is not UTF-8)."""
         trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         attrs = {
             "exception.type": type(error).__qualname__,
             "exception.message": str(error),
             "exception.stacktrace": trace,
         }
-        span.add_event("exception", self._clean(attrs))
+        self._event(self.run, "exception", attrs)
 
     def _record_reply(self, reply: Any) -> None:
         message = {
@@ -703,7 +791,7 @@ class RunTracer:
             "parts": [{"type": "text", "content": str(reply)}],
             "finish_reason": "stop",
         }
-        self._set(self.run, A.OUTPUT_MESSAGES, self.policy.messages([message]))
+        self._put(self.run, {A.OUTPUT_MESSAGES: self.policy.messages([message])})
 
 
 @functools.lru_cache(maxsize=256)
@@ -713,7 +801,7 @@ def _templates(
     session_id: str | None,
     user_id: str | None,
     mode: str,
-    redactor: Callable[[str], str] | None = None,
+    policy: ContentPolicy,
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """The attributes every span of a run shares, and per-kind start templates.
 
@@ -721,15 +809,14 @@ def _templates(
     copied, never changed). A span's start attributes are then one dict copy
     plus its own few keys. Each fact appears once, in its GenAI semconv key;
     vendor spellings (``session.id``, ``openinference.span.kind``, ...) are
-    added by each backend's mapping on its exported copy.
+    added by each backend's mapping on its exported copy. Every value is cleaned
+    here, once (see :meth:`ContentPolicy.clean`).
     """
     common: dict[str, Any] = {A.AGENT_NAME: agent_name}
     if session_id:
         common[A.CONVERSATION_ID] = session_id
     if user_id:
         common[A.USER_ID] = user_id
-    if redactor is not None:
-        common = {k: redactor(v) for k, v in common.items()}
     templates = {
         "run": {
             **common,
@@ -754,7 +841,19 @@ def _templates(
             A.TOOL_TYPE: "function",
         },
     }
-    return common, templates
+    return policy.clean(common), {kind: policy.clean(t) for kind, t in templates.items()}
+
+
+def _merged(template: dict[str, Any], fields: dict[str, Any] | None) -> dict[str, Any]:
+    """A span's start attributes: its template plus its own cleaned fields, with the
+    keys either had to sanitize named once in ``runnertrace.sanitized``."""
+    attrs = template.copy()
+    if fields:
+        attrs.update(fields)
+        marked = fields.get(A.SANITIZED)
+        if marked and A.SANITIZED in template:
+            attrs[A.SANITIZED] = (*template[A.SANITIZED], *marked)
+    return attrs
 
 
 def _field(event: Any, name: str, alias: str) -> Any:
@@ -775,6 +874,27 @@ def _error_name(error: Any) -> str:
     """``error.type`` of an event's error (foreign events may carry anything)."""
     name = getattr(error, "type", None)
     return name if isinstance(name, str) and name else "_OTHER"
+
+
+def _event_error(error: Any) -> EventError | None:
+    """An event's ``error`` field as an :class:`EventError`; ``None`` when it names none.
+
+    Ours is an ``EventError`` already. A foreign runner may send an exception, an
+    object with ``type``/``message``, or a C-style ``0`` for "no error" (any falsy
+    value reads as none).
+    """
+    if error is None or isinstance(error, EventError):
+        return error
+    if isinstance(error, BaseException):
+        return EventError.from_exception(error)
+    if not error:
+        return None
+    trace = getattr(error, "stacktrace", None)
+    return EventError(
+        type=_error_name(error),
+        message=_text(getattr(error, "message", error)),
+        stacktrace=trace if isinstance(trace, str) else None,
+    )
 
 
 def _attribute(value: Any) -> Any:
@@ -817,9 +937,23 @@ def _text(value: Any) -> str:
 
 
 def _number(value: Any) -> int | float | str:
-    """A numeric event field as an attribute value; anything else as its text."""
+    """A numeric event field as an attribute value; a numeric text (``"12"``, from a
+    foreign runner) as its number; anything else as its text."""
     kind = type(value)
-    return value if kind is int or kind is float else str(value)
+    if kind is int or kind is float:
+        return value  # type: ignore[no-any-return]
+    text = str(value)
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            continue
+    return text
+
+
+def _counted(value: Any) -> bool:
+    """Whether a usage attribute is a count (a foreign text stays an attribute only)."""
+    return type(value) is int or type(value) is float
 
 
 def _finish(reason: str | None) -> str:
@@ -839,6 +973,20 @@ _DETAIL_USAGE_FIELDS = (  # beside input and output tokens, which are also summe
     (A.REASONING_TOKENS, "reasoning_output_tokens"),
 )
 _RESPONSE_FIELDS = ((A.RESPONSE_MODEL, "response_model"), (A.RESPONSE_ID, "response_id"))
+
+# Where the span an event is for is kept: the table's attribute name and the event's key field.
+_TABLES: dict[str, tuple[str, str]] = {
+    "text_delta": ("messages", "message_id"),
+    "message_start": ("messages", "message_id"),
+    "message_end": ("messages", "message_id"),
+    "reasoning_start": ("reasoning", "message_id"),
+    "reasoning_delta": ("reasoning", "message_id"),
+    "reasoning_end": ("reasoning", "message_id"),
+    "tool_call_start": ("tools", "tool_call_id"),
+    "tool_call_args": ("tools", "tool_call_id"),
+    "tool_call_end": ("tools", "tool_call_id"),
+    "tool_call_result": ("tools", "tool_call_id"),
+}
 
 # Each event type is handled by the method named after it (``step_start`` -> ``_on_step_start``).
 _HANDLERS: dict[Any, Callable[[RunTracer, Any], None]] = {

@@ -8,7 +8,7 @@ optional sink) and ``stream`` is it, so both modes report the very same events.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -200,7 +200,7 @@ class Agent:
             message_id = builder.message_start(
                 model=self.model.model,
                 provider=self.model.provider,
-                input_messages=[_semconv_message(item) for item in request.contents],
+                input_messages=_semconv_messages(request.contents),
                 system_instructions="\n\n".join(request.instructions) or None,
                 tool_definitions=[_semconv_tool(tool) for tool in request.tools] or None,
             )
@@ -313,6 +313,24 @@ async def _scoped(
             except StopAsyncIteration:
                 return
         yield part
+
+
+def _semconv_messages(contents: Sequence[Any]) -> list[dict[str, Any]]:
+    """The history as GenAI semconv input messages, grouped as a model is sent them.
+
+    One model turn (its text, then its tool calls) is one assistant message, as
+    ``openai_compat.to_chat_messages`` sends it; each tool result is a message.
+    """
+    messages: list[dict[str, Any]] = []
+    turn: dict[str, Any] | None = None  # the assistant message tool calls join
+    for item in contents:
+        message = _semconv_message(item)
+        if isinstance(item, ToolCall) and turn is not None:
+            turn["parts"].extend(message["parts"])
+            continue
+        messages.append(message)
+        turn = message if message["role"] == "assistant" else None
+    return messages
 
 
 def _semconv_message(item: Any) -> dict[str, Any]:
