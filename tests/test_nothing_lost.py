@@ -255,3 +255,48 @@ def test_four_processes_writing_one_store_in_tight_loops_lose_nothing(tmp_path: 
         assert json.loads(out.splitlines()[-1])["lost"] == 0, err
         assert "lost so far" not in err, err
     assert SpanStore(db).count() == (4 * runs * SPANS_PER_RUN, 4 * runs)
+
+
+@needs_fork
+def test_every_module_lock_of_ours_is_new_in_a_forked_child() -> None:
+    """Locks held by another thread at the fork: the child takes each one at once."""
+    import os
+    import threading
+
+    from runnertrace._internal import errors
+    from runnertrace.exporters import otlp
+    from runnertrace.tracing import cost, setup
+
+    def locks() -> dict[str, threading.Lock]:
+        return {
+            "setup": setup._lock,  # noqa: SLF001
+            "prices": cost._load_lock,  # noqa: SLF001
+            "rates": cost._rates_lock,  # noqa: SLF001
+            "otlp log filter": otlp._log_filter_lock,  # noqa: SLF001
+            "drops": drops._lock,  # type: ignore[dict-item]  # noqa: SLF001
+            "rate limit": errors.internal_log._lock,  # type: ignore[dict-item]  # noqa: SLF001
+        }
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold_them_all() -> None:
+        for lock in locks().values():
+            lock.acquire()
+        held.set()
+        release.wait(10)
+        for lock in locks().values():
+            lock.release()
+
+    thread = threading.Thread(target=hold_them_all)
+    thread.start()
+    held.wait(10)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            stuck = [name for name, lock in locks().items() if not lock.acquire(timeout=2)]
+            os._exit(len(stuck))
+        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    finally:
+        release.set()
+        thread.join()
+    assert status == 0, f"{status} lock(s) still held in the child"

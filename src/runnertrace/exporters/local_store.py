@@ -37,6 +37,7 @@ from typing import Any
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanKind, StatusCode
 
 from runnertrace.tracing import attributes as attr
 from runnertrace.tracing.drops import explain, reject
@@ -344,6 +345,11 @@ def _tokens(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
+# Enum members' names, looked up per span (an enum's .name is a descriptor call).
+_KIND_NAMES = {kind: kind.name for kind in SpanKind}
+_STATUS_NAMES = {code: code.name for code in StatusCode}
+
+
 def span_row(span: ReadableSpan) -> tuple[object, ...]:
     """The database row for one finished span."""
     context = span.context
@@ -351,28 +357,36 @@ def span_row(span: ReadableSpan) -> tuple[object, ...]:
         raise ValueError(f"span {span.name!r} has no context")
     parent = span.parent
     attributes = dict(span.attributes or {})
-    events = [
-        {"name": e.name, "time_ns": e.timestamp, "attributes": dict(e.attributes or {})}
-        for e in span.events
-    ]
+    span_events = span.events
+    events = (
+        _dumps(
+            [
+                {"name": e.name, "time_ns": e.timestamp, "attributes": dict(e.attributes or {})}
+                for e in span_events
+            ]
+        )
+        if span_events
+        else "[]"
+    )
     start = span.start_time or 0
     span_type = attributes.get(attr.SPAN_TYPE)
+    status = span.status
     return (
         format(context.trace_id, "032x"),
         format(context.span_id, "016x"),
         format(parent.span_id, "016x") if parent is not None else None,
         1 if parent is None or parent.is_remote else 0,
         span.name,
-        span.kind.name,
+        _KIND_NAMES[span.kind],
         span_type if isinstance(span_type, str) else None,
         start,
         span.end_time or start,
-        span.status.status_code.name,
-        span.status.description,
+        _STATUS_NAMES[status.status_code],
+        status.description,
         _tokens(attributes.get(attr.INPUT_TOKENS)),
         _tokens(attributes.get(attr.OUTPUT_TOKENS)),
         _dumps(attributes),
-        _dumps(events),
+        events,
         _resource(span.resource),
         span.instrumentation_scope.name if span.instrumentation_scope else None,
     )

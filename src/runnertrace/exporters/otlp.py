@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import threading
 from abc import abstractmethod
 from collections.abc import Mapping
@@ -47,6 +48,7 @@ from pydantic import SecretStr
 from requests.adapters import HTTPAdapter
 
 from runnertrace._internal.errors import internal_log
+from runnertrace._internal.forksafe import relock_after_fork
 from runnertrace.core.config import ConfigError
 from runnertrace.exporters.vendor_config import OtlpConfig
 from runnertrace.tracing import attributes as A
@@ -162,6 +164,7 @@ _EXPORTER_LOGGERS = (
 # The encoder, which leaves out an attribute it cannot encode and logs a traceback.
 _ENCODER_LOGGER = "opentelemetry.exporter.otlp.proto.common._internal"
 _log_filter_lock = threading.Lock()
+relock_after_fork(sys.modules[__name__], _log_filter_lock=threading.Lock)
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
 _HOST = re.compile(r"host='([^']+)', port=(\d+)")
 # What the exporter says when it gives up: true, but less than what it said before.
