@@ -108,6 +108,12 @@ def _child_report(runner: TracingRunner, store: str, name: str) -> dict[str, obj
         "lost_at_start": lost_at_start,
         "flushed": flushed,
         "stored": stored.get(f"invoke_agent {name}", 0),
+        # For a failure's message: what each backend did in the child.
+        "backends": {
+            getattr(p, "name", "?"): [getattr(p, "exported", None), getattr(p, "dropped", None)]
+            for p in runner.setup.processors
+        },
+        "causes": {b: drops.lost_by_cause(b) for b in ("local", "otlp")},
     }
 
 

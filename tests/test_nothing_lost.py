@@ -300,3 +300,62 @@ def test_every_module_lock_of_ours_is_new_in_a_forked_child() -> None:
         release.set()
         thread.join()
     assert status == 0, f"{status} lock(s) still held in the child"
+
+
+def test_a_refused_collector_is_one_line_naming_the_refusal(tmp_path: Path) -> None:
+    """Spans and metrics to a port nothing listens on: one line, the real cause, the counts."""
+    import socket
+    import textwrap
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (tmp_path / "runnertrace.yaml").write_text(
+        textwrap.dedent(
+            f"""
+            trace:
+              enabled: true
+              type: otlp
+              otlp:
+                endpoint: http://127.0.0.1:{port}/v1/traces
+            """
+        )
+    )
+    app = textwrap.dedent(
+        """
+        import asyncio
+        from runnertrace.core import Runtime
+        from runnertrace.core.models import AgentRequestText
+        from runnertrace.runners.native import Agent, NativeModule, ScriptedLlm, calculator
+
+        async def main() -> None:
+            runtime = Runtime()
+            NativeModule([Agent(ScriptedLlm(), tools=[calculator], name="math")], runtime=runtime)
+            agent = runtime.agents().get("math")
+            for number in range(2):
+                session = runtime.sessions().new(f"s{number}")
+                prompt = "What is 1234 * 5678, plus 17?"
+                await runtime.run(agent, session, [AgentRequestText(prompt=prompt)])
+
+        asyncio.run(main())
+        """
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("OTEL_")}
+    env["XDG_DATA_HOME"] = str(tmp_path / "data")
+    result = subprocess.run(
+        [sys.executable, "-c", app],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(
+        f"runnertrace: {2 * SPANS_PER_RUN} spans lost so far for otlp in all:"
+    )
+    assert f"{2 * SPANS_PER_RUN} Connection refused (127.0.0.1:{port})" in lines[0], lines[0]
+    assert "metric export(s) failed (Connection refused" in lines[0], lines[0]

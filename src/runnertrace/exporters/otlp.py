@@ -362,6 +362,7 @@ def otlp_http_exporter(
 
 
 _SDK_READER_THREAD = "OtelPeriodicExportingMetricReader"
+_OUR_READER_THREAD = "runnertrace-metrics-reader"
 
 
 class _OurMetricsExporter(OTLPMetricExporter):
@@ -388,7 +389,7 @@ class _OurMetricsExporter(OTLPMetricExporter):
         if thread.name == _SDK_READER_THREAD:
             # The SDK's reader made this thread for our reader alone; naming it ours puts
             # what the exporter logs on it under the same rate limit as our other threads.
-            thread.name = "runnertrace-metrics-reader"
+            thread.name = _OUR_READER_THREAD
         with exporting(self.backend) as attempt:
             try:
                 result = super().export(ours, timeout_millis=timeout_millis, **kwargs)
@@ -396,7 +397,11 @@ class _OurMetricsExporter(OTLPMetricExporter):
                 attempt.cause = attempt.cause or _printable(f"the export raised {exc!r}")
                 result = MetricExportResult.FAILURE
         if result is not MetricExportResult.SUCCESS:
-            metric_export_failed(self.backend, attempt.cause or "the export failed")
+            metric_export_failed(
+                self.backend,
+                attempt.cause or "the export failed",
+                periodic=thread.name == _OUR_READER_THREAD,
+            )
         return result
 
 

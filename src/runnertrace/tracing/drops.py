@@ -38,6 +38,7 @@ from runnertrace._internal.errors import internal_log
 __all__ = [
     "ExportAttempt",
     "LostSpans",
+    "closing",
     "current_export",
     "explain",
     "exporting",
@@ -147,8 +148,12 @@ def reject(count: int, cause: str, fix: str = "") -> None:
     record.rejected_fix = fix or record.rejected_fix
 
 
-def spans_lost(backend: str, count: int, cause: str, fix: str = "") -> None:
-    """Count ``count`` lost spans of ``backend`` and log the one rate-limited line."""
+def spans_lost(backend: str, count: int, cause: str, fix: str = "", *, final: bool = False) -> None:
+    """Count ``count`` lost spans of ``backend`` and log the one rate-limited line.
+
+    ``final``: the backend is shutting down, and its final line (:func:`report_totals`)
+    comes next; a line of its own now would only say part of the same.
+    """
     if count <= 0:
         return
     with _lock:
@@ -157,31 +162,48 @@ def spans_lost(backend: str, count: int, cause: str, fix: str = "") -> None:
         account.causes[cause] = account.causes.get(cause, 0) + count
         if fix:
             account.fixes[cause] = fix
-        if not internal_log.should_log(f"spans-lost:{backend}"):
+        if final or not internal_log.should_log(f"spans-lost:{backend}"):
             return
         account.reported = account.total
         message = _so_far(backend, account.total, cause, fix or account.fix())
     logger.warning(message)
 
 
-def metric_export_failed(backend: str, cause: str) -> None:
+def metric_export_failed(backend: str, cause: str, *, periodic: bool = False) -> None:
     """Count one failed metric export of ``backend``; said in its final line.
 
-    Logged on its own only while the backend has lost no spans (a metrics
-    endpoint that fails alone): otherwise the span line already says the
-    backend is down, and the SDK's own chatter for it is silenced.
+    Logged on its own only from a periodic export (``periodic``) while the
+    backend has lost no spans (a metrics endpoint that fails alone): otherwise
+    the span line already says the backend is down, or (at a flush or
+    shutdown) the final line comes soon. The SDK's own chatter is silenced.
     """
     with _lock:
         account = _accounts.setdefault(backend, LostSpans())
         account.metric_failures += 1
         account.metric_cause = cause
-        if account.total or not internal_log.should_log(f"metrics-lost:{backend}"):
+        said_later = not periodic or _closing[0] or account.total
+        if said_later or not internal_log.should_log(f"metrics-lost:{backend}"):
             return
         account.metric_failures_reported = account.metric_failures
         failures = account.metric_failures
     logger.warning(
         "runnertrace: %d metric export(s) failed so far for %s: %s", failures, backend, cause
     )
+
+
+_closing = [0]  # pipelines shutting down now: their final lines follow
+
+
+@contextmanager
+def closing() -> Iterator[None]:
+    """A pipeline shuts down within this block: failures wait for the final line."""
+    with _lock:
+        _closing[0] += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _closing[0] -= 1
 
 
 def report_totals(backend: str) -> None:

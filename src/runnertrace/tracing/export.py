@@ -326,6 +326,7 @@ class BoundedBatchSpanProcessor(SpanProcessor):
                 lost,
                 "not exported within trace.flush_timeout_s at shutdown",
                 "check that the backend answers, or raise trace.flush_timeout_s",
+                final=True,
             )
         report_totals(self.name)
         return self._closed
@@ -372,6 +373,7 @@ class BoundedBatchSpanProcessor(SpanProcessor):
             count,
             "not exported within trace.flush_timeout_s at shutdown",
             "check that the backend answers, or raise trace.flush_timeout_s",
+            final=True,
         )
 
     def _close_exporter(self) -> None:
@@ -395,8 +397,9 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         finally:
             self._in_flight = 0
         rejected = attempt.rejected_count
+        final = self._shutdown  # the final line follows: no line of its own now
         for cause, count in attempt.rejected.items():
-            spans_lost(self.name, count, cause, attempt.rejected_fix)
+            spans_lost(self.name, count, cause, attempt.rejected_fix, final=final)
         with self._cond:
             self.exported += len(batch) - len(failed) - rejected
             if not failed or self._abandoned:  # already counted when shutdown gave up on it
@@ -407,6 +410,7 @@ class BoundedBatchSpanProcessor(SpanProcessor):
             len(failed),
             attempt.cause or "the export failed",
             attempt.fix or "check that the backend is reachable and answers (runnertrace doctor)",
+            final=final,
         )
 
     def _export_isolating(

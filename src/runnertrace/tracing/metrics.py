@@ -58,7 +58,7 @@ from opentelemetry.trace import StatusCode
 from runnertrace import __version__
 from runnertrace._internal.errors import internal_log, report_internal_error
 from runnertrace.tracing import attributes as A
-from runnertrace.tracing.drops import current_export, exporting, metric_export_failed
+from runnertrace.tracing.drops import closing, current_export, exporting, metric_export_failed
 
 __all__ = [
     "DURATION_BUCKETS",
@@ -455,7 +455,7 @@ class MetricsPipeline:
         return ok
 
     def shutdown(self, timeout_millis: int) -> None:
-        with exporting(SDK_METRICS):
+        with closing(), exporting(SDK_METRICS):
             if self.owns_provider:
                 self.provider.shutdown(timeout_millis=timeout_millis)
                 return
