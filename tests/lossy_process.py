@@ -10,6 +10,8 @@ as a user sees them.
   loop with a local queue of ``QUEUE`` spans (small: spans are dropped).
 * ``pool-terminate WORKERS RUNS``: the same in ``with Pool() as pool:``, which
   terminates the workers (SIGTERM) on leaving.
+* ``sys-exit WORKERS RUNS QUEUE``: fork ``multiprocessing.Process`` workers that
+  call ``sys.exit`` after their runs.
 * ``contend RUNS``: one of several processes writing one store in a tight loop.
 * ``fork-store``: fork while the exporter holds the store's locks and an open
   write transaction.
@@ -89,6 +91,23 @@ def pool(store: str, workers: int, runs: int, queue: int, *, terminate: bool) ->
         workers_pool.close()
         workers_pool.join()
     print(json.dumps({"workers": len(set(pids))}))
+
+
+def _work_then_exit(index: int, runs: int) -> None:
+    _work((index, runs))
+    sys.exit(3)  # as a worker that gives up does: multiprocessing then ends it with os._exit
+
+
+def processes_that_exit(store: str, workers: int, runs: int, queue: int) -> None:
+    global _runner
+    _runner = make_runner(store, queue=queue)
+    context = multiprocessing.get_context("fork")
+    children = [context.Process(target=_work_then_exit, args=(i, runs)) for i in range(workers)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(60)
+    print(json.dumps({"exit_codes": [child.exitcode for child in children]}))
 
 
 def contend(store: str, runs: int) -> None:
@@ -228,6 +247,8 @@ def main(mode: str, store: str, *args: str) -> None:
         workers, runs = int(args[0]), int(args[1])
         queue = int(args[2]) if len(args) > 2 else 2048
         pool(store, workers, runs, queue, terminate=mode == "pool-terminate")
+    elif mode == "sys-exit":
+        processes_that_exit(store, int(args[0]), int(args[1]), int(args[2]))
     elif mode == "contend":
         contend(store, int(args[0]))
     elif mode == "fork-store":

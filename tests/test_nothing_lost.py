@@ -225,6 +225,20 @@ def test_fork_pool_workers_report_exactly_what_the_store_is_missing(tmp_path: Pa
 
 
 @needs_fork
+def test_workers_ending_with_sys_exit_report_exactly_what_the_store_is_missing(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "traces.db"
+    workers, runs = 2, 40
+    result = run_script("sys-exit", db, workers, runs, 8)
+    assert last_json(result)["exit_codes"] == [3] * workers
+    missing = workers * runs * SPANS_PER_RUN - SpanStore(db).count()[0]
+    losses = reported_losses(result.stderr)
+    assert missing > 0 and len(losses) == workers, result.stderr
+    assert sum(losses) == missing, result.stderr
+
+
+@needs_fork
 def test_with_pool_terminate_loses_nothing_silently(tmp_path: Path) -> None:
     db = tmp_path / "traces.db"
     workers, runs = 2, 20
@@ -359,3 +373,51 @@ def test_a_refused_collector_is_one_line_naming_the_refusal(tmp_path: Path) -> N
     )
     assert f"{2 * SPANS_PER_RUN} Connection refused (127.0.0.1:{port})" in lines[0], lines[0]
     assert "metric export(s) failed (Connection refused" in lines[0], lines[0]
+
+
+def test_a_writer_waits_for_another_process_writing_even_after_a_failed_batch(
+    tmp_path: Path,
+) -> None:
+    """A store held for good fails a batch; one held for a transaction never does."""
+    import sqlite3
+    import threading
+    import time
+
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from runnertrace.exporters.local_store import SqliteSpanExporter
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("t")
+    for index in range(2):
+        good_run(tracer, index)
+    first, second = memory.get_finished_spans()[:3], memory.get_finished_spans()[3:]
+
+    db = tmp_path / "traces.db"
+    exporter = SqliteSpanExporter(db, busy_timeout_s=0.5)
+    assert exporter.export(first[:1]) is SpanExportResult.SUCCESS  # the store exists
+    other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+
+    def hold_the_lock(seconds: float) -> threading.Thread:
+        other.execute("BEGIN IMMEDIATE")
+
+        def release() -> None:
+            time.sleep(seconds)
+            other.execute("COMMIT")
+
+        thread = threading.Thread(target=release)
+        thread.start()
+        return thread
+
+    held = hold_the_lock(1.0)  # longer than the writer waits: that batch fails
+    assert exporter.export(first) is SpanExportResult.FAILURE
+    held.join()
+    held = hold_the_lock(0.3)  # another writer's transaction: waited for
+    assert exporter.export(second) is SpanExportResult.SUCCESS
+    held.join()
+    other.close()
+    exporter.shutdown()
+    assert SpanStore(db).count()[0] == 1 + len(second)

@@ -221,6 +221,7 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         self._abandoned = False  # shutdown counted what was queued or in flight as lost
         self._worker = self._start_worker()
         reinit_after_fork(self)
+        _arm_in_a_multiprocessing_child()
 
     def _start_worker(self) -> threading.Thread:
         worker = threading.Thread(target=self._work, name=f"runnertrace-export-{self.name}")
@@ -541,6 +542,17 @@ class _ExitFlush:
 
 
 _exit_flush = _ExitFlush()
+
+
+def _arm_in_a_multiprocessing_child() -> None:
+    """A pipeline made in a ``multiprocessing`` child (not inherited from its parent:
+    a setup made on first use, or any spawn child) is shut down at its end as well."""
+    process = sys.modules.get("multiprocessing.process")
+    ready = process is not None and "multiprocessing.util" in sys.modules
+    if ready and process.parent_process() is not None:  # type: ignore[union-attr]
+        _exit_flush.arm()
+
+
 # The last word at an ordinary exit: every backend's total, once (setups shut down first).
 atexit.register(report_all)
 
