@@ -140,9 +140,7 @@ def reject(count: int, cause: str, fix: str = "") -> None:
         return
     record = current_export()
     if record is None:
-        internal_log.warning(
-            f"rejected:{cause}", "runnertrace: %d span(s) not stored: %s", count, cause
-        )
+        internal_log.warning("rejected", "runnertrace: %d span(s) not stored: %s", count, cause)
         return
     record.rejected[cause] = record.rejected.get(cause, 0) + count
     record.rejected_fix = fix or record.rejected_fix
