@@ -166,8 +166,8 @@ def fork_store(store: str) -> None:
     def hold_like_the_exporter() -> None:
         # What the exporter's worker holds in the middle of a write.
         with exporter_store._write_lock, exporter_store._lock:  # noqa: SLF001
-            conn = exporter_store._writing_connection()  # noqa: SLF001
-            exporter_store._begin(conn)  # noqa: SLF001
+            conn = exporter_store._connection(create=True)  # noqa: SLF001
+            conn.execute("BEGIN IMMEDIATE")
             holding.set()
             time.sleep(0.5)
             conn.execute("COMMIT")
