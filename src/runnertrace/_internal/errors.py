@@ -81,7 +81,8 @@ class RateLimitedLog:
         self.interval = interval
         self._last: dict[str, float] = {}
         self.suppressed: dict[str, int] = {}
-        self._lock = threading.Lock()
+        # Re-entrant: a signal handler that logs may interrupt the main thread in here.
+        self._lock = threading.RLock()
 
     def should_log(self, key: str) -> bool:
         now = time.monotonic()
@@ -120,7 +121,7 @@ class RateLimitedLog:
 
     def after_fork_in_child(self) -> None:
         """A new lock: another thread may have held the old one when the process forked."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
 
 internal_log = RateLimitedLog()

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from runnertrace._internal.forksafe import relock_after_fork
 from runnertrace.core.context import current_runner_key, current_session
 
 __all__ = ["InMemorySessionStore", "Session", "SessionStore", "SqliteSessionStore"]
@@ -158,6 +159,7 @@ class SqliteSessionStore(SessionStore):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db_lock = threading.Lock()
+        relock_after_fork(self, _db_lock=threading.Lock)
         with self._connect() as db:
             db.execute(
                 "CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, state BLOB NOT NULL)"

@@ -52,6 +52,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.util.types import AttributeValue
 
 from runnertrace._internal.errors import handle_internal_errors, internal_log
+from runnertrace._internal.forksafe import relock_after_fork
 from runnertrace._internal.imports import require
 from runnertrace.exporters.cloudwatch_config import CloudWatchConfig, region_problem
 from runnertrace.exporters.otlp import (
@@ -292,6 +293,7 @@ class SessionTracker(SpanProcessor):
         self._sessions: OrderedDict[int, str] = OrderedDict()
         self._span_sessions: OrderedDict[tuple[int, int], str] = OrderedDict()
         self._lock = threading.Lock()
+        relock_after_fork(self, _lock=threading.Lock)
 
     def session_for(self, span: ReadableSpan) -> str | None:
         """The session of ``span``'s run: inherited from its ancestors, else its trace's."""
@@ -426,6 +428,7 @@ class CloudWatchMetricExporter(MetricExporter):
         self.failed_exports = 0
         self._client: Any = None
         self._client_lock = threading.Lock()
+        relock_after_fork(self, _client_lock=threading.Lock)
         # Making a boto3 client takes up to seconds; made now, off the run's path, it is
         # ready before the first export, which may be a short app's one bounded flush.
         threading.Thread(

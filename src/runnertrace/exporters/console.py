@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 
+from runnertrace._internal.forksafe import relock_after_fork
 from runnertrace.exporters.console_config import ConsoleConfig
 from runnertrace.tracing.backend import Backend
 
@@ -32,6 +33,7 @@ class TreeConsoleExporter(SpanExporter):
     def __init__(self) -> None:
         self._pending: dict[int, list[ReadableSpan]] = {}
         self._lock = threading.Lock()
+        relock_after_fork(self, _lock=threading.Lock)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         for span in spans:

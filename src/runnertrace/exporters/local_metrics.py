@@ -18,13 +18,8 @@ from opentelemetry.sdk.metrics.export import (
     MetricsData,
 )
 
-from runnertrace._internal.errors import internal_log
-from runnertrace.exporters.local_store import (
-    SpanStore,
-    SqliteSpanExporter,
-    StoredMetricPoint,
-    StoreError,
-)
+from runnertrace.exporters.local_store import SpanStore, StoredMetricPoint, StoreError
+from runnertrace.tracing.drops import metric_export_failed
 from runnertrace.tracing.metrics import delta_temporality, our_points
 
 __all__ = ["SqliteMetricExporter", "stored_points"]
@@ -72,15 +67,8 @@ class SqliteMetricExporter(MetricExporter):
         try:
             self.store.write_metric_points(stored_points(metrics_data))
         except (sqlite3.Error, StoreError, OSError) as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                # as for spans: once the store is found locked, later writes only try briefly
-                self.store.busy_timeout_s = SqliteSpanExporter.LOCKED_RETRY_S
-            internal_log.warning(
-                f"local-metrics-write:{self.store.path}",
-                "runnertrace: cannot write metrics to %s: %s",
-                self.store.path,
-                exc,
-            )
+            # Said in the local backend's loss report, not on a line of its own.
+            metric_export_failed("local", f"cannot write metrics to {self.store.path}: {exc}")
             return MetricExportResult.FAILURE
         return MetricExportResult.SUCCESS
 

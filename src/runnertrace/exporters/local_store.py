@@ -27,6 +27,8 @@ import os
 import re
 import sqlite3
 import threading
+import time
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,9 +37,10 @@ from typing import Any
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanKind, StatusCode
 
 from runnertrace.tracing import attributes as attr
-from runnertrace.tracing.drops import explain
+from runnertrace.tracing.drops import explain, reject
 
 __all__ = [
     "RunSummary",
@@ -114,7 +117,8 @@ RUN_COLUMNS = (
     "status, agent, framework, mode, session_id, user_id, cost"
 )
 _RUN_SELECT = f"SELECT {RUN_COLUMNS} FROM runs"
-_RUN_UPSERT = f"INSERT OR REPLACE INTO runs ({RUN_COLUMNS}, seq) VALUES ({', '.join('?' * 16)})"
+_RUN_UPSERT_HEAD = f"INSERT OR REPLACE INTO runs ({RUN_COLUMNS}, seq) VALUES "
+_RUN_WIDTH = 16
 # Per trace: the aggregates, and chat spans' cost for a run span that has none (yet).
 _RUN_AGGREGATES = (
     "SELECT trace_id, MIN(start_ns), MAX(end_ns), COUNT(*), SUM(status_code = 'ERROR'), "
@@ -130,7 +134,6 @@ _COLUMNS = (
 )
 _INSERT_HEAD = f"INSERT OR REPLACE INTO spans ({_COLUMNS}) VALUES "
 _ROW_WIDTH = 17  # the columns above, one value each in span_row()
-_ROW_PARAMS = f"({', '.join('?' * _ROW_WIDTH)})"
 # SQLite's default bound-variable limit before 3.32 (newer ones report their own).
 _OLD_VARIABLE_LIMIT = 999
 _SELECT = f"SELECT {_COLUMNS} FROM spans"
@@ -342,6 +345,11 @@ def _tokens(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
+# Enum members' names, looked up per span (an enum's .name is a descriptor call).
+_KIND_NAMES = {kind: kind.name for kind in SpanKind}
+_STATUS_NAMES = {code: code.name for code in StatusCode}
+
+
 def span_row(span: ReadableSpan) -> tuple[object, ...]:
     """The database row for one finished span."""
     context = span.context
@@ -349,28 +357,36 @@ def span_row(span: ReadableSpan) -> tuple[object, ...]:
         raise ValueError(f"span {span.name!r} has no context")
     parent = span.parent
     attributes = dict(span.attributes or {})
-    events = [
-        {"name": e.name, "time_ns": e.timestamp, "attributes": dict(e.attributes or {})}
-        for e in span.events
-    ]
+    span_events = span.events
+    events = (
+        _dumps(
+            [
+                {"name": e.name, "time_ns": e.timestamp, "attributes": dict(e.attributes or {})}
+                for e in span_events
+            ]
+        )
+        if span_events
+        else "[]"
+    )
     start = span.start_time or 0
     span_type = attributes.get(attr.SPAN_TYPE)
+    status = span.status
     return (
         format(context.trace_id, "032x"),
         format(context.span_id, "016x"),
         format(parent.span_id, "016x") if parent is not None else None,
         1 if parent is None or parent.is_remote else 0,
         span.name,
-        span.kind.name,
+        _KIND_NAMES[span.kind],
         span_type if isinstance(span_type, str) else None,
         start,
         span.end_time or start,
-        span.status.status_code.name,
-        span.status.description,
+        _STATUS_NAMES[status.status_code],
+        status.description,
         _tokens(attributes.get(attr.INPUT_TOKENS)),
         _tokens(attributes.get(attr.OUTPUT_TOKENS)),
         _dumps(attributes),
-        _dumps(events),
+        events,
         _resource(span.resource),
         span.instrumentation_scope.name if span.instrumentation_scope else None,
     )
@@ -379,21 +395,30 @@ def span_row(span: ReadableSpan) -> tuple[object, ...]:
 def _insert_statements(
     conn: sqlite3.Connection, rows: Sequence[tuple[object, ...]]
 ) -> Iterator[tuple[str, list[object]]]:
-    """Multi-row INSERTs for ``rows``: as few statements as the variable limit allows.
+    """Multi-row INSERTs of span ``rows``: as few statements as the variable limit allows."""
+    return _multi_row(conn, _INSERT_HEAD, _ROW_WIDTH, rows)
+
+
+def _multi_row(
+    conn: sqlite3.Connection, head: str, width: int, rows: Sequence[tuple[object, ...]]
+) -> Iterator[tuple[str, list[object]]]:
+    """``head`` + ``VALUES`` for ``rows`` of ``width`` values, in as few statements as fit.
 
     Why not ``executemany``: the sqlite3 module releases the GIL around every
     row's step, and while the host keeps the CPU busy, each release can cost
     the export thread a whole GIL switch interval (5 ms) to get the GIL back.
-    One statement per row means a wait per span; this way a batch waits a few
-    times.
+    One statement per row means a wait per row; this way a batch waits a few
+    times. The same holds for every statement a batch runs, which is why a
+    batch's run summaries are computed in two queries, not two per trace.
     """
     getlimit = getattr(conn, "getlimit", None)  # Python 3.11+
     limit = getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) if getlimit else _OLD_VARIABLE_LIMIT
-    per_statement = max(1, limit // _ROW_WIDTH)
+    per_statement = max(1, limit // width)
+    params_sql = f"({', '.join('?' * width)})"
     for start in range(0, len(rows), per_statement):
         chunk = rows[start : start + per_statement]
         params = [value for row in chunk for value in row]
-        yield _INSERT_HEAD + ", ".join([_ROW_PARAMS] * len(chunk)), params
+        yield head + ", ".join([params_sql] * len(chunk)), params
 
 
 def _stored(row: Sequence[Any]) -> StoredSpan:
@@ -452,30 +477,34 @@ def run_summary(row: Sequence[Any]) -> RunSummary:
     return RunSummary(*row)
 
 
-_SUMMARY_SELECT = "SELECT is_root, name, start_ns, end_ns, status_code, attributes FROM spans"
+# The top span (a root, else the earliest) and the first run span of each trace, in one
+# query for a whole batch: the window ranks only keys, then the two rows are read.
+_SUMMARY_SPANS = (
+    "SELECT s.trace_id, r.top_rank = 1, s.span_type = 'run' AND r.run_rank = 1, "
+    "s.is_root, s.name, s.start_ns, s.end_ns, s.status_code, s.attributes "
+    "FROM (SELECT trace_id, span_id, span_type, "
+    "ROW_NUMBER() OVER (PARTITION BY trace_id ORDER BY is_root DESC, start_ns, span_id) "
+    "AS top_rank, "
+    "ROW_NUMBER() OVER (PARTITION BY trace_id, span_type = 'run' ORDER BY start_ns, span_id) "
+    "AS run_rank "
+    "FROM spans WHERE trace_id IN ({})) AS r "
+    "JOIN spans AS s ON s.trace_id = r.trace_id AND s.span_id = r.span_id "
+    "WHERE r.top_rank = 1 OR (r.span_type = 'run' AND r.run_rank = 1)"
+)
+# is_root, name, start_ns, end_ns, status_code, attributes
+_SummarySpan = tuple[int, str, int, int, str, str]
 
 
-def _summarise(conn: sqlite3.Connection, aggregates: Sequence[Any]) -> tuple[object, ...]:
+def _summarise(
+    aggregates: Sequence[Any], top: _SummarySpan, run: _SummarySpan | None
+) -> tuple[object, ...]:
     """The ``runs`` row of one trace, from its aggregates and its top and run spans.
 
     Only the columns a summary needs are read (no events or resource JSON to parse):
     this runs for every trace of every batch the writer stores.
     """
     trace_id, first, last, count, errors, tokens_in, tokens_out, chat_cost = aggregates
-    top = conn.execute(
-        f"{_SUMMARY_SELECT} WHERE trace_id = ? ORDER BY is_root DESC, start_ns LIMIT 1",
-        (trace_id,),
-    ).fetchone()
-    # "+span_type": look the trace up by its primary key; the spans_by_type index
-    # would walk every run span of the store instead.
-    run = (
-        conn.execute(
-            f"{_SUMMARY_SELECT} WHERE trace_id = ? AND +span_type = 'run' "
-            "ORDER BY start_ns LIMIT 1",
-            (trace_id,),
-        ).fetchone()
-        or top
-    )
+    run = run or top
     is_root, name, top_start, top_end, top_status = top[:5]
     run_attributes: dict[str, Any] = json.loads(run[5])
     if not is_root:
@@ -542,18 +571,30 @@ def _refresh_runs(conn: sqlite3.Connection, trace_ids: Iterable[str]) -> None:
     """Recompute the ``runs`` rows of ``trace_ids`` (inside the caller's transaction).
 
     Each row gets a new ``seq``, higher than any before, so a viewer polling
-    for ``seq > last seen`` finds every run that changed.
+    for ``seq > last seen`` finds every run that changed. A few statements per
+    500 traces, whatever their number (see :func:`_multi_row` for why that matters).
     """
     wanted = sorted(set(trace_ids))
     seq = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM runs").fetchone()[0])
     for start in range(0, len(wanted), 500):
         chunk = wanted[start : start + 500]
-        sql = _RUN_AGGREGATES.format(", ".join("?" * len(chunk)))
+        marks = ", ".join("?" * len(chunk))
+        tops: dict[str, _SummarySpan] = {}
+        runs: dict[str, _SummarySpan] = {}
+        for trace_id, is_top, is_run, *summary_span in conn.execute(
+            _SUMMARY_SPANS.format(marks), chunk
+        ).fetchall():
+            if is_top:
+                tops[trace_id] = tuple(summary_span)
+            if is_run:
+                runs[trace_id] = tuple(summary_span)
         rows = []
-        for aggregates in conn.execute(sql, chunk).fetchall():
+        for aggregates in conn.execute(_RUN_AGGREGATES.format(marks), chunk).fetchall():
             seq += 1
-            rows.append((*_summarise(conn, aggregates), seq))
-        conn.executemany(_RUN_UPSERT, rows)
+            trace_id = aggregates[0]
+            rows.append((*_summarise(aggregates, tops[trace_id], runs.get(trace_id)), seq))
+        for sql, params in _multi_row(conn, _RUN_UPSERT_HEAD, _RUN_WIDTH, rows):
+            conn.execute(sql, params)
 
 
 # -- the store ----------------------------------------------------------------------------
@@ -569,15 +610,73 @@ def _write_lock_for(path: Path) -> threading.Lock:
         return lock
 
 
-def _forget_write_locks() -> None:
-    """In a forked child: a lock another thread of the parent held would never be released."""
-    global _write_locks_guard
-    _write_locks_guard = threading.Lock()
-    _write_locks.clear()
+class _ForkGuard:
+    """No SQLite connection of ours is open when the process forks; the child gets new locks.
+
+    Why close rather than reopen in the child: SQLite keeps per-process state for
+    each open file (its locks, the shared-memory index of the WAL). A child that
+    inherits it from a connection that was writing would see that connection's
+    write lock as held by itself, for good, and never store a span; a child that
+    closes an inherited connection could take the parent's WAL away. So before a
+    fork every store's connection is closed, after any write in progress has
+    committed (the fork waits for it: one transaction, bounded by the busy
+    timeout), and every store reopens on its next use, in the parent and the
+    child alike.
+    """
+
+    def __init__(self) -> None:
+        self.stores: weakref.WeakSet[SpanStore] = weakref.WeakSet()
+        self._held: list[threading.Lock] = []
+
+    def before(self) -> None:
+        stores = list(self.stores)
+        # The store's own locks, taken in its order (write lock first); SpanStore's protocol.
+        write_locks = sorted({id(s._write_lock): s._write_lock for s in stores}.items())  # noqa: SLF001
+        for _, lock in write_locks:
+            lock.acquire()
+            self._held.append(lock)
+        for store in stores:
+            store._lock.acquire()  # noqa: SLF001
+            self._held.append(store._lock)  # noqa: SLF001
+            store._close_connection()  # noqa: SLF001
+
+    def after_in_parent(self) -> None:
+        while self._held:
+            self._held.pop().release()
+
+    def after_in_child(self) -> None:
+        global _write_locks_guard
+        self._held.clear()  # the parent's; the child makes its own
+        _write_locks_guard = threading.Lock()
+        _write_locks.clear()
+        for store in list(self.stores):
+            store._after_fork_in_child()  # noqa: SLF001
 
 
+_fork_guard = _ForkGuard()
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_write_locks)
+    os.register_at_fork(
+        before=_fork_guard.before,
+        after_in_parent=_fork_guard.after_in_parent,
+        after_in_child=_fork_guard.after_in_child,
+    )
+
+# Connections a forked child found open anyway (the guard could not close one):
+# never used again, and never closed (see _ForkGuard), so kept referenced here.
+_inherited_connections: list[sqlite3.Connection] = []
+
+_DATA_ERRORS: tuple[type[Exception], ...] = (
+    UnicodeError,
+    OverflowError,
+    sqlite3.InterfaceError,
+    sqlite3.DataError,
+)
+"""What SQLite raises for a value it cannot store (a lone surrogate, an int past 64 bits)."""
+
+# How long SQLite itself sleeps for a lock before we try again. Short: its busy
+# handler backs off to 100 ms polls, and a writer polling that slowly loses every
+# race to writers in tight loops; our loop keeps trying until the write's deadline.
+_LOCK_POLL_MS = 20
 
 
 class SpanStore:
@@ -606,6 +705,7 @@ class SpanStore:
         # turns here rather than in SQLite: the busy timeout is then only ever spent
         # waiting for another process, and a store "found locked" means just that.
         self._write_lock = _write_lock_for(self.path)
+        _fork_guard.stores.add(self)
 
     def __repr__(self) -> str:
         return f"SpanStore({str(self.path)!r})"
@@ -679,9 +779,23 @@ class SpanStore:
 
     def close(self) -> None:
         with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            self._close_connection()
+
+    def _close_connection(self) -> None:
+        """Close the connection (the caller holds ``self._lock``); the next use reopens."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+            self._write_ready = False
+
+    def _after_fork_in_child(self) -> None:
+        """New locks (a thread of the parent may have held the old ones), no connection."""
+        if self._conn is not None:
+            _inherited_connections.append(self._conn)
+            self._conn = None
+            self._write_ready = False
+        self._lock = threading.Lock()
+        self._write_lock = _write_lock_for(self.path)
 
     def _query(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
         with self._lock:
@@ -692,26 +806,94 @@ class SpanStore:
                 raise StoreError(f"cannot read trace store {self.path}: {exc}") from exc
 
     # -- writing ----------------------------------------------------------------------
+    _write_ready = False  # the connection polls for the lock (see _LOCK_POLL_MS)
+    _metrics_ready = False  # the metrics table exists (made on first use)
+
     def write(self, spans: Sequence[ReadableSpan]) -> int:
-        """Store ``spans`` in one transaction (a re-exported span replaces its row)."""
-        rows = [span_row(span) for span in spans]
+        """Store ``spans`` in one transaction; returns how many were stored.
+
+        A re-exported span replaces its row. A span that cannot be stored (a
+        string with a lone surrogate, a number past 64 bits) costs only itself:
+        the batch is stored without it, and it is reported with its cause
+        (:func:`~runnertrace.tracing.drops.reject`: counted lost when this is an
+        export, logged otherwise). Safe from several threads and processes: a
+        store another process is writing is waited for, up to ``busy_timeout_s``.
+        """
+        rows: list[tuple[object, ...]] = []
+        for span in spans:
+            try:
+                rows.append(span_row(span))
+            except Exception as exc:  # noqa: BLE001 - one span's data, never the batch's
+                _reject_span(span, exc)
         if not rows:
             return 0
         with self._write_lock, self._lock:
-            conn = self._connection(create=True)
-            conn.execute("BEGIN IMMEDIATE")
+            conn = self._writing_connection()
+            self._begin(conn)
             try:
-                for sql, params in _insert_statements(conn, rows):
-                    conn.execute(sql, params)
-                _refresh_runs(conn, (str(row[0]) for row in rows))
+                try:
+                    stored = self._insert_spans(conn, rows)
+                except _DATA_ERRORS:
+                    conn.execute("ROLLBACK")
+                    self._begin(conn)
+                    stored = self._insert_spans_one_by_one(conn, rows)
+                _refresh_runs(conn, (str(row[0]) for row in stored))
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
-        return len(rows)
+        return len(stored)
 
-    # -- metrics: a table of its own, made on first use (stores of any version take it) ----
-    _metrics_ready = False
+    @staticmethod
+    def _insert_spans(
+        conn: sqlite3.Connection, rows: list[tuple[object, ...]]
+    ) -> list[tuple[object, ...]]:
+        for sql, params in _insert_statements(conn, rows):
+            conn.execute(sql, params)
+        return rows
+
+    @staticmethod
+    def _insert_spans_one_by_one(
+        conn: sqlite3.Connection, rows: list[tuple[object, ...]]
+    ) -> list[tuple[object, ...]]:
+        """The slow path, for a batch SQLite refused: each row alone, the bad ones left out."""
+        stored = []
+        for row in rows:
+            conn.execute("SAVEPOINT one_span")
+            try:
+                conn.execute(_INSERT_HEAD + f"({', '.join('?' * _ROW_WIDTH)})", row)
+            except _DATA_ERRORS as exc:
+                conn.execute("ROLLBACK TO one_span")
+                _reject(row[4], exc)
+            else:
+                stored.append(row)
+            conn.execute("RELEASE one_span")
+        return stored
+
+    def _writing_connection(self) -> sqlite3.Connection:
+        conn = self._connection(create=True)
+        if not self._write_ready:
+            conn.execute(f"PRAGMA busy_timeout={_LOCK_POLL_MS}")
+            self._write_ready = True
+        return conn
+
+    def _begin(self, conn: sqlite3.Connection) -> None:
+        """``BEGIN IMMEDIATE``, trying again while another process writes, up to the deadline.
+
+        Another writer holds the lock for one transaction at a time, so a live
+        writer lets us in within milliseconds; only a store held locked for good
+        (another program's open transaction) makes the write fail, after
+        ``busy_timeout_s``.
+        """
+        deadline = time.monotonic() + self.busy_timeout_s
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if not _is_locked(exc) or time.monotonic() >= deadline:
+                    raise
 
     def write_metric_points(self, points: Sequence[StoredMetricPoint]) -> int:
         """Append metric data points (one export interval of delta values) in one transaction."""
@@ -719,11 +901,11 @@ class SpanStore:
             return 0
         rows = [point.row() for point in points]
         with self._write_lock, self._lock:
-            conn = self._connection(create=True)
+            conn = self._writing_connection()
             if not self._metrics_ready:
                 conn.executescript(_METRICS_SCHEMA)
                 self._metrics_ready = True
-            conn.execute("BEGIN IMMEDIATE")
+            self._begin(conn)
             try:
                 conn.executemany(_METRICS_INSERT, rows)
             except BaseException:
@@ -801,18 +983,39 @@ class SpanStore:
         return str(rows[0][0])
 
 
+def _is_locked(exc: BaseException) -> bool:
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
+def _printable(text: object) -> str:
+    """``text`` safe for any log handler: a lone surrogate becomes an escape."""
+    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _reject_span(span: ReadableSpan, exc: Exception) -> None:
+    _reject(getattr(span, "name", "?"), exc)
+
+
+def _reject(name: object, exc: Exception) -> None:
+    """Report one span the store cannot hold, naming it and what is wrong with it."""
+    reject(
+        1,
+        _printable(f"span {name!r} cannot be stored ({type(exc).__name__}: {exc})"),
+        "the span holds a value SQLite cannot store (a string that is not valid "
+        "Unicode, or an integer past 64 bits); fix the code that sets it",
+    )
+
+
 # -- the exporter -----------------------------------------------------------------------------
 class SqliteSpanExporter(SpanExporter):
     """Writes finished spans to a :class:`SpanStore`; failures are counted, never raised.
 
-    A store another process holds locked would make every batch wait the whole
-    busy timeout. So the first wait is ``busy_timeout_s`` (the backend passes a
-    share of ``trace.flush_timeout_s``), and while the store stays locked each
-    later batch only tries briefly: a flush or an exit never waits for a lock
-    more than once.
+    A store another process is writing is waited for, batch after batch, up to
+    ``busy_timeout_s`` each (the backend passes half of ``trace.flush_timeout_s``,
+    so a flush still sees the outcome); only a store held locked for longer
+    fails the batch, explained. A span the store cannot hold is that span's loss
+    alone (see :meth:`SpanStore.write`).
     """
-
-    LOCKED_RETRY_S = 0.05
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 10.0) -> None:
         self.store = SpanStore(path, busy_timeout_s=busy_timeout_s)
@@ -827,22 +1030,15 @@ class SqliteSpanExporter(SpanExporter):
         except (sqlite3.Error, StoreError, OSError) as exc:
             # A full disk, a read-only directory or a lock must not break the host;
             # the batch processor counts the lost spans and logs them once.
-            locked = "locked" in str(exc) or "busy" in str(exc)
-            if locked and self.store.busy_timeout_s != self.LOCKED_RETRY_S:
-                self.store.close()  # reconnect with the short wait
-                self.store.busy_timeout_s = self.LOCKED_RETRY_S
             explain(
-                f"cannot write to {self.store.path}: {exc}",
+                _printable(f"cannot write to {self.store.path}: {exc}"),
                 "another program holds the store locked: close it, or set trace.local.path "
                 "to another file"
-                if locked
+                if _is_locked(exc)
                 else "check the path and its permissions (runnertrace doctor), or set "
                 "trace.local.path",
             )
             return SpanExportResult.FAILURE
-        if self.store.busy_timeout_s != self.busy_timeout_s:
-            self.store.close()
-            self.store.busy_timeout_s = self.busy_timeout_s
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:

@@ -45,6 +45,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
+from runnertrace._internal.forksafe import relock_after_fork
 from runnertrace._internal.imports import MissingExtraError, import_dotted, require
 from runnertrace.exporters.otlp import OtlpHttpBackend, Setting, lookup, validate_url
 from runnertrace.exporters.vendor_config import OpenLLMetryConfig
@@ -114,6 +115,7 @@ class LineageTracker(SpanProcessor):
         self._open: dict[int, Lineage] = {}
         self._ended: OrderedDict[int, Lineage] = OrderedDict()
         self._lock = threading.Lock()
+        relock_after_fork(self, _lock=threading.Lock)
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         attrs = span.attributes or {}

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import sys
 import threading
 from abc import abstractmethod
 from collections.abc import Mapping
@@ -43,20 +45,24 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.util.re import parse_env_headers
 from opentelemetry.util.types import AttributeValue
 from pydantic import SecretStr
+from requests.adapters import HTTPAdapter
 
 from runnertrace._internal.errors import internal_log
+from runnertrace._internal.forksafe import relock_after_fork
 from runnertrace.exporters.vendor_config import OtlpConfig
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.backend import Backend, Check
 from runnertrace.tracing.config import ConfigError
-from runnertrace.tracing.drops import current_export, explain
+from runnertrace.tracing.drops import current_export, explain, exporting, metric_export_failed
 
 __all__ = [
     "DEFAULT_OTLP_ENDPOINT",
     "OtlpBackend",
     "OtlpHttpBackend",
+    "ReportingSession",
     "ScopedSession",
     "Setting",
+    "describe_failure",
     "lookup",
     "otlp_http_exporter",
     "otlp_metric_exporter",
@@ -155,39 +161,120 @@ _EXPORTER_LOGGERS = (
     "opentelemetry.exporter.otlp.proto.http.metric_exporter",
     "opentelemetry.exporter.otlp.common.http",
 )
+# The encoder, which leaves out an attribute it cannot encode and logs a traceback.
+_ENCODER_LOGGER = "opentelemetry.exporter.otlp.proto.common._internal"
 _log_filter_lock = threading.Lock()
+relock_after_fork(sys.modules[__name__], _log_filter_lock=threading.Lock)
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
+_HOST = re.compile(r"host='([^']+)', port=(\d+)")
+# What the exporter says when it gives up: true, but less than what it said before.
+_GENERIC_FAILURES = ("due to timeout, max retries or shutdown",)
+
+
+def describe_failure(reason: object) -> str:
+    """A requests error or an HTTP reason as a short cause: "Connection refused (host:port)"."""
+    if not isinstance(reason, BaseException):
+        return f"the receiver answered {reason}"
+    text = str(reason)
+    errno = _ERRNO.search(text)
+    if errno:
+        detail = errno.group(1).strip().rstrip(".")
+    elif "timed out" in text.lower():
+        detail = "timed out"
+    else:
+        detail = type(reason).__name__
+    where = _HOST.search(text)
+    return f"{detail} ({where.group(1)}:{where.group(2)})" if where else detail
+
+
+def _cause(record: logging.LogRecord) -> tuple[str, bool]:
+    """The cause a record of the OTLP exporter gives, and whether it is only generic."""
+    message = str(record.msg)
+    args = record.args if isinstance(record.args, tuple) else ()
+    if message.startswith("Transient error") and args:
+        return describe_failure(args[0]), False
+    if message.startswith("Failed to export") and "code: %s" in message and len(args) >= 2:
+        return f"HTTP {args[0]} {args[1]}", False
+    text = record.getMessage()
+    return text, any(generic in text for generic in _GENERIC_FAILURES)
 
 
 class _OncePerMessageFromOurThreads(logging.Filter):
     """Rate-limits what the OTel exporter logs from our export threads.
 
     A backend that is down would otherwise log an error for every batch, for as
-    long as it stays down. Records from our worker threads (named
-    ``runnertrace-...``) pass once per distinct message per minute, so the cause
-    (status code, connection error) is still seen once; other exporters in the
-    application log exactly as before.
+    long as it stays down. During one of our exports, what the exporter logs
+    becomes the cause in our lost-spans line; elsewhere on our threads (named
+    ``runnertrace-...``) a record passes once per distinct message per minute;
+    other exporters in the application log exactly as before.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not (record.threadName or "").startswith("runnertrace-"):
-            return True
+        if record.name == _ENCODER_LOGGER:
+            return self._encoder(record)
         if current_export() is not None:
             # Retry chatter ("Transient error ... retrying") and the final failure
             # become the cause in our one lost-spans warning (tracing/drops.py).
-            explain(record.getMessage())
+            cause, weak = _cause(record)
+            explain(cause, weak=weak)
             return False
+        if not (record.threadName or "").startswith("runnertrace-"):
+            return True
         return internal_log.should_log(f"otel-exporter {record.name} {record.msg}")
+
+    @staticmethod
+    def _encoder(record: logging.LogRecord) -> bool:
+        """One line without a traceback, once per attribute key, for our exports."""
+        export = current_export()
+        if export is None:
+            return True
+        args = record.args if isinstance(record.args, tuple) else ()
+        key = args[0] if args else "?"
+        internal_log.warning(
+            f"otlp-encode:{export.backend}:{key}",
+            "runnertrace: %s: attribute %s of a span cannot be encoded and was left out "
+            "(a string that is not valid Unicode)",
+            export.backend,
+            _printable(key),
+        )
+        return False
+
+
+def _printable(text: object) -> str:
+    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _install_log_filter() -> None:
     with _log_filter_lock:
-        for name in _EXPORTER_LOGGERS:
+        for name in (*_EXPORTER_LOGGERS, _ENCODER_LOGGER):
             logger = logging.getLogger(name)
             if not any(isinstance(f, _OncePerMessageFromOurThreads) for f in logger.filters):
                 logger.addFilter(_OncePerMessageFromOurThreads())
 
 
-class ScopedSession(requests.Session):
+class ReportingSession(requests.Session):
+    """A requests session that tells the export running on this thread why a request failed.
+
+    The OTLP exporter does not always log the reason (a refused connection with
+    no time left to retry is only "Failed to export span batch due to timeout,
+    max retries or shutdown"), so the cause is taken where it happens: the
+    connection error, or the HTTP status the receiver answered.
+    """
+
+    def request(  # type: ignore[override]
+        self, method: str, url: str, *args: Any, **kwargs: Any
+    ) -> requests.Response:
+        try:
+            response = super().request(method, url, *args, **kwargs)
+        except requests.RequestException as exc:
+            explain(describe_failure(exc))
+            raise
+        if not response.ok:
+            explain(f"{safe_url(url)} answered HTTP {response.status_code} {response.reason}")
+        return response
+
+
+class ScopedSession(ReportingSession):
     """A requests session that sends only the headers it was built for.
 
     ``OTLPSpanExporter`` merges ``OTEL_EXPORTER_OTLP_HEADERS`` and the OTLP TLS
@@ -219,6 +306,32 @@ class ScopedSession(requests.Session):
         return super().request(method, url, *args, **kwargs)
 
 
+class _FreshConnectionsAfterFork:
+    """Gives a session new connection pools in a forked child.
+
+    A pooled keep-alive connection is a socket the parent shares with the child;
+    both writing requests to it would mix their bytes, and a connection the
+    parent was using at the fork is mid-request. The child's pools start empty,
+    and the parent's sockets are left to the parent (not closed from here).
+    """
+
+    def __init__(self, session: requests.Session) -> None:
+        self.session = session
+
+    def after_fork_in_child(self) -> None:
+        for prefix in ("https://", "http://"):
+            self.session.mount(prefix, HTTPAdapter())
+
+
+def _fork_safe(session: requests.Session) -> requests.Session:
+    from runnertrace.tracing.export import reinit_after_fork
+
+    guard = _FreshConnectionsAfterFork(session)
+    session.runnertrace_fork_guard = guard  # type: ignore[attr-defined] # lives as the session does
+    reinit_after_fork(guard)
+    return session
+
+
 def otlp_http_exporter(
     endpoint: str,
     headers: Mapping[str, str],
@@ -235,8 +348,9 @@ def otlp_http_exporter(
     unscoped behaves like a stock OTel exporter and honours the ``OTEL_*`` env
     vars. ``compression=None`` and ``timeout_s=None`` defer to those env vars.
     """
-    if scoped and session is None:
-        session = ScopedSession(headers)
+    if session is None:
+        session = ScopedSession(headers) if scoped else ReportingSession()
+    _fork_safe(session)
     _install_log_filter()
     return OTLPSpanExporter(
         endpoint=endpoint,
@@ -248,10 +362,20 @@ def otlp_http_exporter(
 
 
 _SDK_READER_THREAD = "OtelPeriodicExportingMetricReader"
+_OUR_READER_THREAD = "runnertrace-metrics-reader"
 
 
 class _OurMetricsExporter(OTLPMetricExporter):
-    """Sends our instruments only: on an application's meter provider, a reader sees all of its."""
+    """Sends our instruments only: on an application's meter provider, a reader sees all of its.
+
+    A failed export is counted for ``backend`` and said in its loss report
+    (``tracing/drops.py``); what the OTel exporter logs about it (retries, the
+    final failure) is folded into that, on whichever thread the export runs.
+    """
+
+    def __init__(self, *args: Any, backend: str = "otlp", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.backend = backend
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float | None = None, **kwargs: Any
@@ -265,8 +389,20 @@ class _OurMetricsExporter(OTLPMetricExporter):
         if thread.name == _SDK_READER_THREAD:
             # The SDK's reader made this thread for our reader alone; naming it ours puts
             # what the exporter logs on it under the same rate limit as our other threads.
-            thread.name = "runnertrace-metrics-reader"
-        return super().export(ours, timeout_millis=timeout_millis, **kwargs)
+            thread.name = _OUR_READER_THREAD
+        with exporting(self.backend) as attempt:
+            try:
+                result = super().export(ours, timeout_millis=timeout_millis, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - exporter faults never reach the host
+                attempt.cause = attempt.cause or _printable(f"the export raised {exc!r}")
+                result = MetricExportResult.FAILURE
+        if result is not MetricExportResult.SUCCESS:
+            metric_export_failed(
+                self.backend,
+                attempt.cause or "the export failed",
+                periodic=thread.name == _OUR_READER_THREAD,
+            )
+        return result
 
 
 def otlp_metric_exporter(
@@ -277,6 +413,7 @@ def otlp_metric_exporter(
     compression: Literal["gzip", "none"] | None = "gzip",
     scoped: bool = True,
     temporality: dict[type, AggregationTemporality] | None = None,
+    backend: str = "otlp",
 ) -> MetricExporter:
     """The OTLP/HTTP protobuf metric exporter: :func:`otlp_http_exporter`'s rules, for metrics.
 
@@ -289,8 +426,9 @@ def otlp_metric_exporter(
         headers=dict(headers),
         timeout=timeout_s,
         compression=_COMPRESSION[compression] if compression else None,
-        session=ScopedSession(headers) if scoped else None,
+        session=_fork_safe(ScopedSession(headers) if scoped else ReportingSession()),
         preferred_temporality=temporality,
+        backend=backend,
     )
 
 
@@ -452,6 +590,7 @@ class OtlpHttpBackend(Backend):
             compression=self.compression(),
             scoped=self.scoped,
             temporality=self.metric_temporality(),
+            backend=self.name,
         )
 
     def probe_headers(self) -> dict[str, str]:

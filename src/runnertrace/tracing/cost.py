@@ -27,11 +27,13 @@ Rules:
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from runnertrace._internal.errors import internal_log, report_internal_error
+from runnertrace._internal.forksafe import relock_after_fork
 
 __all__ = ["LOAD_WAIT_S", "preload_prices", "usage_cost"]
 
@@ -73,6 +75,7 @@ _rates_lock = threading.Lock()
 _loaded = threading.Event()
 _load_state = {"started": False, "available": True}
 _load_lock = threading.Lock()
+relock_after_fork(sys.modules[__name__], _rates_lock=threading.Lock, _load_lock=threading.Lock)
 
 
 def preload_prices() -> None:

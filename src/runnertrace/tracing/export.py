@@ -13,14 +13,17 @@ a forked child, we do the same way (``os.register_at_fork``).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import signal
 import sys
 import threading
 import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from types import FrameType
 from typing import TYPE_CHECKING, Protocol
 
 from opentelemetry.sdk.resources import Resource
@@ -34,7 +37,14 @@ from runnertrace._internal.errors import (
     suppressed_instrumentation,
     tolerate_internal_errors,
 )
-from runnertrace.tracing.drops import exporting, report_totals, spans_lost
+from runnertrace.tracing.drops import (
+    ExportAttempt,
+    exporting,
+    reject,
+    report_all,
+    report_totals,
+    spans_lost,
+)
 
 if TYPE_CHECKING:
     from runnertrace.tracing.backend import Backend
@@ -211,6 +221,7 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         self._abandoned = False  # shutdown counted what was queued or in flight as lost
         self._worker = self._start_worker()
         reinit_after_fork(self)
+        _arm_in_a_multiprocessing_child()
 
     def _start_worker(self) -> threading.Thread:
         worker = threading.Thread(target=self._work, name=f"runnertrace-export-{self.name}")
@@ -316,6 +327,7 @@ class BoundedBatchSpanProcessor(SpanProcessor):
                 lost,
                 "not exported within trace.flush_timeout_s at shutdown",
                 "check that the backend answers, or raise trace.flush_timeout_s",
+                final=True,
             )
         report_totals(self.name)
         return self._closed
@@ -362,6 +374,7 @@ class BoundedBatchSpanProcessor(SpanProcessor):
             count,
             "not exported within trace.flush_timeout_s at shutdown",
             "check that the backend answers, or raise trace.flush_timeout_s",
+            final=True,
         )
 
     def _close_exporter(self) -> None:
@@ -381,26 +394,62 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         self._in_flight = len(batch)
         try:
             with exporting(self.name) as attempt:
-                try:
-                    result = self.exporter.export(batch)
-                except Exception as exc:  # noqa: BLE001 - exporter faults never reach the host
-                    result = SpanExportResult.FAILURE
-                    attempt.cause = attempt.cause or f"the export raised {exc!r}"
+                failed = self._export_isolating(batch, attempt)
         finally:
             self._in_flight = 0
-        if result is SpanExportResult.SUCCESS:
-            self.exported += len(batch)
-            return
+        rejected = attempt.rejected_count
+        final = self._shutdown  # the final line follows: no line of its own now
+        for cause, count in attempt.rejected.items():
+            spans_lost(self.name, count, cause, attempt.rejected_fix, final=final)
         with self._cond:
-            if self._abandoned:  # already counted when shutdown gave up on it
+            self.exported += len(batch) - len(failed) - rejected
+            if not failed or self._abandoned:  # already counted when shutdown gave up on it
                 return
-            self.dropped += len(batch)
+            self.dropped += len(failed)
         spans_lost(
             self.name,
-            len(batch),
+            len(failed),
             attempt.cause or "the export failed",
             attempt.fix or "check that the backend is reachable and answers (runnertrace doctor)",
+            final=final,
         )
+
+    def _export_isolating(
+        self, batch: list[ReadableSpan], attempt: ExportAttempt
+    ) -> list[ReadableSpan]:
+        """Export ``batch``; the spans that failed (all of them, unless it was their data).
+
+        An exporter that raises ``UnicodeError`` could not encode some span (a
+        lone surrogate in a name or attribute, from a file name or broken JSON):
+        that is the span's problem, not the batch's. The batch is halved until
+        the spans it cannot encode are alone; they are counted lost with that
+        cause, and every other span is exported. Encoding happens before
+        anything is sent, so nothing is sent twice.
+        """
+        try:
+            result = self.exporter.export(batch)
+        except UnicodeError as exc:
+            if len(batch) > 1:
+                middle = len(batch) // 2
+                return self._export_isolating(batch[:middle], attempt) + self._export_isolating(
+                    batch[middle:], attempt
+                )
+            reject(
+                1,
+                _printable(f"span {batch[0].name!r} cannot be encoded ({exc})"),
+                "a string in the span is not valid Unicode (a lone surrogate); "
+                "fix the code that sets it",
+            )
+            return []
+        except Exception as exc:  # noqa: BLE001 - exporter faults never reach the host
+            attempt.cause = attempt.cause or _printable(f"the export raised {exc!r}")
+            return batch
+        return [] if result is SpanExportResult.SUCCESS else batch
+
+
+def _printable(text: str) -> str:
+    """``text`` safe for any log handler: a lone surrogate becomes an escape."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class ForkAware(Protocol):
@@ -442,14 +491,22 @@ if hasattr(os, "register_at_fork"):  # not on Windows, where there is no fork
 
 
 class _ExitFlush:
-    """Flushes our processors when a ``multiprocessing`` child made by fork ends.
+    """Shuts our processors down, and reports every loss, when a forked worker process ends.
 
-    Such a child ends with ``os._exit``: ``atexit`` handlers (the provider's
-    shutdown among them) never run there, so the spans of its last second would
-    be lost. What does run is multiprocessing's exit function, with its
-    finalizers. The finalizer registry is cleared in the child after our fork
-    hook has run, so the finalizer is registered from an after-fork callback of
-    multiprocessing's own, which runs after that reset.
+    A ``multiprocessing`` child made by fork ends with ``os._exit`` (after its
+    target returns, calls ``sys.exit``, or a ``Pool`` is closed and joined):
+    ``atexit`` handlers (the provider's shutdown among them) never run there, so
+    the spans of its last second would be lost, and the loss totals never said.
+    What does run is multiprocessing's exit function, with its finalizers. The
+    finalizer registry is cleared in the child after our fork hook has run, so
+    the finalizer is registered from an after-fork callback of multiprocessing's
+    own, which runs after that reset.
+
+    ``Pool.terminate()`` (also what ``with Pool() as pool:`` does on leaving)
+    ends its workers with SIGTERM, whose default action skips even that. So a
+    worker whose app installed no SIGTERM handler gets ours: it exports what is
+    queued (within the export timeout), reports, and then ends the process by
+    SIGTERM's default action, as if we had not been there.
     """
 
     armed_in: int | None = None
@@ -458,15 +515,46 @@ class _ExitFlush:
         if self.armed_in == os.getpid():
             return
         self.armed_in = os.getpid()
-        sys.modules["multiprocessing.util"].Finalize(None, self.flush, exitpriority=0)
+        sys.modules["multiprocessing.util"].Finalize(None, self.finish, exitpriority=0)
+        self._catch_sigterm()
 
-    def flush(self) -> None:
+    def finish(self) -> None:
+        """Export what is queued (bounded by the export timeout), then report every loss."""
         processors = _ours(_forkable)
         if processors:
-            flush_processors(processors, max(p.export_timeout_s for p in processors))
+            shutdown_processors(processors, max(p.export_timeout_s for p in processors))
+        report_all()
+
+    def _catch_sigterm(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread may install a handler
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous not in (signal.SIG_DFL, None):
+            return  # the app's handler (or its SIG_IGN) decides what SIGTERM means
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        with handle_internal_errors("reporting lost spans at SIGTERM"):
+            self.finish()
+        # Then what SIGTERM did before us: the default action, ending the process.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 _exit_flush = _ExitFlush()
+
+
+def _arm_in_a_multiprocessing_child() -> None:
+    """A pipeline made in a ``multiprocessing`` child (not inherited from its parent:
+    a setup made on first use, or any spawn child) is shut down at its end as well."""
+    process = sys.modules.get("multiprocessing.process")
+    ready = process is not None and "multiprocessing.util" in sys.modules
+    if ready and process.parent_process() is not None:  # type: ignore[union-attr]
+        _exit_flush.arm()
+
+
+# The last word at an ordinary exit: every backend's total, once (setups shut down first).
+atexit.register(report_all)
 
 
 def flush_processors(processors: Sequence[SpanProcessor], timeout_s: float) -> bool:
@@ -500,7 +588,8 @@ def shutdown_processors(processors: Sequence[SpanProcessor], timeout_s: float) -
     others = [p.shutdown for p in processors if not isinstance(p, BoundedBatchSpanProcessor)]
     others_done = run_all_with_timeout(others, timeout_s, "shutdown") if others else True
     ours_done = all([processor.wait_closed(deadline) for processor in ours])
-    if not ours_done:
+    # Ours count and report what they could not export in time; the others cannot.
+    if not others_done:
         _warn_timeout("shutdown", timeout_s)
     return others_done and ours_done
 

@@ -32,6 +32,7 @@ private provider that is never set globally.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -57,6 +58,7 @@ from opentelemetry.trace import StatusCode
 from runnertrace import __version__
 from runnertrace._internal.errors import internal_log, report_internal_error
 from runnertrace.tracing import attributes as A
+from runnertrace.tracing.drops import closing, current_export, exporting, metric_export_failed
 
 __all__ = [
     "DURATION_BUCKETS",
@@ -104,6 +106,9 @@ class _Capped:
         self.key = key
         self.limit = limit
         self.values: set[str] = set()
+        self._lock = threading.Lock()
+
+    def after_fork_in_child(self) -> None:
         self._lock = threading.Lock()
 
     def __call__(self, value: str) -> str:
@@ -186,6 +191,12 @@ class GenAIMetrics:
         self.cost = meter.create_counter(
             COST, unit="USD", description="List price of model calls (genai-prices)."
         )
+
+    def after_fork_in_child(self) -> None:
+        """New locks: the worker that records may have held one when the process forked."""
+        self._frameworks_lock = threading.Lock()
+        for cap in self._caps.values():
+            cap.after_fork_in_child()
 
     # -- attributes ---------------------------------------------------------------------
     def _cap(self, key: str, value: str) -> str:
@@ -404,6 +415,10 @@ class MetricsPipeline:
         self.metrics = GenAIMetrics(
             provider.get_meter(METER_NAME, __version__), max_values=max_values
         )
+        from runnertrace.tracing.export import reinit_after_fork
+
+        reinit_after_fork(self.metrics)
+        _quiet_sdk_metrics_logs()
 
     @classmethod
     def build(
@@ -434,16 +449,53 @@ class MetricsPipeline:
     def force_flush(self, timeout_millis: int) -> bool:
         """Have our readers collect and export now (the app's own readers are its business)."""
         ok = True
-        for reader in self.readers:
-            ok = reader.force_flush(timeout_millis=timeout_millis) and ok
+        with exporting(SDK_METRICS):
+            for reader in self.readers:
+                ok = reader.force_flush(timeout_millis=timeout_millis) and ok
         return ok
 
     def shutdown(self, timeout_millis: int) -> None:
-        if self.owns_provider:
-            self.provider.shutdown(timeout_millis=timeout_millis)
-            return
-        for reader in self.readers:
-            self.provider.remove_metric_reader(reader)  # also shuts the reader down
+        with closing(), exporting(SDK_METRICS):
+            if self.owns_provider:
+                self.provider.shutdown(timeout_millis=timeout_millis)
+                return
+            for reader in self.readers:
+                self.provider.remove_metric_reader(reader)  # also shuts the reader down
+
+
+SDK_METRICS = "metrics"
+"""The account (``tracing/drops.py``) for metric failures the SDK reports, not an exporter."""
+_SDK_METRICS_LOGGERS = (
+    "opentelemetry.sdk.metrics._internal",
+    "opentelemetry.sdk.metrics._internal.export",
+)
+
+
+class _FoldSdkMetricsLogs(logging.Filter):
+    """What the OTel SDK logs about our readers becomes a count in our loss report.
+
+    During our flush or shutdown of the metrics pipeline (or on a reader thread
+    of ours), the SDK's own lines ("Exception while exporting metrics",
+    "MeterProvider.shutdown failed ...") would add lines of their own, with
+    tracebacks, to the one report a failing backend gets. The exporters count
+    their failures themselves (``exporters/otlp.py``); what only the SDK saw (a
+    reader that did not shut down in time) is counted here.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        ours = current_export() is not None or (record.threadName or "").startswith("runnertrace-")
+        if not ours:
+            return True
+        first_line = record.getMessage().splitlines()[0] if record.getMessage() else record.name
+        metric_export_failed(SDK_METRICS, first_line)
+        return False
+
+
+def _quiet_sdk_metrics_logs() -> None:
+    for name in _SDK_METRICS_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _FoldSdkMetricsLogs) for f in logger.filters):
+            logger.addFilter(_FoldSdkMetricsLogs())
 
 
 def delta_temporality() -> dict[type, AggregationTemporality]:

@@ -28,6 +28,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from runnertrace import __version__
+from runnertrace._internal.forksafe import relock_after_fork
 from runnertrace.tracing.backend import Backend
 from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.cost import preload_prices
@@ -109,6 +110,7 @@ def _resource(config: TraceConfig) -> Resource:
 
 _setups: dict[str, TracingSetup] = {}
 _lock = threading.Lock()
+relock_after_fork(sys.modules[__name__], _lock=threading.Lock)
 
 _PIPELINE_EXCLUDES = {
     "enabled",

@@ -1,0 +1,265 @@
+"""Traced worker processes that end in every way a process ends, for the loss tests.
+
+``python tests/lossy_process.py MODE STORE [ARGS...]`` traces native runs
+(9 spans each) to the local store at ``STORE``; what it prints on stdout is
+one JSON object for the test to check, and runnertrace's warnings go to stderr
+as a user sees them.
+
+* ``pool WORKERS RUNS QUEUE``: a ``multiprocessing`` fork ``Pool`` of
+  ``WORKERS``, closed and joined; each worker makes ``RUNS`` runs in a tight
+  loop with a local queue of ``QUEUE`` spans (small: spans are dropped).
+* ``pool-terminate WORKERS RUNS``: the same in ``with Pool() as pool:``, which
+  terminates the workers (SIGTERM) on leaving.
+* ``sys-exit WORKERS RUNS QUEUE``: fork ``multiprocessing.Process`` workers that
+  call ``sys.exit`` after their runs.
+* ``contend RUNS``: one of several processes writing one store in a tight loop.
+* ``fork-store``: fork while the exporter holds the store's locks and an open
+  write transaction.
+* ``fork-drop``: fork while another thread is counting a dropped span.
+* ``fork-otlp ENDPOINT``: fork while an OTLP export is in flight (the receiver
+  holds each request for a while).
+
+In the fork modes the child traces a run, flushes, and reports what it sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import os
+import sys
+import threading
+import time
+
+from runnertrace.core import Session
+from runnertrace.core.agent import Agent as CoreAgent
+from runnertrace.core.config import TraceConfig
+from runnertrace.core.models import AgentRequestText
+from runnertrace.exporters.local_store import SpanStore
+from runnertrace.runners.native import Agent, NativeRunner, ScriptedLlm, calculator
+from runnertrace.tracing import TracingRunner, drops
+
+SPANS_PER_RUN = 9
+PROMPT = [AgentRequestText(prompt="What is 1234 * 5678, plus 17?")]
+
+
+def make_runner(store: str, *, queue: int = 2048, endpoint: str | None = None) -> TracingRunner:
+    types = ["local", "otlp"] if endpoint else ["local"]
+    config = TraceConfig(
+        type=types,
+        local={"path": store, "max_queue_size": queue},
+        otlp={"endpoint": endpoint} if endpoint else {},
+        metrics=False,
+    )
+    return TracingRunner(NativeRunner(), settings=config)
+
+
+def run_many(runner: TracingRunner, name: str, runs: int) -> None:
+    agent = CoreAgent(name, runner, Agent(ScriptedLlm(), tools=[calculator], name=name))
+
+    async def loop() -> None:
+        for index in range(runs):
+            await runner.run(agent, Session(f"{name}-{index}"), PROMPT)
+
+    asyncio.run(loop())
+
+
+# -- pools -------------------------------------------------------------------------------------
+_runner: TracingRunner | None = None
+
+
+def _work(args: tuple[int, int]) -> int:
+    index, runs = args
+    assert _runner is not None
+    run_many(_runner, f"worker-{index}", runs)
+    return os.getpid()
+
+
+def pool(store: str, workers: int, runs: int, queue: int, *, terminate: bool) -> None:
+    global _runner
+    _runner = make_runner(store, queue=queue)
+    run_many(_runner, "parent", 1)  # the pipeline is up and in use when the pool forks
+    assert _runner.setup.flush()
+    context = multiprocessing.get_context("fork")
+    if terminate:
+        with context.Pool(workers) as workers_pool:
+            pids = workers_pool.map(_work, [(i, runs) for i in range(workers)], chunksize=1)
+    else:
+        workers_pool = context.Pool(workers)
+        pids = workers_pool.map(_work, [(i, runs) for i in range(workers)], chunksize=1)
+        workers_pool.close()
+        workers_pool.join()
+    print(json.dumps({"workers": len(set(pids))}))
+
+
+def _work_then_exit(index: int, runs: int) -> None:
+    _work((index, runs))
+    sys.exit(3)  # as a worker that gives up does: multiprocessing then ends it with os._exit
+
+
+def processes_that_exit(store: str, workers: int, runs: int, queue: int) -> None:
+    global _runner
+    _runner = make_runner(store, queue=queue)
+    context = multiprocessing.get_context("fork")
+    children = [context.Process(target=_work_then_exit, args=(i, runs)) for i in range(workers)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(60)
+    print(json.dumps({"exit_codes": [child.exitcode for child in children]}))
+
+
+def contend(store: str, runs: int) -> None:
+    runner = make_runner(store)
+    run_many(runner, f"writer-{os.getpid()}", runs)
+    assert runner.setup.shutdown()
+    print(json.dumps({"lost": drops.lost_spans()}))
+
+
+# -- fork races --------------------------------------------------------------------------------
+def _child_report(runner: TracingRunner, store: str, name: str) -> dict[str, object]:
+    lost_at_start = drops.lost_spans()
+    run_many(runner, name, 1)
+    flushed = runner.setup.flush(10.0)
+    stored = {run.name: run.span_count for run in SpanStore(store).list_runs(50)}
+    return {
+        "lost_at_start": lost_at_start,
+        "flushed": flushed,
+        "stored": stored.get(f"invoke_agent {name}", 0),
+        # For a failure's message: what each backend did in the child.
+        "backends": {
+            getattr(p, "name", "?"): [getattr(p, "exported", None), getattr(p, "dropped", None)]
+            for p in runner.setup.processors
+        },
+        "causes": {b: drops.lost_by_cause(b) for b in ("local", "otlp")},
+    }
+
+
+def fork_and_report(runner: TracingRunner, store: str) -> dict[str, object]:
+    """Fork; the child traces a run, reports on a pipe and leaves with ``os._exit``."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        code = 1
+        try:
+            report = _child_report(runner, store, "child")
+            os.write(write_end, json.dumps(report).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        text = pipe.read()
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return {"child_status": status, **(json.loads(text) if text else {})}
+
+
+def fork_store(store: str) -> None:
+    runner = make_runner(store)
+    run_many(runner, "parent", 1)
+    assert runner.setup.flush()
+    exporter_store: SpanStore = runner.setup.processors[0].exporter.store  # type: ignore[attr-defined]
+    holding = threading.Event()
+
+    def hold_like_the_exporter() -> None:
+        # What the exporter's worker holds in the middle of a write.
+        with exporter_store._write_lock, exporter_store._lock:  # noqa: SLF001
+            conn = exporter_store._connection(create=True)  # noqa: SLF001
+            conn.execute("BEGIN IMMEDIATE")
+            holding.set()
+            time.sleep(0.5)
+            conn.execute("COMMIT")
+
+    thread = threading.Thread(target=hold_like_the_exporter)
+    thread.start()
+    holding.wait()
+    result = fork_and_report(runner, store)
+    thread.join()
+    print(json.dumps(result))
+
+
+def fork_drop(store: str) -> None:
+    runner = make_runner(store)
+    run_many(runner, "parent", 1)
+    drops.spans_lost("local", 3, "a loss of the parent's")
+    counting = threading.Event()
+    release = threading.Event()
+
+    def count_a_drop() -> None:
+        # What spans_lost holds while it counts.
+        with drops._lock:  # noqa: SLF001
+            counting.set()
+            release.wait(2.0)
+
+    thread = threading.Thread(target=count_a_drop)
+    thread.start()
+    counting.wait()
+    timer = threading.Timer(0.3, release.set)
+    timer.start()
+    try:
+        result = fork_and_report_with_a_drop(runner, store)
+    finally:
+        release.set()
+        thread.join()
+    print(json.dumps(result))
+
+
+def fork_and_report_with_a_drop(runner: TracingRunner, store: str) -> dict[str, object]:
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        code = 1
+        try:
+            report = _child_report(runner, store, "child")
+            drops.spans_lost("local", 1, "a loss of the child's")  # takes the drop lock
+            report["lost_at_end"] = drops.lost_spans()
+            os.write(write_end, json.dumps(report).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        text = pipe.read()
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return {"child_status": status, **(json.loads(text) if text else {})}
+
+
+def fork_otlp(store: str, endpoint: str) -> None:
+    runner = make_runner(store, endpoint=endpoint)
+    run_many(runner, "parent", 1)
+    # The flush asks the workers to export now; the receiver holds the request a while.
+    [otlp] = [p for p in runner.setup.processors if getattr(p, "name", "") == "otlp"]
+    ticket = otlp.request_flush()  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 5
+    while not otlp._in_flight and time.monotonic() < deadline:  # type: ignore[attr-defined]  # noqa: SLF001
+        time.sleep(0.001)
+    in_flight = bool(otlp._in_flight)  # type: ignore[attr-defined]  # noqa: SLF001
+    result = fork_and_report(runner, store)
+    otlp.wait_flushed(ticket, time.monotonic() + 10)  # type: ignore[attr-defined]
+    print(json.dumps({"in_flight_at_fork": in_flight, **result}))
+
+
+def main(mode: str, store: str, *args: str) -> None:
+    if mode in ("pool", "pool-terminate"):
+        workers, runs = int(args[0]), int(args[1])
+        queue = int(args[2]) if len(args) > 2 else 2048
+        pool(store, workers, runs, queue, terminate=mode == "pool-terminate")
+    elif mode == "sys-exit":
+        processes_that_exit(store, int(args[0]), int(args[1]), int(args[2]))
+    elif mode == "contend":
+        contend(store, int(args[0]))
+    elif mode == "fork-store":
+        fork_store(store)
+    elif mode == "fork-drop":
+        fork_drop(store)
+    elif mode == "fork-otlp":
+        fork_otlp(store, args[0])
+    else:
+        sys.exit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
