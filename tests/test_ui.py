@@ -305,3 +305,46 @@ def test_a_host_that_is_not_loopback_is_warned_about(
     captured = capsys.readouterr()
     assert code == 1
     assert "warning: --host 0.0.0.0 is not a loopback address" in captured.out
+
+
+HUGE = "9" * 30
+HUGER = "1" * 5000
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "headers", "message"),
+    [
+        ("/api/runs", {"since": HUGE}, {}, "since=" + HUGE[:20] + "... is out of range"),
+        ("/api/runs", {"until": HUGER}, {}, "until="),
+        ("/api/runs", {"since": "-5"}, {}, "since=-5 is out of range"),
+        ("/api/runs", {"since": "1e9"}, {}, "since='1e9' is not an integer"),
+        ("/api/runs", {"limit": HUGE}, {}, "limit="),
+        ("/api/runs", {"limit": "201"}, {}, "limit=201 is out of range: 1 to 200"),
+        ("/api/runs", {"cursor": HUGE + ":" + "a" * 32}, {}, "cursor="),
+        ("/api/runs", {"cursor": "5:" + HUGER}, {}, "cursor is 5002 characters long"),
+        ("/api/runs", {"cursor": "5:" + "z" * 32}, {}, "cursor='5:zzz"),
+        ("/api/runs", {"q": "x" * 5000}, {}, "q is 5000 characters long"),
+        ("/api/errors", {"since": HUGER}, {}, "since="),
+        ("/api/metrics", {"until": HUGE}, {}, "until="),
+        ("/api/metrics", {"buckets": HUGE}, {}, "buckets="),
+        ("/api/sessions", {"limit": "-1"}, {}, "limit=-1 is out of range"),
+        ("/api/live", {}, {"Last-Event-ID": HUGE}, "Last-Event-ID="),
+        ("/api/live", {}, {"Last-Event-ID": "12abc"}, "Last-Event-ID='12abc'"),
+        ("/api/live", {"after": HUGER}, {}, "after="),
+    ],
+)
+def test_huge_and_malformed_parameters_are_a_one_line_400(
+    client: TestClient,
+    caplog: pytest.LogCaptureFixture,
+    path: str,
+    params: dict,
+    headers: dict,
+    message: str,
+) -> None:
+    """No 500, no traceback: a 400 whose one-line message names the parameter."""
+    with caplog.at_level("DEBUG"):
+        response = client.get(path, params=params, headers=headers)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert message in error and "\n" not in error and len(error) < 200
+    assert len([r for r in caplog.records if r.levelno >= 30]) <= 1

@@ -32,7 +32,16 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from runnertrace.exporters.local_store import StoreError, TraceNotFoundError
-from runnertrace.ui.queries import Dashboard, QueryError, RunFilter, run_json
+from runnertrace.ui.queries import (
+    MAX_NS,
+    MAX_PAGE,
+    Dashboard,
+    QueryError,
+    RunFilter,
+    int_param,
+    run_json,
+    text_param,
+)
 
 __all__ = ["LOOPBACK_HOSTS", "create_app"]
 
@@ -75,14 +84,8 @@ def _guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Resp
     return endpoint
 
 
-def _int(request: Request, key: str, default: int) -> int:
-    value = request.query_params.get(key)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise QueryError(f"{key}={value!r} is not an integer") from None
+def _int(request: Request, key: str, default: int, low: int = 0, high: int = MAX_NS) -> int:
+    return int_param(request.query_params.get(key), key, default=default, low=low, high=high)
 
 
 def create_app(
@@ -99,7 +102,11 @@ def create_app(
         params = request.query_params
         filters = RunFilter.from_params(params)
         return _json(
-            dashboard.runs(filters, cursor=params.get("cursor"), limit=_int(request, "limit", 50))
+            dashboard.runs(
+                filters,
+                cursor=text_param(params, "cursor"),
+                limit=_int(request, "limit", 50, 1, MAX_PAGE),
+            )
         )
 
     def facets(request: Request) -> Response:
@@ -118,7 +125,7 @@ def create_app(
         )
 
     def sessions(request: Request) -> Response:
-        return _json({"sessions": dashboard.sessions(_int(request, "limit", 100))})
+        return _json({"sessions": dashboard.sessions(_int(request, "limit", 100, 1, 500))})
 
     def conversation(request: Request) -> Response:
         session_id = request.path_params["session_id"]
@@ -129,7 +136,7 @@ def create_app(
         return _json({"errors": dashboard.errors(since or None)})
 
     def error_runs(request: Request) -> Response:
-        error_type = request.query_params.get("type")
+        error_type = text_param(request.query_params, "type")
         if not error_type:
             raise QueryError("type is required: an error.type value from /api/errors")
         return _json({"error_type": error_type, "runs": dashboard.error_runs(error_type)})
@@ -139,18 +146,28 @@ def create_app(
         until = _int(request, "until", 0) or None
         return _json(
             dashboard.metrics(
-                request.query_params.get("by", "agent"),
+                text_param(request.query_params, "by") or "agent",
                 since_ns=since,
                 until_ns=until,
-                buckets=_int(request, "buckets", 24),
+                buckets=_int(request, "buckets", 24, 1, 200),
             )
         )
 
     async def live(request: Request) -> Response:
         """Server-Sent Events: every run written or updated after ``after`` (a ``seq``)."""
         # A reconnecting EventSource sends the last id it saw: resume from there.
-        resumed = request.headers.get("last-event-id", "")
-        after = int(resumed) if resumed.isdigit() else _int(request, "after", -1)
+        try:
+            after = int_param(
+                request.headers.get("last-event-id"),
+                "Last-Event-ID",
+                default=-1,
+                low=0,
+                high=MAX_NS,
+            )
+            if after < 0:
+                after = _int(request, "after", -1, -1)
+        except QueryError as exc:
+            return _json({"error": str(exc)}, 400)
         if after < 0:
             after = await run_in_threadpool(dashboard.last_seq)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -40,6 +41,10 @@ STATUSES = ("ok", "error", "cancelled", "incomplete")
 GROUPINGS = ("agent", "model", "tool")
 MAX_PAGE = 200
 MAX_SERIES = 8  # chart lines; the rest are summed into "other"
+MAX_NS = (1 << 63) - 1  # what a SQLite INTEGER (and an epoch-nanosecond column) holds
+MAX_TEXT = 1000  # a filter or search value longer than this is a mistake, not a query
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
+_DIGITS = re.compile(r"-?[0-9]+")
 
 
 # The distinct values of an indexed column by hopping from one value to the next in
@@ -53,6 +58,36 @@ _DISTINCT = (
 
 class QueryError(ValueError):
     """A request parameter is invalid; the message names it, its value and what is allowed."""
+
+
+def int_param(
+    value: str | None, key: str, *, default: int, low: int, high: int, unit: str = ""
+) -> int:
+    """``value`` as an integer in ``low..high``, or a :class:`QueryError` naming ``key``.
+
+    Why a pattern before ``int()``: Python parses thousands of digits (slowly, and
+    then fails further down with an ``OverflowError`` in SQLite); 19 digits cover
+    every value a column holds, and anything longer is a malformed request.
+    """
+    text = (value or "").strip()
+    if not text:
+        return default
+    shown = text if len(text) <= 24 else text[:20] + "..."
+    what = f" ({unit})" if unit else ""
+    if not _DIGITS.fullmatch(text):
+        raise QueryError(f"{key}={shown!r} is not an integer{what}")
+    number = int(text) if _INTEGER.fullmatch(text) else None
+    if number is None or not low <= number <= high:
+        raise QueryError(f"{key}={shown} is out of range: {low} to {high}{what}")
+    return number
+
+
+def text_param(params: Mapping[str, str], key: str) -> str | None:
+    """A free-text parameter, stripped; ``None`` when empty; too long is a 400."""
+    value = params.get(key, "").strip()
+    if len(value) > MAX_TEXT:
+        raise QueryError(f"{key} is {len(value)} characters long: at most {MAX_TEXT}")
+    return value or None
 
 
 def _json_path(key: str) -> str:
@@ -85,8 +120,7 @@ class RunFilter:
     @classmethod
     def from_params(cls, params: Mapping[str, str]) -> RunFilter:
         def text(key: str) -> str | None:
-            value = params.get(key, "").strip()
-            return value or None
+            return text_param(params, key)
 
         status = text("status")
         if status is not None and status not in STATUSES:
@@ -133,23 +167,22 @@ class RunFilter:
 
 
 def _int_param(params: Mapping[str, str], key: str) -> int | None:
-    value = params.get(key, "").strip()
-    if not value:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise QueryError(f"{key}={value!r} is not an integer (epoch nanoseconds)") from None
+    value = int_param(params.get(key), key, default=-1, low=0, high=MAX_NS, unit="epoch ns")
+    return None if value < 0 else value
+
+
+_CURSOR = re.compile(r"([0-9]{1,19}):([0-9a-f]{32})")
 
 
 def _cursor(value: str | None) -> tuple[int, str] | None:
     """``<start_ns>:<trace_id>`` of the last run of the previous page."""
     if not value:
         return None
-    start, sep, trace_id = value.partition(":")
-    if not sep or not start.isdigit() or not trace_id:
-        raise QueryError(f"cursor={value!r} is not of the form <start_ns>:<trace_id>")
-    return int(start), trace_id
+    match = _CURSOR.fullmatch(value)
+    if match is None or int(match.group(1)) > MAX_NS:
+        shown = value if len(value) <= 60 else value[:56] + "..."
+        raise QueryError(f"cursor={shown!r} is not of the form <start_ns>:<trace_id>")
+    return int(match.group(1)), match.group(2)
 
 
 def run_json(run: RunSummary) -> dict[str, Any]:
