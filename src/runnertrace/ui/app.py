@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -31,7 +32,15 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from runnertrace.exporters.local_store import StoreError, TraceNotFoundError
+from runnertrace.exporters.local_store import SpanStore, StoreError, TraceNotFoundError
+from runnertrace.ui.ingest import (
+    MAX_BODY,
+    IngestError,
+    decode,
+    metrics_refusal,
+    readable_spans,
+    response_body,
+)
 from runnertrace.ui.queries import (
     MAX_NS,
     MAX_PAGE,
@@ -153,6 +162,56 @@ def create_app(
             )
         )
 
+    writer: list[SpanStore] = []  # opened on the first OTLP request; a viewer never writes
+    writer_lock = threading.Lock()
+
+    def store_spans(body: bytes, content_type: str, encoding: str) -> int:
+        spans = readable_spans(decode(body, content_type, encoding))
+        with writer_lock:
+            if not writer:
+                writer.append(SpanStore(dashboard.path))
+            store = writer[0]
+        return store.write(spans)
+
+    async def otlp_traces(request: Request) -> Response:
+        """OTLP/HTTP trace export: decoded whole, then stored through the store's writer."""
+        content_type = request.headers.get("content-type", "")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY:
+            return _json({"error": f"the body is over the {MAX_BODY // 2**20} MiB limit"}, 400)
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY:
+                return _json({"error": f"the body is over the {MAX_BODY // 2**20} MiB limit"}, 400)
+            chunks.append(chunk)
+        try:
+            await run_in_threadpool(
+                store_spans,
+                b"".join(chunks),
+                content_type,
+                request.headers.get("content-encoding", ""),
+            )
+        except IngestError as exc:
+            return _json({"error": str(exc)}, 400)
+        except StoreError as exc:
+            return _json({"error": str(exc)}, 503)
+        body, media = response_body(content_type)
+        return Response(body, media_type=media, headers=_HEADERS)
+
+    async def otlp_metrics(request: Request) -> Response:
+        """OTLP metrics are not kept: the answer says so (a partial success rejecting all)."""
+        body = await request.body()
+        content_type = request.headers.get("content-type", "")
+        try:
+            answer, media = metrics_refusal(
+                body, content_type, request.headers.get("content-encoding", "")
+            )
+        except IngestError as exc:
+            return _json({"error": str(exc)}, 400)
+        return Response(answer, media_type=media, headers=_HEADERS)
+
     async def live(request: Request) -> Response:
         """Server-Sent Events: every run written or updated after ``after`` (a ``seq``)."""
         # A reconnecting EventSource sends the last id it saw: resume from there.
@@ -204,6 +263,8 @@ def create_app(
             yield
         finally:
             dashboard.close()
+            for store in writer:
+                store.close()
 
     routes: list[Any] = [
         Route("/", index),
@@ -217,6 +278,8 @@ def create_app(
         Route("/api/errors/runs", _guarded(error_runs)),
         Route("/api/metrics", _guarded(metrics)),
         Route("/api/live", live),
+        Route("/v1/traces", otlp_traces, methods=["POST"]),
+        Route("/v1/metrics", otlp_metrics, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     middleware = []
