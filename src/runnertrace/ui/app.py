@@ -33,6 +33,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from runnertrace.exporters.local_store import SpanStore, StoreError, TraceNotFoundError
+from runnertrace.ui.auth import TokenMiddleware
 from runnertrace.ui.ingest import (
     MAX_BODY,
     IngestError,
@@ -98,12 +99,17 @@ def _int(request: Request, key: str, default: int, low: int = 0, high: int = MAX
 
 
 def create_app(
-    db: str | Path, *, allowed_hosts: Sequence[str] | None = LOOPBACK_HOSTS
+    db: str | Path,
+    *,
+    allowed_hosts: Sequence[str] | None = LOOPBACK_HOSTS,
+    token: str | None = None,
 ) -> Starlette:
     """The dashboard over the store at ``db``.
 
     ``allowed_hosts`` checks the Host header, so a web page elsewhere cannot
     reach this server through DNS rebinding; ``None`` accepts any host.
+    ``token``, when given, is required on every request, OTLP included (see
+    :mod:`runnertrace.ui.auth`).
     """
     dashboard = Dashboard(db)
 
@@ -285,6 +291,8 @@ def create_app(
     middleware = []
     if allowed_hosts is not None:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+    if token is not None:
+        middleware.append(Middleware(TokenMiddleware, token=token))
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.dashboard = dashboard
     return app
