@@ -33,6 +33,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from runnertrace.exporters.local_store import SpanStore, StoreError, TraceNotFoundError
+from runnertrace.report import FORMAT_SCRIPT
 from runnertrace.ui.auth import TokenMiddleware
 from runnertrace.ui.ingest import (
     MAX_BODY,
@@ -262,6 +263,11 @@ def create_app(
             STATIC / "index.html", headers={**_HEADERS, "Content-Security-Policy": _CSP}
         )
 
+    def format_script(request: Request) -> Response:
+        # The report's own number format, so the list and the trace page print one figure
+        # the same way (a separate file: the page's policy allows scripts from here only).
+        return Response(FORMAT_SCRIPT, media_type="text/javascript", headers=_HEADERS)
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await run_in_threadpool(dashboard.prepare)
@@ -286,6 +292,7 @@ def create_app(
         Route("/api/live", live),
         Route("/v1/traces", otlp_traces, methods=["POST"]),
         Route("/v1/metrics", otlp_metrics, methods=["POST"]),
+        Route("/static/format.js", format_script),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     middleware = []

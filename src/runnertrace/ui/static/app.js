@@ -23,20 +23,12 @@
     Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
     return node;
   }
-  function fmtNs(ns) {
-    if (ns < 1e6) return (ns / 1e3).toFixed(0) + " \u00b5s";
-    if (ns < 1e9) return (ns / 1e6).toFixed(1) + " ms";
-    return (ns / 1e9).toFixed(2) + " s";
-  }
+  var fmtNs = RT.duration, fmtCost = RT.cost, fmtTokens = RT.tokens;
   function fmtTime(ns) {
     var d = new Date(ns / 1e6);
     var pad = function (n) { return String(n).padStart(2, "0"); };
     return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " +
       pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
-  }
-  function fmtCost(cost) {
-    if (cost === null || cost === undefined) return "-";
-    return "$" + (cost < 0.01 ? cost.toFixed(5) : cost.toFixed(4));
   }
   function sinceNs(seconds) {
     if (!seconds) return "";
@@ -101,7 +93,7 @@
     tr.appendChild(st);
     cell(tr, fmtNs(run.duration_ns), "num");
     cell(tr, run.span_count, "num");
-    cell(tr, run.tokens ? run.tokens : "-", "num");
+    cell(tr, fmtTokens(run.tokens), "num");
     cell(tr, fmtCost(run.cost), "num");
     cell(tr, run.session_id || "-", "mono");
     cell(tr, run.trace_id.slice(0, 12), "mono");
@@ -252,7 +244,7 @@
         chips.appendChild(pill(run.status));
         chip("agent", run.agent || run.name);
         chip("duration", fmtNs(run.duration_ns));
-        chip("tokens", run.tokens);
+        chip("tokens", fmtTokens(run.tokens));
         chip("cost", fmtCost(run.cost));
         if (run.session_id) {
           var link = el("a", null, "session " + run.session_id);
@@ -288,7 +280,7 @@
         cell(tr, s.session_id, "mono");
         cell(tr, s.runs, "num");
         cell(tr, s.agents.join(", "));
-        cell(tr, s.tokens, "num");
+        cell(tr, fmtTokens(s.tokens), "num");
         cell(tr, fmtCost(s.cost), "num");
         cell(tr, s.errors, "num");
         tr.addEventListener("click", function () {
@@ -322,7 +314,7 @@
         meta.appendChild(el("span", null, turn.agent || turn.name));
         meta.appendChild(pill(turn.status));
         meta.appendChild(el("span", null, fmtNs(turn.duration_ns)));
-        meta.appendChild(el("span", null, turn.tokens + " tokens"));
+        meta.appendChild(el("span", null, fmtTokens(turn.tokens) + " tokens"));
         if (turn.cost !== null) meta.appendChild(el("span", null, fmtCost(turn.cost)));
         var link = el("a", null, "trace " + turn.trace_id.slice(0, 8));
         link.href = "#/trace/" + turn.trace_id;
@@ -509,15 +501,14 @@
       api("/api/metrics", { by: by, since: sinceNs(range), buckets: 24 }).then(function (m) {
         grid.textContent = "";
         var data = { start: m.start_ns, width: m.bucket_ns, buckets: 24, series: m.series };
-        var ms = function (v) { return v >= 1000 ? (v / 1000).toFixed(1) + " s"
-          : v.toFixed(v < 10 ? 1 : 0) + " ms"; };
+        var ms = function (v) { return fmtNs(v * 1e6); };
         grid.appendChild(lineChart("Latency per " + by + " (p50, p95)", data,
           [{ key: "p50_ms", label: "p50" }, { key: "p95_ms", label: "p95", dash: true }], ms));
         if (by !== "tool") {
           grid.appendChild(lineChart("Tokens per " + by, data, [{ key: "tokens", label: "tokens" }],
-            function (v) { return String(Math.round(v)); }));
+            function (v) { return fmtTokens(Math.round(v)); }));
           grid.appendChild(lineChart("Cost per " + by + " (USD)", data,
-            [{ key: "cost", label: "cost" }], function (v) { return "$" + v.toFixed(4); }));
+            [{ key: "cost", label: "cost" }], fmtCost));
         } else {
           grid.appendChild(lineChart("Calls per tool", data, [{ key: "count", label: "calls" }],
             function (v) { return String(Math.round(v)); }));

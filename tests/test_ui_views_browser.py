@@ -1,0 +1,311 @@
+"""Model-call, tool and error views, waterfall figures and a foreign app's trace, in Chromium.
+
+A rich chat span (system instructions, a tool call and its result, reasoning,
+a long reply, tool definitions, request parameters, time to first chunk) is
+written by the SDK into the store; a Pydantic AI agent's own instrumentation
+sends its trace over OTLP to the running server. The assertions read what a
+user sees: the roles in order, the numbers at the top, what a tab shows.
+``RUNNERTRACE_UPDATE_SCREENSHOTS=1`` writes the screenshots under docs/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from opentelemetry import trace as trace_api
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from runnertrace.exporters.local_store import SqliteSpanExporter
+from test_ui_browser import ARGS, CHROMIUM  # one Chromium lookup for every browser test
+from test_ui_otlp import Server
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+expect = playwright_api.expect
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+# Read at import: the suite's autouse fixture clears every RUNNERTRACE_* variable per test.
+UPDATE_SCREENSHOTS = bool(os.environ.get("RUNNERTRACE_UPDATE_SCREENSHOTS"))
+MS = 1_000_000
+LONG_REPLY = "Here is the plan.\n" + "\n".join(f"Step {i}: check item {i}." for i in range(40))
+
+
+def _messages(*messages: dict) -> str:
+    return json.dumps(list(messages))
+
+
+def rich_run(db: Path) -> None:
+    """One run: a chat with everything a model call can carry, a failed chat and a tool."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(SqliteSpanExporter(db)))
+    tracer = provider.get_tracer("views-test")
+    t = time.time_ns() - 60_000 * MS
+    run = tracer.start_span(
+        "invoke_agent planner",
+        start_time=t,
+        attributes={
+            "runnertrace.span.type": "run",
+            "gen_ai.agent.name": "planner",
+            "runnertrace.framework": "native",
+            "gen_ai.conversation.id": "plan-1",
+        },
+    )
+    ctx = trace_api.set_span_in_context(run)
+    chat = tracer.start_span(
+        "chat gpt-4o",
+        context=ctx,
+        kind=SpanKind.CLIENT,
+        start_time=t + 5 * MS,
+        attributes={
+            "runnertrace.span.type": "message",
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "openai",
+            "gen_ai.request.model": "gpt-4o",
+            "gen_ai.response.model": "gpt-4o-2024-08-06",
+            "gen_ai.request.temperature": 0.2,
+            "gen_ai.request.max_tokens": 800,
+            "gen_ai.usage.input_tokens": 1234,
+            "gen_ai.usage.output_tokens": 56,
+            "gen_ai.usage.cost": 0.00049,
+            "gen_ai.response.time_to_first_chunk": 0.35,
+            "gen_ai.response.finish_reasons": ("stop",),
+            "gen_ai.system_instructions": json.dumps(
+                [{"type": "text", "content": "You plan trips. Use the weather tool."}]
+            ),
+            "gen_ai.tool.definitions": json.dumps(
+                [
+                    {
+                        "type": "function",
+                        "name": "weather",
+                        "description": "Today's weather in a city",
+                        "parameters": {"type": "object", "properties": {"city": {}}},
+                    }
+                ]
+            ),
+            "gen_ai.input.messages": _messages(
+                {"role": "user", "parts": [{"type": "text", "content": "Plan a day in Oslo."}]},
+                {
+                    "role": "assistant",
+                    "parts": [
+                        {"type": "reasoning", "content": "I need the weather first."},
+                        {
+                            "type": "tool_call",
+                            "id": "call_1",
+                            "name": "weather",
+                            "arguments": {"city": "Oslo"},
+                        },
+                    ],
+                },
+                {
+                    "role": "tool",
+                    "parts": [
+                        {"type": "tool_call_response", "id": "call_1", "response": "rain, 7 C"}
+                    ],
+                },
+            ),
+            "gen_ai.output.messages": _messages(
+                {
+                    "role": "assistant",
+                    "parts": [{"type": "text", "content": LONG_REPLY}],
+                    "finish_reason": "stop",
+                }
+            ),
+        },
+    )
+    chat.end(end_time=t + 905 * MS)
+    tool = tracer.start_span(
+        "execute_tool weather",
+        context=ctx,
+        start_time=t + 910 * MS,
+        attributes={
+            "runnertrace.span.type": "tool",
+            "gen_ai.tool.name": "weather",
+            "gen_ai.tool.call.id": "call_2",
+            "gen_ai.tool.call.arguments": '{"city": "Bergen"}',
+            "error.type": "TimeoutError",
+        },
+    )
+    tool.add_event(
+        "exception",
+        {
+            "exception.type": "TimeoutError",
+            "exception.message": "weather service timed out",
+            "exception.stacktrace": 'Traceback (most recent call last):\n  File "w.py", line 3\n'
+            "TimeoutError: weather service timed out",
+        },
+    )
+    tool.set_status(Status(StatusCode.ERROR, "weather service timed out"))
+    tool.end(end_time=t + 1_400 * MS)
+    run.end(end_time=t + 1_500 * MS)
+    provider.shutdown()
+
+
+def pydantic_ai_over_otlp(url: str) -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.capabilities.instrumentation import Instrumentation
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.models.instrumented import InstrumentationSettings
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "adder-app"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=url + "/v1/traces")))
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("add", {"a": 2, "b": 3}, tool_call_id="c1")])
+        return ModelResponse(parts=[TextPart("The sum is 5.")])
+
+    settings = InstrumentationSettings(tracer_provider=provider, include_content=True)
+    agent = Agent(
+        FunctionModel(model),
+        instructions="Be terse.",
+        name="adder",
+        capabilities=[Instrumentation(settings=settings)],
+    )
+
+    @agent.tool_plain
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    agent.run_sync("What is 2+3?")
+    provider.shutdown()
+
+
+@pytest.fixture(scope="module")
+def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    db = tmp_path_factory.mktemp("ui-views") / "traces.db"
+    rich_run(db)
+    with Server(db) as url:
+        pydantic_ai_over_otlp(url)
+        yield url
+
+
+@pytest.fixture
+def pg(base_url: str) -> Iterator[object]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"Chromium not found at {CHROMIUM}: apt-get install chromium (CI installs it)")
+    outside: list[str] = []
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+
+        def guard(route: object) -> None:
+            url = route.request.url  # type: ignore[attr-defined]
+            if urlsplit(url).hostname == "127.0.0.1" or url.startswith("data:"):
+                route.continue_()  # type: ignore[attr-defined]
+            else:
+                outside.append(url)
+                route.abort()  # type: ignore[attr-defined]
+
+        context.route("**/*", guard)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        yield page
+        assert errors == [], errors
+        browser.close()
+    assert outside == [], f"the page reached beyond loopback: {outside}"
+
+
+def shot(page: object, name: str, tmp_path: Path) -> None:
+    path = DOCS / name if UPDATE_SCREENSHOTS else tmp_path / name
+    page.screenshot(path=str(path))  # type: ignore[attr-defined]
+    assert path.stat().st_size > 10_000
+
+
+def open_run(pg: object, base_url: str, agent: str) -> object:
+    pg.goto(base_url + "/#/runs")  # type: ignore[attr-defined]
+    pg.locator(f'#runs tr[data-agent="{agent}"]').first.click()  # type: ignore[attr-defined]
+    frame = pg.frame_locator("iframe.trace")  # type: ignore[attr-defined]
+    frame.locator("#rows .row").first.wait_for()
+    return frame
+
+
+def test_the_model_call_view(pg: object, base_url: str, tmp_path: Path) -> None:
+    frame = open_run(pg, base_url, "planner")
+    # the waterfall rows carry their tokens, cost and error
+    chat_row = frame.locator("#rows .row", has_text="chat gpt-4o")
+    expect(chat_row.locator(".meta")).to_have_text("1,290 tok$0.00049")
+    expect(frame.locator("#rows .row.error .meta")).to_have_text("\u26a0 TimeoutError")
+    chat_row.click()
+    detail = frame.locator("#detail")
+    facts = detail.locator(".facts")
+    for label, value in (
+        ("model", "gpt-4o-2024-08-06"),
+        ("provider", "openai"),
+        ("tokens in / out", "1,234 / 56"),
+        ("cost", "$0.00049"),
+        ("duration", "900.0 ms"),
+        ("first chunk", "350.0 ms"),
+        ("finish", "stop"),
+    ):
+        expect(facts.locator(".fact", has_text=label).locator("b")).to_have_text(value)
+    roles = detail.locator(".chat .msg").evaluate_all("ms => ms.map(m => m.dataset.role)")
+    assert roles == ["system", "user", "assistant", "tool", "assistant"]
+    chat = detail.locator(".chat")
+    expect(chat.locator(".msg").first).to_contain_text("You plan trips.")
+    expect(chat.locator(".call", has_text="tool call")).to_contain_text('"city": "Oslo"')
+    expect(chat.locator(".call.result")).to_contain_text("rain, 7 C")
+    expect(chat.locator("details.reasoning summary")).to_have_text("reasoning")
+    # the long reply is folded, and unfolds
+    reply = chat.locator(".msg.output")
+    assert "Step 39" not in reply.inner_text()
+    # the header, the tabs and the first messages are on screen at 1400x900
+    for node in (facts, detail.locator(".tabbar"), chat.locator(".msg").nth(2)):
+        box = node.bounding_box()
+        assert box is not None and box["y"] + box["height"] <= 900, box
+    shot(pg, "ui-model-call.png", tmp_path)
+    reply.locator("button.more").click()
+    expect(reply).to_contain_text("Step 39: check item 39.")
+    # the other tabs
+    detail.locator(".tab", has_text="Tools (1)").click()
+    expect(detail.locator(".defs")).to_contain_text("Today's weather in a city")
+    detail.locator(".tab", has_text="Parameters").click()
+    params = detail.locator('[data-pane="params"]')
+    expect(params).to_contain_text("gen_ai.request.temperature")
+    expect(params).to_contain_text("0.2")
+    detail.locator(".tab", has_text="Attributes").click()
+    expect(detail.locator('[data-pane="attributes"]')).to_contain_text("gen_ai.input.messages")
+    detail.locator(".tab", has_text="Chat").click()
+
+
+def test_the_tool_and_error_views(pg: object, base_url: str) -> None:
+    frame = open_run(pg, base_url, "planner")
+    frame.locator("#rows .row.error").click()
+    detail = frame.locator("#detail")
+    error = detail.locator(".errorbox")
+    expect(error.locator("b")).to_have_text("TimeoutError")
+    expect(error.locator(".err-msg")).to_have_text("weather service timed out")
+    expect(error).to_contain_text('File "w.py", line 3')
+    call = detail.locator(".toolcall")
+    expect(call).to_contain_text('"city": "Bergen"')
+    expect(call).to_contain_text("not captured")  # it failed: no result
+    expect(detail.locator(".facts")).to_contain_text("call_2")
+
+
+def test_a_foreign_apps_trace(pg: object, base_url: str, tmp_path: Path) -> None:
+    """Pydantic AI's own instrumentation, sent over OTLP: a run with its chat and tool."""
+    pg.goto(base_url + "/#/runs")  # type: ignore[attr-defined]
+    row = pg.locator('#runs tr[data-agent="adder"]')  # type: ignore[attr-defined]
+    expect(row).to_contain_text("pydantic-ai")
+    frame = open_run(pg, base_url, "adder")
+    names = frame.locator("#rows .row .name").all_text_contents()
+    assert names[0] == "invoke_agent adder" and "execute_tool add" in names
+    frame.locator("#rows .row", has_text="chat function").last.click()
+    detail = frame.locator("#detail")
+    roles = detail.locator(".chat .msg").evaluate_all("ms => ms.map(m => m.dataset.role)")
+    assert roles[0] == "system" and roles[-1] == "assistant"
+    expect(detail.locator(".chat .msg").first).to_contain_text("Be terse.")
+    expect(detail.locator(".chat .msg.output")).to_contain_text("The sum is 5.")
+    expect(detail.locator(".chat .call").first).to_contain_text("add")
+    expect(detail.locator(".fact", has_text="model").locator("b")).to_have_text("function:model:")
+    shot(pg, "ui-foreign-trace.png", tmp_path)
