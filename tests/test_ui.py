@@ -348,3 +348,84 @@ def test_huge_and_malformed_parameters_are_a_one_line_400(
     error = response.json()["error"]
     assert message in error and "\n" not in error and len(error) < 200
     assert len([r for r in caplog.records if r.levelno >= 30]) <= 1
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"model": "gpt-test-large"}, 1),
+        ({"model": "gpt-test-mini"}, 2),
+        ({"model": "scripted-1"}, 4),  # the native agent's model
+        ({"provider": "nobody"}, 0),
+        ({"user": "ada"}, 3),
+        ({"errors": "any"}, 2),  # the failed run and the native run whose tool failed
+        ({"status": "error"}, 1),
+        ({"min_cost": "0.02"}, 2),
+        ({"min_cost": "0.02", "max_cost": "0.03"}, 1),
+        ({"min_ms": "250"}, 3),  # the pricey runs last 300 ms; native ones a few ms
+        ({"max_ms": "250"}, 4),
+        ({"session": "calc-"}, 3),  # a prefix
+        ({"session": "chat-42"}, 3),
+        ({"session": "zzz"}, 0),
+    ],
+)
+def test_the_new_filters(client: TestClient, params: dict, expected: int) -> None:
+    runs = get(client, "/api/runs", **params)["runs"]
+    assert len(runs) == expected, [r["agent"] for r in runs]
+    if "user" in params:
+        assert {r["user_id"] for r in runs} == {"ada"}
+    if "errors" in params:
+        assert all(r["status"] == "error" or r["error_count"] > 0 for r in runs)
+
+
+def test_sorting_and_paging_a_sorted_list(client: TestClient) -> None:
+    by_cost = get(client, "/api/runs", sort="cost", dir="desc")["runs"]
+    costs = [r["cost"] for r in by_cost if r["cost"] is not None]
+    assert costs == sorted(costs, reverse=True) and len(costs) == 3
+    by_duration = get(client, "/api/runs", sort="duration", dir="asc")["runs"]
+    durations = [r["duration_ns"] for r in by_duration]
+    assert durations == sorted(durations)
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = get(
+            client, "/api/runs", sort="tokens", limit=3, **({"cursor": cursor} if cursor else {})
+        )
+        seen.extend(r["trace_id"] for r in page["runs"])
+        cursor = page["next"]
+        if cursor is None:
+            break
+    assert len(seen) == len(set(seen)) == 7
+    assert client.get("/api/runs", params={"sort": "planet"}).status_code == 400
+    assert client.get("/api/runs", params={"dir": "up"}).status_code == 400
+    assert client.get("/api/runs", params={"min_cost": "-1"}).status_code == 400
+    assert client.get("/api/runs", params={"min_cost": "nan"}).status_code == 400
+
+
+def test_input_and_output_previews(client: TestClient) -> None:
+    runs = get(client, "/api/runs", session="calc-session", sort="start", dir="asc")["runs"]
+    assert [r["input_preview"] for r in runs] == [
+        "What is 1234 * 5678, plus 17?",
+        "What is 100 divided by 0?",
+        "Hello! What can you do?",
+    ]
+    assert runs[0]["output_preview"] == "The answer is 7006669."
+
+
+def test_a_tag_filter_reads_the_run_spans_tags(tmp_path: Path) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from runnertrace.exporters.local_store import SqliteSpanExporter
+
+    db = tmp_path / "tags.db"
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(SqliteSpanExporter(db)))
+    tracer = provider.get_tracer("tags")
+    for name, tags in (("a", ("beta", "eu")), ("b", ("eu",)), ("c", ())):
+        tracer.start_span(name, attributes={"tag.tags": tags} if tags else {}).end()
+    provider.shutdown()
+    with TestClient(create_app(db), base_url=BASE) as tagged:
+        assert sorted(r["name"] for r in get(tagged, "/api/runs", tag="eu")["runs"]) == ["a", "b"]
+        assert [r["name"] for r in get(tagged, "/api/runs", tag="beta")["runs"]] == ["a"]
+        assert get(tagged, "/api/runs", tag="none")["runs"] == []

@@ -28,6 +28,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from runnertrace.exporters.local_store import SqliteSpanExporter
 from test_ui_browser import ARGS, CHROMIUM  # one Chromium lookup for every browser test
 from test_ui_otlp import Server
+from ui_fixtures import PRICEY_SESSION, hand_made_runs
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
@@ -184,6 +185,7 @@ def pydantic_ai_over_otlp(url: str) -> None:
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     db = tmp_path_factory.mktemp("ui-views") / "traces.db"
     rich_run(db)
+    hand_made_runs(db, time.time_ns() - 3_600_000 * MS)  # 3 "pricey" runs: models, cost, user
     with Server(db) as url:
         pydantic_ai_over_otlp(url)
         yield url
@@ -309,3 +311,39 @@ def test_a_foreign_apps_trace(pg: object, base_url: str, tmp_path: Path) -> None
     expect(detail.locator(".chat .call").first).to_contain_text("add")
     expect(detail.locator(".fact", has_text="model").locator("b")).to_have_text("function:model:")
     shot(pg, "ui-foreign-trace.png", tmp_path)
+
+
+def test_the_runs_list_filters_sorts_and_keeps_it_in_the_url(pg: object, base_url: str) -> None:
+    pg.goto(base_url + "/#/runs")  # type: ignore[attr-defined]
+    rows = pg.locator("#runs tbody tr.link")  # type: ignore[attr-defined]
+    expect(rows).to_have_count(5)
+    agents = lambda: rows.evaluate_all("rs => rs.map(r => r.dataset.agent)")  # noqa: E731
+    # previews: the foreign run's question and answer
+    adder = pg.locator('#runs tr[data-agent="adder"]')  # type: ignore[attr-defined]
+    expect(adder.locator("td.preview").first).to_have_text("What is 2+3?")
+    expect(adder.locator("td.preview").nth(1)).to_have_text("The sum is 5.")
+    # the model filter reads the runs' chat spans
+    pg.fill("input[name=model]", "gpt-test-mini")  # type: ignore[attr-defined]
+    pg.click("#filters button[type=submit]")  # type: ignore[attr-defined]
+    expect(rows).to_have_count(2)
+    assert "model=gpt-test-mini" in pg.url  # type: ignore[attr-defined]
+    # any span in error: the planner (its tool failed, the run went on) and pricey's last run
+    pg.goto(base_url + "/#/runs?errors=any")  # type: ignore[attr-defined]
+    expect(rows).to_have_count(2)
+    assert sorted(agents()) == ["planner", "pricey"]
+    # cost range and session prefix, straight from a shared URL
+    pg.goto(base_url + "/#/runs?min_cost=0.02&session=" + PRICEY_SESSION[:4])  # type: ignore[attr-defined]
+    expect(rows).to_have_count(2)
+    expect(pg.locator("input[name=min_cost]")).to_have_value("0.02")  # type: ignore[attr-defined]
+    # sort by cost: the header click, then its direction flips
+    pg.goto(base_url + "/#/runs?user=ada")  # type: ignore[attr-defined]
+    expect(rows).to_have_count(3)
+    pg.click('#runs th[data-sort="cost"]')  # type: ignore[attr-defined]
+    expect(pg.locator("#runs th.sorted")).to_have_text("cost \u25bc")  # type: ignore[attr-defined]
+    costs = rows.evaluate_all("rs => rs.map(r => r.children[9].textContent)")
+    assert costs == ["$0.0375", "$0.025", "$0.0125"]
+    assert "sort=cost" in pg.url and "user=ada" in pg.url  # type: ignore[attr-defined]
+    pg.click('#runs th[data-sort="cost"]')  # type: ignore[attr-defined]
+    expect(rows.first.locator("td").nth(9)).to_have_text("$0.0125")
+    pg.reload()  # type: ignore[attr-defined]
+    expect(rows.first.locator("td").nth(9)).to_have_text("$0.0125")

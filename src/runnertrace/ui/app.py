@@ -117,11 +117,16 @@ def create_app(
     def runs(request: Request) -> Response:
         params = request.query_params
         filters = RunFilter.from_params(params)
+        order = text_param(params, "dir") or "desc"
+        if order not in ("asc", "desc"):
+            raise QueryError(f"dir={order!r} is not asc or desc")
         return _json(
             dashboard.runs(
                 filters,
                 cursor=text_param(params, "cursor"),
                 limit=_int(request, "limit", 50, 1, MAX_PAGE),
+                sort=text_param(params, "sort") or "start",
+                descending=order == "desc",
             )
         )
 

@@ -105,9 +105,41 @@ def _like(text: str) -> str:
     return f"%{escaped}%"
 
 
+def float_param(params: Mapping[str, str], key: str) -> float | None:
+    """A non-negative finite number (a cost in USD), or ``None`` when absent."""
+    text = text_param(params, key)
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise QueryError(f"{key}={text[:24]!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise QueryError(f"{key}={text[:24]} is out of range: 0 or more")
+    return value
+
+
+# Sortable columns of the runs list: name -> SQL expression (indexed where it matters).
+SORTS = {
+    "start": "start_ns",
+    "duration": "(end_ns - start_ns)",
+    "tokens": "(input_tokens + output_tokens)",
+    "cost": "COALESCE(cost, -1)",
+    "spans": "span_count",
+}
+# Where a run's tags are kept, by the conventions that have them.
+TAG_KEYS = ("tag.tags", "langfuse.trace.tags", "runnertrace.tags")
+_MAX_MS = 10**12
+
+
 @dataclass(frozen=True)
 class RunFilter:
-    """The runs list's filters; every field optional. Times are epoch nanoseconds."""
+    """The runs list's filters; every field optional. Times are epoch nanoseconds.
+
+    ``session`` matches by prefix (an id is long; its start is what a user
+    remembers). ``model``, ``provider`` and ``tag`` look into the run's spans,
+    through the spans' primary key, one run at a time, newest first.
+    """
 
     agent: str | None = None
     framework: str | None = None
@@ -116,6 +148,15 @@ class RunFilter:
     since_ns: int | None = None
     until_ns: int | None = None
     search: str | None = None
+    user: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    tag: str | None = None
+    any_error: bool = False
+    min_ms: int | None = None
+    max_ms: int | None = None
+    min_cost: float | None = None
+    max_cost: float | None = None
 
     @classmethod
     def from_params(cls, params: Mapping[str, str]) -> RunFilter:
@@ -125,6 +166,14 @@ class RunFilter:
         status = text("status")
         if status is not None and status not in STATUSES:
             raise QueryError(f"status={status!r} is not one of {', '.join(STATUSES)}")
+        errors = text("errors")
+        if errors not in (None, "any"):
+            raise QueryError(f"errors={errors!r} is not 'any' (runs with any span in error)")
+
+        def ms(key: str) -> int | None:
+            value = int_param(params.get(key), key, default=-1, low=0, high=_MAX_MS, unit="ms")
+            return None if value < 0 else value
+
         return cls(
             agent=text("agent"),
             framework=text("framework"),
@@ -133,6 +182,15 @@ class RunFilter:
             since_ns=_int_param(params, "since"),
             until_ns=_int_param(params, "until"),
             search=text("q"),
+            user=text("user"),
+            model=text("model"),
+            provider=text("provider"),
+            tag=text("tag"),
+            any_error=errors == "any",
+            min_ms=ms("min_ms"),
+            max_ms=ms("max_ms"),
+            min_cost=float_param(params, "min_cost"),
+            max_cost=float_param(params, "max_cost"),
         )
 
     def where(self) -> tuple[list[str], list[object]]:
@@ -142,11 +200,49 @@ class RunFilter:
             ("agent", self.agent),
             ("framework", self.framework),
             ("status", self.status),
-            ("session_id", self.session),
+            ("user_id", self.user),
         ):
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
+        if self.session is not None:
+            # A range on the session index: every id starting with the prefix sorts here.
+            clauses.append("session_id >= ? AND session_id < ?")
+            params.extend([self.session, self.session + "\U0010ffff"])
+        if self.any_error:
+            clauses.append("(status = 'error' OR error_count > 0)")
+        if self.min_ms is not None:
+            clauses.append("end_ns - start_ns >= ?")
+            params.append(self.min_ms * 1_000_000)
+        if self.max_ms is not None:
+            clauses.append("end_ns - start_ns <= ?")
+            params.append(self.max_ms * 1_000_000)
+        if self.min_cost is not None:
+            clauses.append("cost >= ?")
+            params.append(self.min_cost)
+        if self.max_cost is not None:
+            clauses.append("cost <= ?")
+            params.append(self.max_cost)
+        for keys, value in (
+            ((attr.REQUEST_MODEL, attr.RESPONSE_MODEL), self.model),
+            ((attr.PROVIDER, attr.SYSTEM), self.provider),
+        ):
+            if value is not None:
+                matches = " OR ".join(f"{_attr_sql(k)} = ?" for k in keys)
+                clauses.append(
+                    "EXISTS (SELECT 1 FROM spans s WHERE s.trace_id = runs.trace_id "
+                    f"AND +s.span_type = 'message' AND ({matches}))"
+                )
+                params.extend([value] * len(keys))
+        if self.tag is not None:
+            lists = ", ".join(f"json_extract(s.attributes, '{_json_path(k)}')" for k in TAG_KEYS)
+            clauses.append(
+                "EXISTS (SELECT 1 FROM spans s, json_each(CASE WHEN json_valid("
+                f"COALESCE({lists})) THEN COALESCE({lists}) ELSE '[]' END) t "
+                "WHERE s.trace_id = runs.trace_id AND (s.is_root = 1 OR +s.span_type = 'run') "
+                "AND t.value = ?)"
+            )
+            params.append(self.tag)
         if self.since_ns is not None:
             clauses.append("start_ns >= ?")
             params.append(self.since_ns)
@@ -200,14 +296,29 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     return float(values[rank - 1])
 
 
-def _message_text(value: object) -> str | None:
-    """The text parts of a ``gen_ai.*.messages`` attribute (a JSON string), joined."""
+PREVIEW_CHARS = 160
+
+
+def _preview(value: object) -> str | None:
+    if value is None:
+        return None
+    text = " ".join(str(value).split())
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "\u2026"
+
+
+def _message_text(value: object, *, last: bool = False) -> str | None:
+    """The text parts of a ``gen_ai.*.messages`` attribute (a JSON string), joined.
+
+    ``last``: only the last message's (a run's reply, not the history before it).
+    """
     if not isinstance(value, str):
         return None
     try:
         messages = json.loads(value)
     except ValueError:
         return value
+    if last and isinstance(messages, list) and messages:
+        messages = messages[-1:]
     texts: list[str] = []
     for message in messages if isinstance(messages, list) else []:
         parts = message.get("parts", []) if isinstance(message, dict) else []
@@ -255,10 +366,20 @@ class Dashboard:
 
     # -- runs ---------------------------------------------------------------------------
     def runs(
-        self, filters: RunFilter, *, cursor: str | None = None, limit: int = 50
+        self,
+        filters: RunFilter,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        sort: str = "start",
+        descending: bool = True,
     ) -> dict[str, Any]:
         if not 1 <= limit <= MAX_PAGE:
             raise QueryError(f"limit={limit} is out of range: 1 to {MAX_PAGE}")
+        if sort not in SORTS:
+            raise QueryError(f"sort={sort!r} is not one of {', '.join(SORTS)}")
+        if sort != "start" or not descending:
+            return self._sorted_runs(filters, cursor, limit, sort, descending)
         clauses, params = filters.where()
         after = _cursor(cursor)
         if after is not None:
@@ -277,9 +398,70 @@ class Dashboard:
         more = len(rows) > limit
         last = runs[-1] if runs else None
         return {
-            "runs": [run_json(r) for r in runs],
+            "runs": self._with_previews(runs),
             "next": f"{last.start_ns}:{last.trace_id}" if more and last else None,
             "store": True,
+        }
+
+    def _sorted_runs(
+        self, filters: RunFilter, cursor: str | None, limit: int, sort: str, descending: bool
+    ) -> dict[str, Any]:
+        """Runs by another column: offset-paged (``cursor`` is ``o:<offset>``)."""
+        offset = 0
+        if cursor:
+            if not cursor.startswith("o:"):
+                raise QueryError(f"cursor={cursor[:60]!r} is not of the form o:<offset>")
+            offset = int_param(cursor[2:], "cursor offset", default=0, low=0, high=10**7)
+        clauses, params = filters.where()
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        order = "DESC" if descending else "ASC"
+        try:
+            rows = self._read(
+                f"SELECT {RUN_COLUMNS} FROM runs {where} "
+                f"ORDER BY {SORTS[sort]} {order}, start_ns DESC, trace_id DESC LIMIT ? OFFSET ?",
+                [*params, limit + 1, offset],
+            )
+        except StoreNotFoundError:
+            return {"runs": [], "next": None, "store": False}
+        runs = [run_summary(row) for row in rows[:limit]]
+        return {
+            "runs": self._with_previews(runs),
+            "next": f"o:{offset + limit}" if len(rows) > limit else None,
+            "store": True,
+        }
+
+    def _with_previews(self, runs: Sequence[RunSummary]) -> list[dict[str, Any]]:
+        """Each run's JSON with the start of its input and output (from its run span)."""
+        found = self.previews([r.trace_id for r in runs])
+        out = []
+        for run in runs:
+            data = run_json(run)
+            data["input_preview"], data["output_preview"] = found.get(run.trace_id, (None, None))
+            out.append(data)
+        return out
+
+    def previews(self, trace_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+        """First input and last output text of each trace's run span (or its root)."""
+        if not trace_ids:
+            return {}
+        keys = (attr.INPUT_MESSAGES, attr.INPUT_VALUE, attr.OUTPUT_MESSAGES, attr.OUTPUT_VALUE)
+        columns = ", ".join(f"json_extract(attributes, '{_json_path(k)}')" for k in keys)
+        rows = self._read(
+            f"SELECT trace_id, span_type = 'run', {columns} FROM spans "
+            f"WHERE trace_id IN ({', '.join('?' * len(trace_ids))}) "
+            "AND (+span_type = 'run' OR is_root = 1) ORDER BY start_ns",
+            list(trace_ids),
+        )
+        chosen: dict[str, Sequence[Any]] = {}
+        for row in rows:
+            if row[0] not in chosen or (row[1] and not chosen[row[0]][1]):
+                chosen[row[0]] = row
+        return {
+            trace_id: (
+                _preview(_message_text(row[2]) or row[3]),
+                _preview(_message_text(row[4], last=True) or row[5]),
+            )
+            for trace_id, row in chosen.items()
         }
 
     def facets(self) -> dict[str, list[str]]:

@@ -79,6 +79,13 @@
   }
 
   // -- runs ------------------------------------------------------------------------------------
+  // Every filter, the sort and its direction live in the URL: a view can be shared or reloaded.
+  var RUN_FILTERS = ["agent", "framework", "status", "range", "session", "q", "model", "provider",
+    "user", "tag", "errors", "min_ms", "max_ms", "min_cost", "max_cost", "sort", "dir"];
+  var RUN_COLUMNS = [["time", "start"], ["agent"], ["framework"], ["status"], ["input"],
+    ["output"], ["duration", "duration"], ["spans", "spans"], ["tokens", "tokens"],
+    ["cost", "cost"], ["session"], ["trace"]];
+
   function runRow(run) {
     var tr = el("tr", "link");
     tr.setAttribute("data-trace-id", run.trace_id);
@@ -88,9 +95,13 @@
     cell(tr, run.framework || "-");
     var st = el("td");
     st.appendChild(pill(run.status));
-    if (run.status === "ok" && run.error_count) st.appendChild(el("span", "hint", " " +
+    if (run.status !== "error" && run.error_count) st.appendChild(el("span", "hint", " " +
       run.error_count + " err"));
     tr.appendChild(st);
+    var input = cell(tr, run.input_preview || "", "preview");
+    input.title = run.input_preview || "";
+    var output = cell(tr, run.output_preview || "", "preview");
+    output.title = run.output_preview || "";
     cell(tr, fmtNs(run.duration_ns), "num");
     cell(tr, run.span_count, "num");
     cell(tr, fmtTokens(run.tokens), "num");
@@ -100,14 +111,16 @@
     tr.addEventListener("click", function () { go("#/trace/" + run.trace_id); });
     return tr;
   }
-  var RUN_HEADERS = ["time", "agent", "framework", "status", "duration", "spans", "tokens",
-    "cost", "session", "trace"];
 
   function matches(run, params) {
-    var keys = { agent: "agent", framework: "framework", status: "status", session: "session_id" };
-    return Object.keys(keys).every(function (k) {
+    var keys = { agent: "agent", framework: "framework", status: "status", user: "user_id" };
+    var plain = ["q", "range", "model", "provider", "tag", "min_ms", "max_ms", "min_cost",
+      "max_cost", "sort", "dir"].every(function (k) { return !params.get(k); });
+    return plain && Object.keys(keys).every(function (k) {
       return !params.get(k) || run[keys[k]] === params.get(k);
-    });
+    }) && (!params.get("session") ||
+      (run.session_id || "").indexOf(params.get("session")) === 0) &&
+      (!params.get("errors") || run.status === "error" || run.error_count > 0);
   }
 
   function showRuns(params) {
@@ -134,25 +147,47 @@
       s.addEventListener("change", submit);
       return s;
     }
+    function text(label, name, placeholder, type) {
+      var input = field(label, el("input"));
+      input.name = name;
+      input.type = type || "text";
+      if (placeholder) input.placeholder = placeholder;
+      input.value = params.get(name) || "";
+      return input;
+    }
     var agent = field("agent", select("agent", [["", "any"]]));
     var framework = field("framework", select("framework", [["", "any"]]));
     field("status", select("status", [["", "any"], ["ok", "ok"], ["error", "error"],
       ["cancelled", "cancelled"], ["incomplete", "incomplete"]]));
-    var range = field("time", select("range", RANGES));
-    var session = field("session", el("input"));
-    session.name = "session";
-    session.value = params.get("session") || "";
-    var search = field("search names and content", el("input"));
-    search.name = "q";
-    search.type = "search";
-    search.value = params.get("q") || "";
+    field("errors", select("errors", [["", "-"], ["any", "any span in error"]]));
+    field("time", select("range", RANGES));
+    text("session", "session", "id or its start");
+    text("model", "model");
+    text("provider", "provider");
+    text("user", "user");
+    text("tag", "tag");
+    text("min ms", "min_ms", "", "number").classList.add("short");
+    text("max ms", "max_ms", "", "number").classList.add("short");
+    text("min $", "min_cost", "", "number").classList.add("short");
+    text("max $", "max_cost", "", "number").classList.add("short");
+    form.querySelectorAll('input[type="number"]').forEach(function (i) {
+      i.min = "0";
+      i.step = "any";
+    });
+    text("search names and content", "q", "", "search");
     var button = el("button", null, "Apply");
     button.type = "submit";
     form.appendChild(button);
     form.addEventListener("submit", function (e) { e.preventDefault(); submit(); });
-    function submit() {
+    function state(extra) {
       var next = new URLSearchParams();
       new FormData(form).forEach(function (v, k) { if (v) next.set(k, v); });
+      ["sort", "dir"].forEach(function (k) { if (params.get(k)) next.set(k, params.get(k)); });
+      Object.keys(extra || {}).forEach(function (k) { next.set(k, extra[k]); });
+      return next;
+    }
+    function submit() {
+      var next = state();
       go("#/runs" + (next.toString() ? "?" + next.toString() : ""));
     }
     view.appendChild(form);
@@ -169,18 +204,33 @@
     var notice = el("div", "notice");
     notice.hidden = true;
     view.appendChild(notice);
-    var t = table(RUN_HEADERS);
+    var t = table(RUN_COLUMNS.map(function (c) { return c[0]; }));
     t.id = "runs";
+    var sort = params.get("sort") || "start", dir = params.get("dir") || "desc";
+    t.querySelectorAll("th").forEach(function (th, i) {
+      var key = RUN_COLUMNS[i][1];
+      if (!key) return;
+      th.classList.add("sortable");
+      th.setAttribute("data-sort", key);
+      if (key === sort) {
+        th.classList.add("sorted");
+        th.setAttribute("aria-sort", dir === "asc" ? "ascending" : "descending");
+        th.textContent = RUN_COLUMNS[i][0] + (dir === "asc" ? " \u25b2" : " \u25bc");
+      }
+      th.addEventListener("click", function () {
+        var nextDir = key === sort && dir === "desc" ? "asc" : "desc";
+        var next = state({ sort: key, dir: nextDir });
+        go("#/runs?" + next.toString());
+      });
+    });
     var tbody = t.tBodies[0];
     view.appendChild(t);
     var more = el("button", "more", "Load more");
     more.hidden = true;
     view.appendChild(more);
-    var query = {
-      agent: params.get("agent"), framework: params.get("framework"),
-      status: params.get("status"), session: params.get("session"), q: params.get("q"),
-      since: sinceNs(params.get("range"))
-    };
+    var query = {};
+    RUN_FILTERS.forEach(function (k) { if (k !== "range") query[k] = params.get(k); });
+    query.since = sinceNs(params.get("range"));
     var cursor = null;
     function load() {
       api("/api/runs", Object.assign({ cursor: cursor, limit: 50 }, query)).then(function (r) {
@@ -200,8 +250,17 @@
     current.onRuns = function (runs) {
       runs.forEach(function (run) {
         var existing = tbody.querySelector('tr[data-trace-id="' + run.trace_id + '"]');
-        if (existing) { existing.replaceWith(runRow(run)); return; }
-        if (params.get("q") || params.get("range") || !matches(run, params)) {
+        if (existing) {
+          var previous = existing.children;
+          var row = runRow(run);
+          // the live feed carries no previews: keep the ones already shown
+          [4, 5].forEach(function (i) {
+            if (!row.children[i].textContent) row.children[i].textContent = previous[i].textContent;
+          });
+          existing.replaceWith(row);
+          return;
+        }
+        if (!matches(run, params)) {
           fresh += 1;
           notice.textContent = fresh + " new run(s) arrived; apply the filters again to see them";
           notice.hidden = false;
@@ -209,9 +268,9 @@
         }
         var hint = tbody.querySelector("td.hint");
         if (hint) hint.parentNode.remove();
-        var row = runRow(run);
-        row.classList.add("fresh");
-        tbody.insertBefore(row, tbody.firstChild);
+        var added = runRow(run);
+        added.classList.add("fresh");
+        tbody.insertBefore(added, tbody.firstChild);
       });
       document.body.setAttribute("data-runs", String(tbody.querySelectorAll("tr.link").length));
     };
