@@ -429,3 +429,19 @@ def test_a_tag_filter_reads_the_run_spans_tags(tmp_path: Path) -> None:
         assert sorted(r["name"] for r in get(tagged, "/api/runs", tag="eu")["runs"]) == ["a", "b"]
         assert [r["name"] for r in get(tagged, "/api/runs", tag="beta")["runs"]] == ["a"]
         assert get(tagged, "/api/runs", tag="none")["runs"] == []
+
+
+def test_sessions_count_span_errors_and_show_previews_and_failed_turns(
+    client: TestClient,
+) -> None:
+    sessions = {s["session_id"]: s for s in get(client, "/api/sessions")["sessions"]}
+    calc = sessions["calc-session"]
+    assert calc["errors"] == 1  # the run whose tool failed went on: still an error here
+    assert calc["first_input"] == "What is 1234 * 5678, plus 17?"
+    assert calc["last_output"] == 'I am a scripted offline model. You said: "Hello! What can you do?"'
+    assert sessions[PRICEY_SESSION]["errors"] == 1
+    turns = get(client, f"/api/sessions/{PRICEY_SESSION}")["turns"]
+    failed = [t for t in turns if t["status"] == "error"]
+    assert len(failed) == 1 and failed[0]["error"]["message"] == "429 slow down"
+    assert failed[0]["error"]["type"] == "RateLimitError"
+    assert all(t["error"] is None for t in turns if t["status"] == "ok")

@@ -347,3 +347,19 @@ def test_the_runs_list_filters_sorts_and_keeps_it_in_the_url(pg: object, base_ur
     expect(rows.first.locator("td").nth(9)).to_have_text("$0.0125")
     pg.reload()  # type: ignore[attr-defined]
     expect(rows.first.locator("td").nth(9)).to_have_text("$0.0125")
+
+
+def test_sessions_show_previews_span_errors_and_a_failed_turns_error(
+    pg: object, base_url: str
+) -> None:
+    pg.goto(base_url + "/#/sessions")  # type: ignore[attr-defined]
+    row = pg.locator(f'#sessions tr[data-session-id="{PRICEY_SESSION}"]')  # type: ignore[attr-defined]
+    expect(row.locator("td.preview").first).to_have_text("question 0 about <b>zebras</b>")
+    expect(row.locator("td.preview").nth(1)).to_have_text("answer 2")
+    planner = pg.locator('#sessions tr[data-session-id="plan-1"]')  # type: ignore[attr-defined]
+    expect(planner.locator("td").last).to_have_text("1")  # its tool failed, the run went on
+    row.click()
+    turns = pg.locator("#conversation .turn")  # type: ignore[attr-defined]
+    expect(turns).to_have_count(3)
+    expect(turns.nth(2).locator(".bubble.failed")).to_contain_text("RateLimitError: 429 slow down")
+    assert "(content not captured)" not in turns.nth(2).inner_text()

@@ -532,15 +532,29 @@ class Dashboard:
             recent = recent[:limit]
             if not recent:
                 return []
+            marks = ", ".join("?" * len(recent))
+            # A run counts as failed when it, or any span in it (a tool that failed while
+            # the run went on), is in error.
             rows = self._read(
                 "SELECT session_id, COUNT(*), MIN(start_ns), MAX(end_ns), "
-                "SUM(input_tokens + output_tokens), SUM(cost), SUM(status = 'error'), "
-                "GROUP_CONCAT(DISTINCT agent) FROM runs "
-                f"WHERE session_id IN ({', '.join('?' * len(recent))}) GROUP BY session_id",
+                "SUM(input_tokens + output_tokens), SUM(cost), "
+                "SUM(status = 'error' OR error_count > 0), GROUP_CONCAT(DISTINCT agent) "
+                f"FROM runs WHERE session_id IN ({marks}) GROUP BY session_id",
                 recent,
+            )
+            # SQLite's bare columns: with MIN()/MAX(), trace_id comes from that very row.
+            ends = self._read(
+                "SELECT 0, session_id, trace_id, MIN(start_ns) FROM runs "
+                f"WHERE session_id IN ({marks}) GROUP BY session_id "
+                "UNION ALL SELECT 1, session_id, trace_id, MAX(start_ns) FROM runs "
+                f"WHERE session_id IN ({marks}) GROUP BY session_id",
+                [*recent, *recent],
             )
         except StoreNotFoundError:
             return []
+        firsts = {r[1]: r[2] for r in ends if r[0] == 0}
+        lasts = {r[1]: r[2] for r in ends if r[0] == 1}
+        previews = self.previews(sorted({*firsts.values(), *lasts.values()}))
         order = {session_id: index for index, session_id in enumerate(recent)}
         rows.sort(key=lambda r: order[r[0]])
         return [
@@ -553,6 +567,8 @@ class Dashboard:
                 "cost": r[5],
                 "errors": r[6] or 0,
                 "agents": sorted((r[7] or "").split(",")) if r[7] else [],
+                "first_input": previews.get(firsts.get(r[0], ""), (None, None))[0],
+                "last_output": previews.get(lasts.get(r[0], ""), (None, None))[1],
             }
             for r in rows
         ]
@@ -579,8 +595,21 @@ class Dashboard:
             turn["output"] = _message_text(attributes.get(attr.OUTPUT_MESSAGES)) or attributes.get(
                 attr.OUTPUT_VALUE
             )
+            turn["error"] = self._first_error(run.trace_id) if run.error_count else None
             turns.append(turn)
         return turns
+
+    def _first_error(self, trace_id: str) -> dict[str, Any] | None:
+        """The first failed span of a trace: what a failed turn shows instead of a reply."""
+        rows = self._read(
+            f"SELECT name, status_description, {_attr_sql(attr.ERROR_TYPE)}, span_type "
+            "FROM spans WHERE trace_id = ? AND status_code = 'ERROR' ORDER BY start_ns LIMIT 1",
+            (trace_id,),
+        )
+        if not rows:
+            return None
+        name, message, error_type, span_type = rows[0]
+        return {"span": name, "message": message, "type": error_type, "span_type": span_type}
 
     # -- errors -------------------------------------------------------------------------
     def errors(self, since_ns: int | None = None) -> list[dict[str, Any]]:

@@ -327,7 +327,8 @@
     setNav("sessions");
     view.textContent = "";
     view.appendChild(el("h1", null, "Sessions"));
-    var t = table(["last activity", "session", "runs", "agents", "tokens", "cost", "errors"]);
+    var t = table(["last activity", "session", "runs", "agents", "first input", "last output",
+      "tokens", "cost", "errors"]);
     t.id = "sessions";
     view.appendChild(t);
     api("/api/sessions").then(function (r) {
@@ -339,6 +340,8 @@
         cell(tr, s.session_id, "mono");
         cell(tr, s.runs, "num");
         cell(tr, s.agents.join(", "));
+        cell(tr, s.first_input || "", "preview").title = s.first_input || "";
+        cell(tr, s.last_output || "", "preview").title = s.last_output || "";
         cell(tr, fmtTokens(s.tokens), "num");
         cell(tr, fmtCost(s.cost), "num");
         cell(tr, s.errors, "num");
@@ -383,10 +386,23 @@
           .forEach(function (b) {
             var bubble = el("div", "bubble " + b[0]);
             bubble.appendChild(el("span", "who", b[1]));
-            bubble.appendChild(document.createTextNode(b[2] === null || b[2] === undefined
-              ? "(content not captured)" : String(b[2])));
+            var missing = b[2] === null || b[2] === undefined;
+            if (missing && b[0] === "agent" && turn.error) {
+              // a failed turn shows what failed, not an empty reply
+              bubble.classList.add("failed");
+              bubble.appendChild(el("b", "error-text", (turn.error.type || "error") + ": "));
+              bubble.appendChild(document.createTextNode((turn.error.message || "") +
+                " (in " + turn.error.span + ")"));
+            } else {
+              bubble.appendChild(document.createTextNode(missing
+                ? "(content not captured)" : String(b[2])));
+            }
             box.appendChild(bubble);
           });
+        if (turn.output && turn.error) {
+          box.appendChild(el("div", "bubble agent failed error-text", (turn.error.type ||
+            "error") + ": " + (turn.error.message || "") + " (in " + turn.error.span + ")"));
+        }
         list.appendChild(box);
       });
     }).catch(fail);
