@@ -438,7 +438,8 @@ def test_sessions_count_span_errors_and_show_previews_and_failed_turns(
     calc = sessions["calc-session"]
     assert calc["errors"] == 1  # the run whose tool failed went on: still an error here
     assert calc["first_input"] == "What is 1234 * 5678, plus 17?"
-    assert calc["last_output"] == 'I am a scripted offline model. You said: "Hello! What can you do?"'
+    reply = 'I am a scripted offline model. You said: "Hello! What can you do?"'
+    assert calc["last_output"] == reply
     assert sessions[PRICEY_SESSION]["errors"] == 1
     turns = get(client, f"/api/sessions/{PRICEY_SESSION}")["turns"]
     failed = [t for t in turns if t["status"] == "error"]
