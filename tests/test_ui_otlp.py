@@ -368,3 +368,51 @@ def test_our_otlp_backend_pointed_at_the_ui_stores_our_runs(served: tuple[str, P
     assert run["agent"] == "calc" and run["framework"] == "native"
     assert run["session_id"] == "otlp-s" and run["status"] == "ok"
     assert api(url, "/api/sessions/otlp-s")["turns"][0]["input"] == "What is 6 * 7?"
+
+
+def test_an_exported_trace_goes_back_in_unchanged(tmp_path: Path) -> None:
+    """Export as OTLP/JSON from one dashboard, POST it to another: the same spans come out."""
+    from ui_fixtures import build_store
+
+    source = build_store(tmp_path / "source.db")
+    target = tmp_path / "target.db"
+    with Server(source) as one, Server(target) as two:
+        runs = api(one, "/api/runs")["runs"]
+        for run in runs:
+            exported = requests.get(f"{one}/api/runs/{run['trace_id']}/otlp", timeout=10)
+            assert exported.status_code == 200
+            assert "attachment" in exported.headers["content-disposition"]
+            sent = requests.post(f"{two}/v1/traces", json=exported.json(), timeout=10)
+            assert sent.status_code == 200, sent.text
+        again = {r["trace_id"]: r for r in api(two, "/api/runs")["runs"]}
+        for run in runs:
+            copy = dict(again[run["trace_id"]])
+            assert {
+                k: v for k, v in copy.items() if k not in ("input_preview", "output_preview")
+            } == {k: v for k, v in run.items() if k not in ("input_preview", "output_preview")}
+    before, after = SpanStore(source, read_only=True), SpanStore(target, read_only=True)
+    try:
+        for run in runs:
+            original = [s.to_json() for s in before.get_trace(run["trace_id"])]
+            copied = [s.to_json() for s in after.get_trace(run["trace_id"])]
+            assert copied == original
+    finally:
+        before.close()
+        after.close()
+
+
+def test_the_runs_list_as_csv(tmp_path: Path) -> None:
+    import csv
+    import io
+
+    from ui_fixtures import hand_made_runs
+
+    db = tmp_path / "csv.db"
+    hand_made_runs(db, time.time_ns(), count=3)
+    with Server(db) as url:
+        response = requests.get(url + "/api/runs.csv", params={"errors": "any"}, timeout=10)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(response.text)))
+    assert len(rows) == 1 and rows[0]["status"] == "error" and rows[0]["agent"] == "pricey"
+    assert float(rows[0]["cost"]) == pytest.approx(0.0375)
+    assert rows[0]["input_preview"] == "question 2 about <b>zebras</b>"

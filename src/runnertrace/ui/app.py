@@ -10,6 +10,8 @@ event loop that also streams the live feed.
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import json
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -39,6 +41,7 @@ from runnertrace.ui.ingest import (
     MAX_BODY,
     IngestError,
     decode,
+    export_json,
     metrics_refusal,
     readable_spans,
     response_body,
@@ -95,6 +98,21 @@ def _guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Resp
     return endpoint
 
 
+CSV_COLUMNS = (
+    "trace_id", "start_ns", "end_ns", "duration_ns", "name", "agent", "framework", "mode",
+    "status", "span_count", "error_count", "input_tokens", "output_tokens", "cost",
+    "session_id", "user_id", "input_preview", "output_preview",
+)  # fmt: skip
+CSV_MAX_ROWS = 100_000
+
+
+def _csv_cell(value: object) -> object:
+    # A cell starting with = + - @ is a formula to a spreadsheet: quote it as text.
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return "" if value is None else value
+
+
 def _int(request: Request, key: str, default: int, low: int = 0, high: int = MAX_NS) -> int:
     return int_param(request.query_params.get(key), key, default=default, low=low, high=high)
 
@@ -137,6 +155,42 @@ def create_app(
         store = dashboard.store()
         trace_id = store.resolve(request.path_params["trace_id"])
         return _json(run_json(store.get_run(trace_id)))
+
+    def export_trace(request: Request) -> Response:
+        """One trace as OTLP/JSON: a file that ``POST /v1/traces`` (here or anywhere) takes."""
+        store = dashboard.store()
+        trace_id = store.resolve(request.path_params["trace_id"])
+        body = json.dumps(export_json(store.get_trace(trace_id)), ensure_ascii=False)
+        return Response(
+            body,
+            media_type="application/json",
+            headers={
+                **_HEADERS,
+                "Content-Disposition": f'attachment; filename="trace-{trace_id}.otlp.json"',
+            },
+        )
+
+    def runs_csv(request: Request) -> Response:
+        """The filtered runs list as CSV (up to ``CSV_MAX_ROWS`` rows, newest first)."""
+        filters = RunFilter.from_params(request.query_params)
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(CSV_COLUMNS)
+        cursor: str | None = None
+        written = 0
+        while written < CSV_MAX_ROWS:
+            page = dashboard.runs(filters, cursor=cursor, limit=MAX_PAGE)
+            for run in page["runs"]:
+                writer.writerow([_csv_cell(run.get(column)) for column in CSV_COLUMNS])
+            written += len(page["runs"])
+            cursor = page["next"]
+            if cursor is None:
+                break
+        return Response(
+            out.getvalue(),
+            media_type="text/csv",
+            headers={**_HEADERS, "Content-Disposition": 'attachment; filename="runs.csv"'},
+        )
 
     def trace_page(request: Request) -> Response:
         trace_id = dashboard.store().resolve(request.path_params["trace_id"])
@@ -286,6 +340,8 @@ def create_app(
     routes: list[Any] = [
         Route("/", index),
         Route("/api/runs", _guarded(runs)),
+        Route("/api/runs.csv", _guarded(runs_csv)),
+        Route("/api/runs/{trace_id}/otlp", _guarded(export_trace)),
         Route("/api/facets", _guarded(facets)),
         Route("/api/runs/{trace_id}", _guarded(run)),
         Route("/trace/{trace_id}", _guarded(trace_page)),

@@ -108,7 +108,7 @@ def normalise(attributes: dict[str, Any], name: str, scope: str | None) -> dict[
             out[attr.INPUT_VALUE] = first
     for rebuild in _REBUILDERS:
         rebuild(out)
-    if attr.FRAMEWORK not in out and span_type is not None:
+    if attr.FRAMEWORK not in out and span_type == "run":  # the runs list reads the run span
         out[attr.FRAMEWORK] = framework_of(scope)
     return out
 

@@ -36,12 +36,14 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from runnertrace.exporters.local_store import StoredSpan
 from runnertrace.ui.dialects import normalise
 
 __all__ = [
     "MAX_BODY",
     "IngestError",
     "decode",
+    "export_json",
     "metrics_refusal",
     "readable_spans",
     "response_body",
@@ -274,3 +276,60 @@ def readable_spans(request: ExportTraceServiceRequest) -> Sequence[ReadableSpan]
             )
             spans.extend(_span(span, resource, scope) for span in scope_spans.spans)
     return spans
+
+
+# -- out: a stored trace as OTLP/JSON, which /v1/traces takes back ------------------------------
+_KIND_NAMES = {kind.name: kind for kind in SpanKind}
+
+
+def _attribute(value: Any) -> Any:
+    # Stored as JSON, a list comes back as a list; the SDK's attributes hold tuples.
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _readable(span: StoredSpan) -> ReadableSpan:
+    trace_id = int(span.trace_id, 16)
+    parent = (
+        SpanContext(trace_id, int(span.parent_span_id, 16), False) if span.parent_span_id else None
+    )
+    return ReadableSpan(
+        name=span.name,
+        context=SpanContext(trace_id, int(span.span_id, 16), False, TraceFlags(1)),
+        parent=parent,
+        resource=Resource({k: _attribute(v) for k, v in span.resource.items()}),
+        attributes={k: _attribute(v) for k, v in span.attributes.items()},
+        events=[
+            Event(
+                str(e.get("name", "")),
+                {k: _attribute(v) for k, v in (e.get("attributes") or {}).items()},
+                timestamp=int(e.get("time_ns") or span.start_ns),
+            )
+            for e in span.events
+        ],
+        kind=_KIND_NAMES.get(span.kind, SpanKind.INTERNAL),
+        status=Status(StatusCode[span.status_code], span.status_description),
+        start_time=span.start_ns,
+        end_time=span.end_ns,
+        instrumentation_scope=InstrumentationScope(span.scope) if span.scope else None,
+    )
+
+
+def _ids_to_hex(node: Any) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in _ID_FIELDS and isinstance(value, str):
+                node[key] = base64.b64decode(value).hex()
+            else:
+                _ids_to_hex(value)
+    elif isinstance(node, list):
+        for item in node:
+            _ids_to_hex(item)
+
+
+def export_json(spans: Sequence[StoredSpan]) -> dict[str, Any]:
+    """The trace as an OTLP/JSON ``ExportTraceServiceRequest`` (ids in hex, as OTLP/JSON has)."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    data: dict[str, Any] = json_format.MessageToDict(encode_spans([_readable(s) for s in spans]))
+    _ids_to_hex(data)
+    return data

@@ -178,6 +178,9 @@
     var button = el("button", null, "Apply");
     button.type = "submit";
     form.appendChild(button);
+    var csvLink = el("a", "export", "CSV");
+    csvLink.setAttribute("download", "runs.csv");
+    form.appendChild(csvLink);
     form.addEventListener("submit", function (e) { e.preventDefault(); submit(); });
     function state(extra) {
       var next = new URLSearchParams();
@@ -231,6 +234,11 @@
     var query = {};
     RUN_FILTERS.forEach(function (k) { if (k !== "range") query[k] = params.get(k); });
     query.since = sinceNs(params.get("range"));
+    var csvQuery = new URLSearchParams();
+    Object.keys(query).forEach(function (k) {
+      if (query[k] && k !== "sort" && k !== "dir") csvQuery.set(k, query[k]);
+    });
+    csvLink.href = "/api/runs.csv" + (csvQuery.toString() ? "?" + csvQuery.toString() : "");
     var cursor = null;
     function load() {
       api("/api/runs", Object.assign({ cursor: cursor, limit: 50 }, query)).then(function (r) {
@@ -287,6 +295,10 @@
     bar.appendChild(back);
     var chips = el("div", "chips");
     bar.appendChild(chips);
+    var exportLink = el("a", "export", "export OTLP JSON");
+    exportLink.href = "/api/runs/" + encodeURIComponent(traceId) + "/otlp";
+    exportLink.setAttribute("download", "trace-" + traceId + ".otlp.json");
+    bar.appendChild(exportLink);
     view.appendChild(bar);
     var frame = el("iframe", "trace");
     frame.title = "trace waterfall";
