@@ -340,6 +340,8 @@ def test_the_runs_list_filters_sorts_and_keeps_it_in_the_url(pg: object, base_ur
     expect(rows).to_have_count(3)
     pg.click('#runs th[data-sort="cost"]')  # type: ignore[attr-defined]
     expect(pg.locator("#runs th.sorted")).to_have_text("cost \u25bc")  # type: ignore[attr-defined]
+    expect(rows).to_have_count(3)
+    expect(rows.first.locator("td").nth(9)).to_have_text("$0.0375")  # the new page has loaded
     costs = rows.evaluate_all("rs => rs.map(r => r.children[9].textContent)")
     assert costs == ["$0.0375", "$0.025", "$0.0125"]
     assert "sort=cost" in pg.url and "user=ada" in pg.url  # type: ignore[attr-defined]
@@ -363,3 +365,35 @@ def test_sessions_show_previews_span_errors_and_a_failed_turns_error(
     expect(turns).to_have_count(3)
     expect(turns.nth(2).locator(".bubble.failed")).to_contain_text("RateLimitError: 429 slow down")
     assert "(content not captured)" not in turns.nth(2).inner_text()
+
+
+def test_compare_two_runs(pg: object, base_url: str, tmp_path: Path) -> None:
+    pg.goto(base_url + "/#/runs?user=ada&sort=start&dir=asc")  # type: ignore[attr-defined]
+    rows = pg.locator("#runs tbody tr.link")  # type: ignore[attr-defined]
+    expect(rows).to_have_count(3)
+    button = pg.locator("#compare")  # type: ignore[attr-defined]
+    expect(button).to_be_hidden()
+    rows.nth(0).locator("input.pick").check()
+    rows.nth(1).locator("input.pick").check()
+    expect(button).to_be_visible()
+    button.click()
+    differences = pg.locator("#differences")  # type: ignore[attr-defined]
+    models = differences.locator('tr[data-field="models"]')
+    expect(models).to_have_class("differs")
+    expect(models.locator("td").nth(1)).to_have_text("gpt-test-mini")
+    expect(models.locator("td").nth(2)).to_have_text("gpt-test-large")
+    cost = differences.locator('tr[data-field="cost"]')
+    expect(cost.locator("td").nth(1)).to_have_text("$0.0125")
+    expect(cost.locator("td").nth(2)).to_have_text("$0.025")
+    expect(differences.locator('tr[data-field="tools called"]')).to_have_class("same")
+    expect(differences.locator('tr[data-field="latency_ns"] td').first).to_have_text("latency")
+    timeline = pg.locator("#cmp-timeline .cmp-row")  # type: ignore[attr-defined]
+    keys = timeline.evaluate_all("rs => rs.map(r => r.dataset.key)")
+    assert keys[0] == "invoke_agent pricey #1" and "execute_tool lookup #1" in keys
+    mini = pg.locator('#cmp-timeline .cmp-row[data-key="chat gpt-test-mini #1"]')  # type: ignore[attr-defined]
+    expect(mini.locator(".cmp-track").nth(1)).to_have_text("(not in this run)")
+    # aligned: the same tool span, at the same offset in both runs, sits at the same x
+    tool = pg.locator('#cmp-timeline .cmp-row[data-key="execute_tool lookup #1"] .cmp-bar')  # type: ignore[attr-defined]
+    lefts = tool.evaluate_all("bs => bs.map(b => b.style.left)")
+    assert len(lefts) == 2 and lefts[0] == lefts[1]
+    shot(pg, "ui-compare.png", tmp_path)

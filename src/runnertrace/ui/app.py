@@ -192,6 +192,13 @@ def create_app(
             headers={**_HEADERS, "Content-Disposition": 'attachment; filename="runs.csv"'},
         )
 
+    def compare(request: Request) -> Response:
+        first = text_param(request.query_params, "a")
+        second = text_param(request.query_params, "b")
+        if not first or not second:
+            raise QueryError("a and b are required: the two trace ids (or prefixes) to compare")
+        return _json(dashboard.compare(first, second))
+
     def trace_page(request: Request) -> Response:
         trace_id = dashboard.store().resolve(request.path_params["trace_id"])
         return HTMLResponse(
@@ -341,6 +348,7 @@ def create_app(
         Route("/", index),
         Route("/api/runs", _guarded(runs)),
         Route("/api/runs.csv", _guarded(runs_csv)),
+        Route("/api/compare", _guarded(compare)),
         Route("/api/runs/{trace_id}/otlp", _guarded(export_trace)),
         Route("/api/facets", _guarded(facets)),
         Route("/api/runs/{trace_id}", _guarded(run)),

@@ -504,6 +504,95 @@ class Dashboard:
         store = self.store()
         return render_report(store.get_trace(trace_id), store.get_run(trace_id))
 
+    # -- compare ------------------------------------------------------------------------
+    def compare(self, first: str, second: str) -> dict[str, Any]:
+        """Two runs side by side: each one's facts and timeline, and where they differ.
+
+        Why spans are paired by name and occurrence: two turns of one agent run the
+        same steps in the same order, so "the 2nd chat gpt-4o" of each is what a
+        reader compares; a span only one run has gets a row of its own.
+        """
+        store = self.store()
+        sides = [self._side(store, store.resolve(ref)) for ref in (first, second)]
+        keys: list[str] = []
+        for side in sides:
+            for key in side["by_key"]:
+                if key not in keys:
+                    keys.append(key)
+        timeline = [
+            {"key": key, "a": sides[0]["by_key"].get(key), "b": sides[1]["by_key"].get(key)}
+            for key in keys
+        ]
+        facts: list[tuple[str, object, object]] = [
+            (name, sides[0]["facts"].get(name), sides[1]["facts"].get(name))
+            for name in dict.fromkeys([*sides[0]["facts"], *sides[1]["facts"]])
+        ]
+        return {
+            "a": sides[0]["run"],
+            "b": sides[1]["run"],
+            "scale_ns": max(sides[0]["run"]["duration_ns"], sides[1]["run"]["duration_ns"], 1),
+            "differences": [
+                {"field": name, "a": a, "b": b, "same": a == b} for name, a, b in facts
+            ],
+            "timeline": timeline,
+        }
+
+    def _side(self, store: SpanStore, trace_id: str) -> dict[str, Any]:
+        from runnertrace.exporters.local_store import span_tree
+
+        run = store.get_run(trace_id)
+        spans = store.get_trace(trace_id)
+        start = min(s.start_ns for s in spans)
+        seen: dict[str, int] = {}
+        by_key: dict[str, dict[str, Any]] = {}
+        models: list[str] = []
+        params: dict[str, Any] = {}
+        tools: dict[str, int] = {}
+        for span, depth in span_tree(spans):
+            count = seen[span.name] = seen.get(span.name, 0) + 1
+            a = span.attributes
+            model = a.get(attr.RESPONSE_MODEL) or a.get(attr.REQUEST_MODEL)
+            if span.span_type == "message":
+                if isinstance(model, str) and model not in models:
+                    models.append(model)
+                for key, value in a.items():
+                    if key.startswith("gen_ai.request.") and key != attr.REQUEST_MODEL:
+                        params.setdefault(key.removeprefix("gen_ai.request."), value)
+            if span.span_type == "tool":
+                name = str(a.get(attr.TOOL_NAME) or span.name)
+                tools[name] = tools.get(name, 0) + 1
+            by_key[f"{span.name} #{count}"] = {
+                "name": span.name,
+                "type": span.span_type,
+                "depth": depth,
+                "offset_ns": span.start_ns - start,
+                "duration_ns": span.duration_ns,
+                "error": span.is_error,
+                "tokens": _tokens_of(a),
+                "cost": _number(a.get(COST)),
+            }
+        previews = self.previews([trace_id]).get(trace_id, (None, None))
+        data = run_json(run)
+        data["input_preview"], data["output_preview"] = previews
+        facts: dict[str, object] = {
+            "agent": run.agent,
+            "status": run.status,
+            "models": ", ".join(models) or None,
+            **{
+                f"param {k}": json.dumps(v) if isinstance(v, list) else v for k, v in params.items()
+            },
+            "tools called": ", ".join(f"{k} x{v}" for k, v in sorted(tools.items())) or None,
+            "tokens in": run.input_tokens,
+            "tokens out": run.output_tokens,
+            "cost": run.cost,
+            "latency_ns": run.duration_ns,
+            "spans": run.span_count,
+            "error spans": run.error_count,
+            "input": previews[0],
+            "output": previews[1],
+        }
+        return {"run": data, "facts": facts, "by_key": by_key}
+
     # -- sessions -----------------------------------------------------------------------
     def sessions(self, limit: int = 100) -> list[dict[str, Any]]:
         """The ``limit`` most recently active sessions, each summed over all its runs.
@@ -744,6 +833,15 @@ class Dashboard:
         # SQLite returns the right types already (text, integers, REAL or NULL cost); only a
         # cost stored as something else (a string from a foreign writer) is dropped.
         return [r if r[4] is None or type(r[4]) is float else (*r[:4], _number(r[4])) for r in rows]
+
+
+def _tokens_of(attributes: Mapping[str, Any]) -> int:
+    total = 0
+    for key in (attr.INPUT_TOKENS, attr.OUTPUT_TOKENS):
+        value = attributes.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            total += value
+    return total
 
 
 def _number(value: object) -> float | None:

@@ -84,7 +84,7 @@
     "user", "tag", "errors", "min_ms", "max_ms", "min_cost", "max_cost", "sort", "dir"];
   var RUN_COLUMNS = [["time", "start"], ["agent"], ["framework"], ["status"], ["input"],
     ["output"], ["duration", "duration"], ["spans", "spans"], ["tokens", "tokens"],
-    ["cost", "cost"], ["session"], ["trace"]];
+    ["cost", "cost"], ["session"], ["trace"], ["compare"]];
 
   function runRow(run) {
     var tr = el("tr", "link");
@@ -108,9 +108,27 @@
     cell(tr, fmtCost(run.cost), "num");
     cell(tr, run.session_id || "-", "mono");
     cell(tr, run.trace_id.slice(0, 12), "mono");
+    var pick = el("input", "pick");
+    pick.type = "checkbox";
+    pick.title = "compare";
+    pick.setAttribute("aria-label", "pick to compare");
+    pick.checked = picked.indexOf(run.trace_id) >= 0;
+    pick.addEventListener("click", function (e) {
+      e.stopPropagation();
+      var at = picked.indexOf(run.trace_id);
+      if (at >= 0) picked.splice(at, 1); else picked.push(run.trace_id);
+      while (picked.length > 2) picked.shift();
+      document.querySelectorAll("#runs input.pick").forEach(function (box) {
+        box.checked = picked.indexOf(box.closest("tr").getAttribute("data-trace-id")) >= 0;
+      });
+      var button = document.getElementById("compare");
+      if (button) button.hidden = picked.length !== 2;
+    });
+    tr.appendChild(el("td")).appendChild(pick);
     tr.addEventListener("click", function () { go("#/trace/" + run.trace_id); });
     return tr;
   }
+  var picked = [];
 
   function matches(run, params) {
     var keys = { agent: "agent", framework: "framework", status: "status", user: "user_id" };
@@ -178,6 +196,14 @@
     var button = el("button", null, "Apply");
     button.type = "submit";
     form.appendChild(button);
+    var compareButton = el("button", "primary", "Compare the 2 picked runs");
+    compareButton.type = "button";
+    compareButton.id = "compare";
+    compareButton.hidden = picked.length !== 2;
+    compareButton.addEventListener("click", function () {
+      go("#/compare?a=" + picked[0] + "&b=" + picked[1]);
+    });
+    form.appendChild(compareButton);
     var csvLink = el("a", "export", "CSV");
     csvLink.setAttribute("download", "runs.csv");
     form.appendChild(csvLink);
@@ -332,6 +358,77 @@
       frame.src = "/trace/" + encodeURIComponent(traceId) + "?t=" + Date.now() + hash;
       summary();
     };
+  }
+
+  // -- compare two runs ------------------------------------------------------------------------
+  function showCompare(params) {
+    setNav("runs");
+    view.textContent = "";
+    var back = el("a", null, "\u2190 runs");
+    back.href = "#/runs";
+    view.appendChild(back);
+    view.appendChild(el("h1", null, "Compare two runs"));
+    api("/api/compare", { a: params.get("a"), b: params.get("b") }).then(function (c) {
+      var heads = el("div", "cmp-heads");
+      [["A", c.a], ["B", c.b]].forEach(function (x) {
+        var h = el("div", "cmp-head");
+        var link = el("a", null, x[0] + ": " + (x[1].agent || x[1].name) + " \u00b7 " +
+          fmtTime(x[1].start_ns) + " \u00b7 " + x[1].trace_id.slice(0, 8));
+        link.href = "#/trace/" + x[1].trace_id;
+        h.appendChild(link);
+        h.appendChild(pill(x[1].status));
+        heads.appendChild(h);
+      });
+      view.appendChild(heads);
+      var formats = { cost: fmtCost, latency_ns: fmtNs, "tokens in": fmtTokens,
+        "tokens out": fmtTokens };
+      var t = table(["", "A", "B"]);
+      t.id = "differences";
+      c.differences.forEach(function (d) {
+        var tr = el("tr", d.same ? "same" : "differs");
+        tr.setAttribute("data-field", d.field);
+        var f = formats[d.field] || function (v) {
+          return v === null || v === undefined ? "-" : String(v);
+        };
+        cell(tr, d.field === "latency_ns" ? "latency" : d.field, "k");
+        cell(tr, f(d.a), "wrap");
+        cell(tr, f(d.b), "wrap");
+        t.tBodies[0].appendChild(tr);
+      });
+      view.appendChild(el("h2", null, "Differences"));
+      view.appendChild(t);
+      view.appendChild(el("h2", null, "Timelines, on one scale"));
+      var tl = el("div", "cmp-timeline");
+      tl.id = "cmp-timeline";
+      c.timeline.forEach(function (row) {
+        var line = el("div", "cmp-row");
+        line.setAttribute("data-key", row.key);
+        var any = row.a || row.b;
+        var label = el("div", "cmp-label", any.name);
+        label.style.paddingLeft = (4 + any.depth * 14) + "px";
+        line.appendChild(label);
+        [row.a, row.b].forEach(function (side) {
+          var track = el("div", "cmp-track");
+          if (side) {
+            var bar = el("div", "cmp-bar t-" + (side.type || "other") + (side.error ? " err" : ""));
+            bar.style.left = (100 * side.offset_ns / c.scale_ns) + "%";
+            bar.style.width = Math.max(0.3, 100 * side.duration_ns / c.scale_ns) + "%";
+            bar.title = fmtNs(side.duration_ns);
+            track.appendChild(bar);
+            var figures = fmtNs(side.duration_ns) + (side.tokens ? " \u00b7 " +
+              fmtTokens(side.tokens) + " tok" : "") + (side.cost !== null ? " \u00b7 " +
+              fmtCost(side.cost) : "");
+            track.appendChild(el("span", "cmp-fig", figures));
+          } else {
+            track.appendChild(el("span", "hint", "(not in this run)"));
+          }
+          line.appendChild(track);
+        });
+        tl.appendChild(line);
+      });
+      view.appendChild(tl);
+      document.body.setAttribute("data-compared", "1");
+    }).catch(fail);
   }
 
   // -- sessions --------------------------------------------------------------------------------
@@ -626,7 +723,8 @@
       errors: function () {
         if (h.parts[1]) showErrorRuns(h.parts.slice(1).join("/")); else showErrors();
       },
-      charts: function () { showCharts(h.params); }
+      charts: function () { showCharts(h.params); },
+      compare: function () { showCompare(h.params); }
     };
     (routes[page] || routes.runs)();
   }
