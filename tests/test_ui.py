@@ -446,3 +446,18 @@ def test_sessions_count_span_errors_and_show_previews_and_failed_turns(
     assert len(failed) == 1 and failed[0]["error"]["message"] == "429 slow down"
     assert failed[0]["error"]["type"] == "RateLimitError"
     assert all(t["error"] is None for t in turns if t["status"] == "ok")
+
+
+def test_chart_summary_tiles_and_error_rate_over_time(client: TestClient) -> None:
+    agents = get(client, "/api/metrics", by="agent", buckets=1)
+    summary = agents["summary"]
+    assert summary["count"] == 7 and summary["errors"] == 2  # a failed run, a failed tool
+    assert summary["error_rate"] == pytest.approx(2 / 7)
+    assert summary["p95_ms"] >= summary["p50_ms"] > 0
+    assert summary["cost"] == pytest.approx(0.075)
+    series = {s["name"]: s["points"] for s in agents["series"]}
+    assert series["pricey"][0]["error_rate"] == pytest.approx(1 / 3)
+    assert series["helper"][0]["error_rate"] == 0
+    tools = {s["name"]: s["points"] for s in get(client, "/api/metrics", by="tool")["series"]}
+    assert sum(p["errors"] for p in tools["calculator"]) == 1
+    assert sum(p["errors"] for p in tools["lookup"]) == 0

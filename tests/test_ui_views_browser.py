@@ -397,3 +397,31 @@ def test_compare_two_runs(pg: object, base_url: str, tmp_path: Path) -> None:
     lefts = tool.evaluate_all("bs => bs.map(b => b.style.left)")
     assert len(lefts) == 2 and lefts[0] == lefts[1]
     shot(pg, "ui-compare.png", tmp_path)
+
+
+def test_charts_tiles_error_rate_palette_and_axes(pg: object, base_url: str) -> None:
+    pg.goto(base_url + "/#/charts?by=agent&range=")  # type: ignore[attr-defined]
+    expect(pg.locator("body")).to_have_attribute("data-charts", "4")  # type: ignore[attr-defined]
+    tiles = pg.locator("#tiles .tile")  # type: ignore[attr-defined]
+    expect(tiles).to_have_count(6)
+    tile = lambda name: pg.locator(f'#tiles .tile[data-tile="{name}"] b')  # type: ignore[attr-defined]  # noqa: E731
+    expect(tile("runs")).to_have_text("5")
+    expect(tile("error rate")).to_have_text("40.0 %")  # planner (tool failed) and one pricey
+    expect(tile("cost")).to_have_text("$0.07549")
+    error_chart = pg.locator("#charts .chart", has_text="Error rate per agent")  # type: ignore[attr-defined]
+    expect(error_chart).to_have_attribute("data-lines", "3")  # one line per agent
+    tips = error_chart.locator("circle title").all_text_contents()
+    assert any(t.startswith("planner error rate: 100 %") for t in tips), tips
+    # y labels sit on their gridlines and are round numbers; the x axis has 7 ticks
+    for chart in pg.locator("#charts .chart").all():  # type: ignore[attr-defined]
+        placed = chart.evaluate(
+            "c => [...c.querySelectorAll('.y-axis text')].map(t => [t.getAttribute('y'),"
+            " t.previousSibling.getAttribute('y1')])"
+        )
+        assert len(placed) >= 3 and all(a == b for a, b in placed), placed
+        assert chart.locator(".x-axis text").count() == 7
+    distinct = pg.evaluate(  # type: ignore[attr-defined]
+        "() => new Set([...document.querySelectorAll('#charts .chart')[0]"
+        ".querySelectorAll('.legend i')].map(i => i.style.background)).size"
+    )
+    assert distinct == pg.locator("#charts .chart").first.locator(".legend i").count()  # type: ignore[attr-defined]

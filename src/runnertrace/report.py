@@ -122,6 +122,7 @@ var RT = (function () {
   "use strict";
   function duration(ns) {
     if (typeof ns !== "number" || !isFinite(ns)) return "-";
+    if (ns === 0) return "0";
     if (ns < 1e3) return Math.round(ns) + " ns";
     if (ns < 1e6) return (ns / 1e3).toFixed(ns < 1e4 ? 1 : 0) + " \u00b5s";
     if (ns < 1e9) return (ns / 1e6).toFixed(ns < 1e7 ? 2 : 1) + " ms";

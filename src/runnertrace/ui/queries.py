@@ -40,7 +40,7 @@ __all__ = ["Dashboard", "QueryError", "RunFilter"]
 STATUSES = ("ok", "error", "cancelled", "incomplete")
 GROUPINGS = ("agent", "model", "tool")
 MAX_PAGE = 200
-MAX_SERIES = 8  # chart lines; the rest are summed into "other"
+MAX_SERIES = 12  # chart lines (the page's palette has 14 distinct colours); the rest: "other"
 MAX_NS = (1 << 63) - 1  # what a SQLite INTEGER (and an epoch-nanosecond column) holds
 MAX_TEXT = 1000  # a filter or search value longer than this is a mistake, not a query
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
@@ -762,7 +762,13 @@ class Dashboard:
             raise QueryError(f"buckets={buckets} is out of range: 1 to 200")
         rows = self._metric_rows(by, since_ns, until_ns)
         if not rows:
-            return {"by": by, "start_ns": since_ns, "bucket_ns": 0, "series": []}
+            return {
+                "by": by,
+                "start_ns": since_ns,
+                "bucket_ns": 0,
+                "series": [],
+                "summary": _summary([]),
+            }
         start = since_ns if since_ns is not None else min(r[1] for r in rows)
         end = until_ns if until_ns is not None else max(r[1] for r in rows) + 1
         width = max(1, math.ceil((end - start) / buckets))
@@ -770,21 +776,23 @@ class Dashboard:
         for row in rows:
             counts[row[0]] = counts.get(row[0], 0) + 1
         kept = set(sorted(counts, key=lambda k: (-counts[k], k))[:MAX_SERIES])
-        # (series, bucket) -> durations, token sum, cost sum, priced count
+        # (series, bucket) -> durations, [token sum, cost sum, priced count, failed count]
         cells: dict[tuple[str, int], tuple[list[int], list[float]]] = {}
         last = buckets - 1
-        for name, start_ns, duration, tokens, cost in rows:
+        for name, start_ns, duration, tokens, cost, failed in rows:
             index = (start_ns - start) // width
             key = (name if name in kept else "other", last if index > last else max(0, index))
             cell = cells.get(key)
             if cell is None:
-                cell = cells[key] = ([], [0.0, 0.0, 0.0])
+                cell = cells[key] = ([], [0.0, 0.0, 0.0, 0.0])
             cell[0].append(duration)
             sums = cell[1]
             sums[0] += tokens or 0
             if cost is not None:
                 sums[1] += cost
                 sums[2] += 1
+            if failed:
+                sums[3] += 1
         series_points: dict[str, list[dict[str, Any]]] = {}
         for (name, index), (durations, sums) in sorted(cells.items(), key=lambda c: c[0][1]):
             durations.sort()
@@ -796,33 +804,42 @@ class Dashboard:
                     "p95_ms": percentile(durations, 0.95) / 1e6,
                     "tokens": int(sums[0]),
                     "cost": sums[1] if sums[2] else None,
+                    "errors": int(sums[3]),
+                    "error_rate": sums[3] / len(durations),
                 }
             )
         order = sorted(series_points, key=lambda k: (k == "other", -counts.get(k, 0), k))
         series = [{"name": name, "points": series_points[name]} for name in order]
-        return {"by": by, "start_ns": start, "bucket_ns": width, "series": series}
+        return {
+            "by": by,
+            "start_ns": start,
+            "bucket_ns": width,
+            "series": series,
+            "summary": _summary(rows),
+        }
 
     def _metric_rows(
         self, by: str, since_ns: int | None, until_ns: int | None
-    ) -> list[tuple[str, int, int, int, float | None]]:
+    ) -> list[tuple[str, int, int, int, float | None, int]]:
         bounds = ["start_ns >= ?", "start_ns < ?"]
         params: list[object] = [since_ns or 0, until_ns or (1 << 63) - 1]
         queries: dict[str, Callable[[], str]] = {
             "agent": lambda: (
                 "SELECT COALESCE(agent, name), start_ns, end_ns - start_ns, "
-                "input_tokens + output_tokens, cost FROM runs "
-                f"WHERE {' AND '.join(bounds)}"
+                "input_tokens + output_tokens, cost, (status = 'error' OR error_count > 0) "
+                f"FROM runs WHERE {' AND '.join(bounds)}"
             ),
             "model": lambda: (
                 "SELECT COALESCE("
                 f"{_attr_sql(attr.RESPONSE_MODEL, attr.REQUEST_MODEL)}, '(unknown model)'), "
                 "start_ns, end_ns - start_ns, input_tokens + output_tokens, "
-                f"{_attr_sql(COST)} FROM spans WHERE span_type = 'message' "
+                f"{_attr_sql(COST)}, status_code = 'ERROR' FROM spans WHERE span_type = 'message' "
                 f"AND {' AND '.join(bounds)}"
             ),
             "tool": lambda: (
                 f"SELECT COALESCE({_attr_sql(attr.TOOL_NAME, attr.LEGACY_TOOL_NAME)}, name), "
-                "start_ns, end_ns - start_ns, 0, NULL FROM spans WHERE span_type = 'tool' "
+                "start_ns, end_ns - start_ns, 0, NULL, status_code = 'ERROR' FROM spans "
+                "WHERE span_type = 'tool' "
                 f"AND {' AND '.join(bounds)}"
             ),
         }
@@ -832,7 +849,26 @@ class Dashboard:
             return []
         # SQLite returns the right types already (text, integers, REAL or NULL cost); only a
         # cost stored as something else (a string from a foreign writer) is dropped.
-        return [r if r[4] is None or type(r[4]) is float else (*r[:4], _number(r[4])) for r in rows]
+        return [
+            r if r[4] is None or type(r[4]) is float else (*r[:4], _number(r[4]), r[5])
+            for r in rows
+        ]
+
+
+def _summary(rows: Sequence[tuple[str, int, int, int, float | None, int]]) -> dict[str, Any]:
+    """The tiles above the charts: count, error rate, p50/p95 latency, tokens and cost."""
+    durations = sorted(r[2] for r in rows)
+    costs = [r[4] for r in rows if r[4] is not None]
+    failed = sum(1 for r in rows if r[5])
+    return {
+        "count": len(rows),
+        "errors": failed,
+        "error_rate": failed / len(rows) if rows else None,
+        "p50_ms": percentile(durations, 0.5) / 1e6 if rows else None,
+        "p95_ms": percentile(durations, 0.95) / 1e6 if rows else None,
+        "tokens": sum(r[3] or 0 for r in rows),
+        "cost": sum(costs) if costs else None,
+    }
 
 
 def _tokens_of(attributes: Mapping[str, Any]) -> int:

@@ -5,8 +5,11 @@
   "use strict";
   var view = document.getElementById("view");
   var liveEl = document.getElementById("live");
-  var COLORS = ["#4c6ef5", "#f59e0b", "#14a38b", "#e5484d", "#a855f7", "#3b82f6", "#d97706",
-    "#2f9e44", "#8a94a6"];
+  // 14 colours that stay apart side by side (after Tableau 20's darker half, then Okabe-Ito);
+  // "other" gets its own grey.
+  var COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+    "#17becf", "#bcbd22", "#003f5c", "#f0a3ff", "#005f2f", "#a05000", "#56b4e9"];
+  var OTHER = "#8a94a6";
   var RANGES = [["", "all time"], ["900", "last 15 min"], ["3600", "last hour"],
     ["86400", "last 24 h"], ["604800", "last 7 days"]];
   var current = { page: null, onRuns: null };
@@ -578,6 +581,16 @@
   }
 
   // -- charts ----------------------------------------------------------------------------------
+  function niceTicks(max) {
+    // 0 up to a round number at or above max, in 3 to 6 round steps (1, 2, 2.5 or 5 x 10^k)
+    var raw = max / 4, power = Math.pow(10, Math.floor(Math.log10(raw)));
+    var step = [1, 2, 2.5, 5, 10].map(function (m) { return m * power; })
+      .filter(function (c) { return c >= raw; })[0];
+    var ticks = [];
+    for (var v = 0; v < max + step * 0.999; v += step) ticks.push(Number(v.toPrecision(12)));
+    return ticks;
+  }
+
   function lineChart(title, data, lines, format) {
     var box = el("div", "chart");
     box.appendChild(el("h3", null, title));
@@ -592,23 +605,35 @@
       });
     });
     if (max <= 0) max = 1;
+    var ticks = niceTicks(max);
+    max = ticks[ticks.length - 1];
     function x(t) { return L + (W - L - R) * ((t - data.start) / (data.width * n)); }
     function y(v) { return T + (H - T - B) * (1 - v / max); }
-    [0, 0.5, 1].forEach(function (f) {
-      root.appendChild(svg("line", { x1: L, x2: W - R, y1: y(max * f), y2: y(max * f),
-        "class": "gridline" }));
-      var label = svg("text", { x: L - 6, y: y(max * f) + 3, "text-anchor": "end" });
-      label.textContent = format(max * f);
-      root.appendChild(label);
+    var yAxis = svg("g", { "class": "y-axis" });
+    ticks.forEach(function (v) {
+      // each label is centred on its own gridline (dominant-baseline), never offset by hand
+      yAxis.appendChild(svg("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), "class": "gridline" }));
+      var label = svg("text", { x: L - 6, y: y(v), "text-anchor": "end",
+        "dominant-baseline": "middle", "data-value": v });
+      label.textContent = format(v);
+      yAxis.appendChild(label);
     });
-    [0, 1].forEach(function (f) {
-      var label = svg("text", { x: f ? W - R : L, y: H - 6, "text-anchor": f ? "end" : "start" });
-      label.textContent = fmtTime(data.start + f * data.width * n).slice(5, 16);
-      root.appendChild(label);
-    });
+    root.appendChild(yAxis);
+    var xAxis = svg("g", { "class": "x-axis" });
+    var span = data.width * n, steps = 6;
+    for (var k = 0; k <= steps; k++) {
+      var at = data.start + span * k / steps;
+      var label = svg("text", { x: x(at), y: H - 6,
+        "text-anchor": k === 0 ? "start" : k === steps ? "end" : "middle" });
+      label.textContent = span > 2 * 864e11 ? fmtTime(at).slice(5, 16) : fmtTime(at).slice(11, 16);
+      xAxis.appendChild(label);
+      xAxis.appendChild(svg("line", { x1: x(at), x2: x(at), y1: H - B, y2: H - B + 4,
+        "class": "tick" }));
+    }
+    root.appendChild(xAxis);
     var drawn = 0;
     data.series.forEach(function (s, i) {
-      var color = s.name === "other" ? COLORS[COLORS.length - 1] : COLORS[i % COLORS.length];
+      var color = s.name === "other" ? OTHER : COLORS[i % COLORS.length];
       lines.forEach(function (ln) {
         var pts = s.points.filter(function (p) { return p[ln.key] !== null; });
         if (!pts.length) return;
@@ -638,8 +663,7 @@
     data.series.forEach(function (s, i) {
       var item = el("span");
       var swatch = el("i");
-      swatch.style.background = s.name === "other" ? COLORS[COLORS.length - 1]
-        : COLORS[i % COLORS.length];
+      swatch.style.background = s.name === "other" ? OTHER : COLORS[i % COLORS.length];
       item.appendChild(swatch);
       item.appendChild(document.createTextNode(s.name));
       legend.appendChild(item);
@@ -678,12 +702,29 @@
     sel.addEventListener("change", function () { go("#/charts?by=" + by + "&range=" + sel.value); });
     bar.appendChild(sel);
     view.appendChild(bar);
+    var tiles = el("div", "tiles");
+    tiles.id = "tiles";
+    view.appendChild(tiles);
     var grid = el("div", "charts");
     grid.id = "charts";
     view.appendChild(grid);
     function draw() {
       api("/api/metrics", { by: by, since: sinceNs(range), buckets: 24 }).then(function (m) {
         grid.textContent = "";
+        tiles.textContent = "";
+        var sm = m.summary, unit = by === "agent" ? "runs" : by === "model" ? "model calls"
+          : "tool calls";
+        [[unit, fmtTokens(sm.count)],
+          ["error rate", sm.error_rate === null ? "-" : (100 * sm.error_rate).toFixed(1) + " %"],
+          ["p50 latency", sm.p50_ms === null ? "-" : fmtNs(sm.p50_ms * 1e6)],
+          ["p95 latency", sm.p95_ms === null ? "-" : fmtNs(sm.p95_ms * 1e6)],
+          ["tokens", fmtTokens(sm.tokens)], ["cost", fmtCost(sm.cost)]].forEach(function (x) {
+          var tile = el("div", "tile");
+          tile.setAttribute("data-tile", x[0]);
+          tile.appendChild(el("span", "tile-k", x[0]));
+          tile.appendChild(el("b", null, x[1]));
+          tiles.appendChild(tile);
+        });
         var data = { start: m.start_ns, width: m.bucket_ns, buckets: 24, series: m.series };
         var ms = function (v) { return fmtNs(v * 1e6); };
         grid.appendChild(lineChart("Latency per " + by + " (p50, p95)", data,
@@ -695,8 +736,11 @@
             [{ key: "cost", label: "cost" }], fmtCost));
         } else {
           grid.appendChild(lineChart("Calls per tool", data, [{ key: "count", label: "calls" }],
-            function (v) { return String(Math.round(v)); }));
+            function (v) { return fmtTokens(Math.round(v)); }));
         }
+        grid.appendChild(lineChart("Error rate per " + by, data,
+          [{ key: "error_rate", label: "error rate" }],
+          function (v) { return (100 * v).toFixed(v < 0.1 && v > 0 ? 1 : 0) + " %"; }));
         document.body.setAttribute("data-charts", String(grid.children.length));
       }).catch(fail);
     }
