@@ -461,3 +461,41 @@ def test_chart_summary_tiles_and_error_rate_over_time(client: TestClient) -> Non
     tools = {s["name"]: s["points"] for s in get(client, "/api/metrics", by="tool")["series"]}
     assert sum(p["errors"] for p in tools["calculator"]) == 1
     assert sum(p["errors"] for p in tools["lookup"]) == 0
+
+
+def test_content_search_through_the_index_finds_what_the_scan_finds(
+    db: Path, tmp_path: Path
+) -> None:
+    from runnertrace.ui.queries import Dashboard, RunFilter
+
+    copy = tmp_path / "copy.db"  # this test adds a run: not to the module's store
+    with sqlite3.connect(db) as source, sqlite3.connect(copy) as target:
+        source.backup(target)
+    db = copy
+    dashboard = Dashboard(db)
+    dashboard.prepare()
+    dashboard.start()
+    try:
+        assert dashboard.search is not None and dashboard.search.caught_up.wait(30)
+        assert Path(str(db) + ".search").is_file()
+        for text, expected in (
+            ("zebras", 3),
+            ("divided by 0", 2),
+            ("execute_tool lookup", 3),
+            ("DIVIDED BY", 2),  # any case, as LIKE
+            ("100%", 0),
+            ("zz", 0),  # too short for trigrams: the scan answers
+        ):
+            found = dashboard.search.matches(text)
+            if len(text) >= 3:
+                assert found is not None and len(found[0]) == expected, text
+            runs = dashboard.runs(RunFilter(search=text))["runs"]
+            assert len(runs) == expected, text
+        # a run stored after the index caught up is found by the scan of the unindexed rest
+        covered = dashboard.search.indexed_seq
+        dashboard.search.stop()
+        hand_made_runs(db, time.time_ns(), count=1)
+        assert dashboard.last_seq() > covered
+        assert len(dashboard.runs(RunFilter(search="zebras"))["runs"]) == 4
+    finally:
+        dashboard.close()

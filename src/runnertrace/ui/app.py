@@ -337,6 +337,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await run_in_threadpool(dashboard.prepare)
+        dashboard.start()
         try:
             yield
         finally:

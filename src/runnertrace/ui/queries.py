@@ -34,6 +34,7 @@ from runnertrace.exporters.local_store import (
     run_summary,
 )
 from runnertrace.tracing import attributes as attr
+from runnertrace.ui.search import SearchIndex
 
 __all__ = ["Dashboard", "QueryError", "RunFilter"]
 
@@ -193,7 +194,10 @@ class RunFilter:
             max_cost=float_param(params, "max_cost"),
         )
 
-    def where(self) -> tuple[list[str], list[object]]:
+    def where(
+        self, found: tuple[Sequence[str], int] | None = None
+    ) -> tuple[list[str], list[object]]:
+        """SQL conditions on ``runs``; ``found`` is the search index's answer, if it had one."""
         clauses: list[str] = []
         params: list[object] = []
         for column, value in (
@@ -253,12 +257,20 @@ class RunFilter:
             # Runs are walked newest first and each is probed through the spans'
             # primary key, so a common word stops after one page of matches.
             pattern = _like(self.search)
-            clauses.append(
+            scan = (
                 "(runs.name LIKE ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM spans s "
                 "WHERE s.trace_id = runs.trace_id AND (s.name LIKE ? ESCAPE '\\' "
                 "OR s.attributes LIKE ? ESCAPE '\\')))"
             )
-            params.extend([pattern, pattern, pattern])
+            if found is None:
+                clauses.append(scan)
+                params.extend([pattern, pattern, pattern])
+            else:
+                # The index's matches, plus a scan of only the runs it has not reached yet.
+                ids, covered = found
+                marks = ", ".join("?" * len(ids)) or "NULL"
+                clauses.append(f"(runs.trace_id IN ({marks}) OR (runs.seq > ? AND {scan}))")
+                params.extend([*ids, covered, pattern, pattern, pattern])
         return clauses, params
 
 
@@ -331,11 +343,12 @@ def _message_text(value: object, *, last: bool = False) -> str | None:
 class Dashboard:
     """The dashboard's queries over one store file, each on a per-thread read-only connection."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, search_index: bool = True) -> None:
         self.path = Path(path)
         self._local = threading.local()
         self._stores: list[SpanStore] = []
         self._stores_lock = threading.Lock()
+        self.search = SearchIndex(self.path) if search_index else None
 
     def prepare(self) -> None:
         """Upgrade an older store's schema once (the one write the dashboard ever makes)."""
@@ -355,7 +368,14 @@ class Dashboard:
                 self._stores.append(store)
         return store
 
+    def start(self) -> None:
+        """Start following the store into the search index (the server's lifespan calls it)."""
+        if self.search is not None:
+            self.search.start()
+
     def close(self) -> None:
+        if self.search is not None:
+            self.search.stop()
         with self._stores_lock:
             for store in self._stores:
                 store.close()
@@ -363,6 +383,12 @@ class Dashboard:
 
     def _read(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
         return self.store().read(sql, params)
+
+    def _where(self, filters: RunFilter) -> tuple[list[str], list[object]]:
+        found = None
+        if filters.search is not None and self.search is not None:
+            found = self.search.matches(filters.search)
+        return filters.where(found)
 
     # -- runs ---------------------------------------------------------------------------
     def runs(
@@ -380,7 +406,7 @@ class Dashboard:
             raise QueryError(f"sort={sort!r} is not one of {', '.join(SORTS)}")
         if sort != "start" or not descending:
             return self._sorted_runs(filters, cursor, limit, sort, descending)
-        clauses, params = filters.where()
+        clauses, params = self._where(filters)
         after = _cursor(cursor)
         if after is not None:
             clauses.append("(start_ns, trace_id) < (?, ?)")
@@ -412,7 +438,7 @@ class Dashboard:
             if not cursor.startswith("o:"):
                 raise QueryError(f"cursor={cursor[:60]!r} is not of the form o:<offset>")
             offset = int_param(cursor[2:], "cursor offset", default=0, low=0, high=10**7)
-        clauses, params = filters.where()
+        clauses, params = self._where(filters)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         order = "DESC" if descending else "ASC"
         try:
