@@ -416,3 +416,36 @@ def test_the_runs_list_as_csv(tmp_path: Path) -> None:
     assert len(rows) == 1 and rows[0]["status"] == "error" and rows[0]["agent"] == "pricey"
     assert float(rows[0]["cost"]) == pytest.approx(0.0375)
     assert rows[0]["input_preview"] == "question 2 about <b>zebras</b>"
+
+
+def test_metrics_are_answered_as_not_kept(served: tuple[str, Path]) -> None:
+    """The otlp backend also sends run metrics: the answer says, in OTLP terms, none are kept."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceRequest,
+        ExportMetricsServiceResponse,
+    )
+
+    url, db = served
+    request = ExportMetricsServiceRequest()
+    metric = request.resource_metrics.add().scope_metrics.add().metrics.add()
+    metric.name = "gen_ai.client.token.usage"
+    metric.sum.data_points.add().as_int = 12
+    metric.sum.data_points.add().as_int = 30
+    response = requests.post(
+        url + "/v1/metrics",
+        data=request.SerializeToString(),
+        headers={"Content-Type": "application/x-protobuf"},
+        timeout=10,
+    )
+    assert response.status_code == 200
+    answer = ExportMetricsServiceResponse.FromString(response.content)
+    assert answer.partial_success.rejected_data_points == 2
+    assert "keeps traces only" in answer.partial_success.error_message
+    bad = requests.post(
+        url + "/v1/metrics",
+        data=b"\xff\xff",
+        headers={"Content-Type": "application/x-protobuf"},
+        timeout=10,
+    )
+    assert bad.status_code == 400 and "not an OTLP metrics request" in bad.json()["error"]
+    assert span_count(db) == 0
