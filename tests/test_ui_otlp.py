@@ -235,6 +235,53 @@ def test_openinference_spans_are_mapped_onto_the_views(served: tuple[str, Path])
     assert tool["gen_ai.tool.name"] == "forecast"
     assert tool["gen_ai.tool.call.result"] == "Rainy, 7 C."
     assert chat["llm.token_count.prompt"] == 31  # the app's own keys are kept
+    assert [d["name"] for d in json.loads(chat["gen_ai.tool.definitions"])] == ["forecast"]
+
+
+def test_openllmetry_attributes_are_mapped_onto_the_views(served: tuple[str, Path]) -> None:
+    """OpenLLMetry's spellings (traceloop-sdk is not installed here: its keys, sent by the SDK)."""
+    url, db = served
+    provider = sdk_provider(url, "traceloop-app")
+    tracer = provider.get_tracer("opentelemetry.instrumentation.openai")
+    workflow = {
+        "traceloop.span.kind": "workflow",
+        "traceloop.entity.name": "support_bot",
+        "traceloop.association.properties.session_id": "tl-1",
+        "traceloop.association.properties.user_id": "lin",
+    }
+    with tracer.start_as_current_span("support_bot.workflow", attributes=workflow):
+        chat = {
+            "llm.request.type": "chat",
+            "gen_ai.system": "openai",
+            "gen_ai.request.model": "gpt-4o",
+            "gen_ai.prompt.0.role": "system",
+            "gen_ai.prompt.0.content": "Be kind.",
+            "gen_ai.prompt.1.role": "user",
+            "gen_ai.prompt.1.content": "My order is late.",
+            "gen_ai.completion.0.role": "assistant",
+            "gen_ai.completion.0.content": "Sorry! Let me check.",
+            "gen_ai.completion.0.finish_reason": "stop",
+            "gen_ai.usage.prompt_tokens": 12,
+            "gen_ai.usage.completion_tokens": 6,
+        }
+        with tracer.start_as_current_span("openai.chat", attributes=chat):
+            pass
+    provider.shutdown()
+    run = api(url, "/api/runs")["runs"][0]
+    assert run["agent"] == "support_bot" and run["framework"] == "openai"
+    assert (run["session_id"], run["user_id"]) == ("tl-1", "lin")
+    assert (run["input_tokens"], run["output_tokens"]) == (12, 6)
+    store = SpanStore(db, read_only=True)
+    spans = {s.name: s.attributes for s in store.get_trace(run["trace_id"])}
+    store.close()
+    attributes = spans["openai.chat"]
+    messages = json.loads(attributes["gen_ai.input.messages"])
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert json.loads(attributes["gen_ai.output.messages"])[0]["parts"][0]["content"] == (
+        "Sorry! Let me check."
+    )
+    assert attributes["gen_ai.response.finish_reasons"] == ["stop"]
+    assert attributes["gen_ai.provider.name"] == "openai"
 
 
 def test_json_bodies_and_gzip_are_taken_too(served: tuple[str, Path]) -> None:

@@ -233,9 +233,10 @@ def _openinference_tools(out: dict[str, Any]) -> None:
         definitions = []
         for _, tool in sorted(tools.items()):
             schema = _arguments(tool.get("json_schema"))
-            definition: dict[str, Any] = {"type": "function", "name": tool.get("name")}
-            definition["parameters"] = schema
-            definitions.append(definition)
+            if isinstance(schema, dict) and ("function" in schema or "name" in schema):
+                definitions.append(schema)  # a whole definition (OpenAI's instrumentor)
+                continue
+            definitions.append({"type": "function", "name": tool.get("name"), "parameters": schema})
         out[attr.TOOL_DEFINITIONS] = json.dumps(definitions, ensure_ascii=False)
 
 
