@@ -194,6 +194,16 @@ class RunFilter:
             max_cost=float_param(params, "max_cost"),
         )
 
+    def ranges_only(self) -> bool:
+        """Only cost/latency ranges narrow the list (no indexed equality, no search).
+
+        Then the walk newest first is best done on the charts' covering index, which
+        holds start, end and cost: a run is read from the table only once it matches.
+        """
+        ranged = (self.min_ms, self.max_ms, self.min_cost, self.max_cost)
+        others = (self.agent, self.framework, self.status, self.session, self.search)
+        return any(v is not None for v in ranged) and all(v is None for v in others)
+
     def where(
         self, found: tuple[Sequence[str], int] | None = None
     ) -> tuple[list[str], list[object]]:
@@ -257,20 +267,26 @@ class RunFilter:
             # Runs are walked newest first and each is probed through the spans'
             # primary key, so a common word stops after one page of matches.
             pattern = _like(self.search)
-            scan = (
-                "(runs.name LIKE ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM spans s "
-                "WHERE s.trace_id = runs.trace_id AND (s.name LIKE ? ESCAPE '\\' "
-                "OR s.attributes LIKE ? ESCAPE '\\')))"
-            )
+
+            def scan(table: str) -> str:
+                return (
+                    f"({table}.name LIKE ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM spans s "
+                    f"WHERE s.trace_id = {table}.trace_id AND (s.name LIKE ? ESCAPE '\\' "
+                    "OR s.attributes LIKE ? ESCAPE '\\')))"
+                )
+
             if found is None:
-                clauses.append(scan)
+                clauses.append(scan("runs"))
                 params.extend([pattern, pattern, pattern])
             else:
-                # The index's matches, plus a scan of only the runs it has not reached yet.
+                # The index's matches, plus a scan of only the runs it has not reached yet
+                # (through the seq index): a candidate list the primary key looks up.
                 ids, covered = found
-                marks = ", ".join("?" * len(ids)) or "NULL"
-                clauses.append(f"(runs.trace_id IN ({marks}) OR (runs.seq > ? AND {scan}))")
-                params.extend([*ids, covered, pattern, pattern, pattern])
+                clauses.append(
+                    "runs.trace_id IN (SELECT value FROM json_each(?) UNION ALL "
+                    f"SELECT r.trace_id FROM runs r WHERE r.seq > ? AND {scan('r')})"
+                )
+                params.extend([json.dumps(list(ids)), covered, pattern, pattern, pattern])
         return clauses, params
 
 
@@ -384,6 +400,18 @@ class Dashboard:
     def _read(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
         return self.store().read(sql, params)
 
+    def _has_chart_index(self) -> bool:
+        # Asked of the store itself: an index hint naming a missing index is an error.
+        known: bool | None = getattr(self._local, "chart_index", None)
+        if known is None:
+            known = bool(
+                self._read(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'runs_for_charts'"
+                )
+            )
+            self._local.chart_index = known
+        return known
+
     def _where(self, filters: RunFilter) -> tuple[list[str], list[object]]:
         found = None
         if filters.search is not None and self.search is not None:
@@ -412,9 +440,14 @@ class Dashboard:
             clauses.append("(start_ns, trace_id) < (?, ?)")
             params.extend(after)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        hint = (
+            "INDEXED BY runs_for_charts"
+            if filters.ranges_only() and self._has_chart_index()
+            else ""
+        )
         try:
             rows = self._read(
-                f"SELECT {RUN_COLUMNS} FROM runs {where} "
+                f"SELECT {RUN_COLUMNS} FROM runs {hint} {where} "
                 "ORDER BY start_ns DESC, trace_id DESC LIMIT ?",
                 [*params, limit + 1],
             )
