@@ -425,3 +425,30 @@ def test_charts_tiles_error_rate_palette_and_axes(pg: object, base_url: str) -> 
         ".querySelectorAll('.legend i')].map(i => i.style.background)).size"
     )
     assert distinct == pg.locator("#charts .chart").first.locator(".legend i").count()  # type: ignore[attr-defined]
+
+
+def test_thirteen_agents_get_twelve_distinct_colours_and_other(pg: object, tmp_path: Path) -> None:
+    """12 series, each its own colour, and the rest summed into "other" in grey."""
+    db = tmp_path / "many.db"
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(SqliteSpanExporter(db)))
+    tracer = provider.get_tracer("palette")
+    now = time.time_ns()
+    for index in range(14):
+        for repeat in range(14 - index):  # distinct counts: a stable order of series
+            span = tracer.start_span(
+                f"invoke_agent a{index:02d}",
+                start_time=now - (index * 20 + repeat) * 1000 * MS,
+                attributes={"runnertrace.span.type": "run", "gen_ai.agent.name": f"a{index:02d}"},
+            )
+            span.end(end_time=now - (index * 20 + repeat) * 1000 * MS + 50 * MS)
+    provider.shutdown()
+    with Server(db) as url:
+        pg.goto(url + "/#/charts?by=agent")  # type: ignore[attr-defined]
+        expect(pg.locator("body")).to_have_attribute("data-charts", "4")  # type: ignore[attr-defined]
+        legend = pg.locator("#charts .chart").first.locator(".legend span:has(i)")  # type: ignore[attr-defined]
+        expect(legend).to_have_count(13)
+        names = legend.all_text_contents()
+        assert names[:12] == [f"a{i:02d}" for i in range(12)] and names[12] == "other"
+        colours = legend.locator("i").evaluate_all("is => is.map(i => i.style.background)")
+        assert len(set(colours)) == 13, colours
