@@ -452,3 +452,21 @@ def test_thirteen_agents_get_twelve_distinct_colours_and_other(pg: object, tmp_p
         assert names[:12] == [f"a{i:02d}" for i in range(12)] and names[12] == "other"
         colours = legend.locator("i").evaluate_all("is => is.map(i => i.style.background)")
         assert len(set(colours)) == 13, colours
+
+
+def test_an_otlp_trace_appears_live(pg: object, base_url: str) -> None:
+    pg.goto(base_url + "/#/runs")  # type: ignore[attr-defined]
+    pg.wait_for_selector("#live.on")  # type: ignore[attr-defined]
+    rows = pg.locator("#runs tbody tr.link")  # type: ignore[attr-defined]
+    expect(rows).to_have_count(5)  # planner, adder and the three pricey runs
+    provider = TracerProvider(resource=Resource.create({"service.name": "late-app"}))
+    provider.add_span_processor(
+        SimpleSpanProcessor(OTLPSpanExporter(endpoint=base_url + "/v1/traces"))
+    )
+    attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "latecomer"}
+    with provider.get_tracer("late").start_as_current_span("late run", attributes=attributes):
+        pass
+    provider.shutdown()
+    fresh = pg.locator('#runs tr.fresh[data-agent="latecomer"]')  # type: ignore[attr-defined]
+    expect(fresh).to_have_count(1, timeout=15_000)
+    expect(rows).to_have_count(6)
