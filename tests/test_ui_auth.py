@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -101,7 +102,8 @@ def test_serving_on_all_addresses_prints_a_token_url_and_keeps_the_host_check(
         lines = [process.stdout.readline() for _ in range(3)]
         text = "".join(lines)
         assert "is not a loopback address" in text
-        match = re.search(r"http://0\.0\.0\.0:(\d+)/\?token=([A-Za-z0-9_-]{32})", text)
+        name = re.escape(socket.gethostname())  # a wildcard is shown as the machine's name
+        match = re.search(rf"http://{name}:(\d+)/\?token=([A-Za-z0-9_-]{{32}})", text)
         assert match, text
         port, token = match.groups()
         base = f"http://127.0.0.1:{port}"
@@ -109,7 +111,8 @@ def test_serving_on_all_addresses_prints_a_token_url_and_keeps_the_host_check(
         ok = requests.get(base + "/api/runs", params={"token": token}, timeout=10)
         assert ok.status_code == 200 and ok.url == base + "/api/runs"  # after the redirect
         bearer = {"Authorization": f"Bearer {token}"}
-        for host, status in (("evil.example", 400), ("dash.example", 200)):
+        hosts = (("evil.example", 400), ("dash.example", 200), (socket.gethostname(), 200))
+        for host, status in hosts:
             response = requests.get(
                 base + "/api/runs", headers={**bearer, "Host": host}, timeout=10
             )

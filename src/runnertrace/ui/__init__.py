@@ -100,6 +100,9 @@ def serve(
     sock.listen(128)
     bound = sock.getsockname()[1]
     shown = f"[{host.strip('[]')}]" if family == socket.AF_INET6 else host
+    if host.strip("[]") in ("0.0.0.0", "::"):
+        # A wildcard is no address to open (and no Host the check accepts): the machine's name is.
+        shown = socket.gethostname()
     url = f"http://{shown}:{bound}/"
     allowed = [*LOOPBACK_HOSTS, *allow_hosts] if loopback else host_names(host, allow_hosts)
     app = create_app(db, allowed_hosts=allowed, token=token)
