@@ -14,6 +14,11 @@ temporary file; about two minutes on a busy 2-core machine, most of it filling t
 3. Write while reading: the write rate (spans/s) of this process adding runs (as a traced
    app's exporter does), alone and then while the dashboard, in another process as
    ``runnertrace ui`` is, loops over list, filter and trace-page requests; printed as a ratio.
+4. OTLP in: spans/s taken by ``POST /v1/traces`` (protobuf batches of 100 runs, decoded,
+   mapped and stored), alone and while the dashboard process reads.
+
+Content search reads the dashboard's trigram index (``<store>.search``), which the app
+builds in the background from the runs table; the time to build it is printed first.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -248,6 +254,14 @@ def main() -> int:
     rng = random.Random(3)
     app = create_app(db)
     with TestClient(app, base_url="http://127.0.0.1") as client:
+        index = app.state.dashboard.search
+        t0 = time.perf_counter()
+        if not index.caught_up.wait(1800):
+            raise RuntimeError("the search index did not catch up in 30 min")
+        print(
+            f"search index caught up in {time.perf_counter() - t0:.1f} s "
+            f"({Path(str(db) + '.search').stat().st_size / 1e6:.0f} MB)\n"
+        )
 
         def get(path: str, **params: object) -> Callable[[], object]:
             def call() -> object:
@@ -286,9 +300,18 @@ def main() -> int:
                 True,
             ),
             ("filter values (facets)", get("/api/facets"), True),
+            ("filter model", get("/api/runs", model="claude-sonnet"), True),
+            ("filter any span in error", get("/api/runs", errors="any"), True),
+            ("filter latency >= 2 s", get("/api/runs", min_ms=2000), True),
+            ("filter cost $0.0005-$0.0006", get("/api/runs", min_cost=5e-4, max_cost=6e-4), True),
+            ("filter session prefix", get("/api/runs", session=f"session-{total // 8}"[:-1]), True),
+            ("sort by cost", get("/api/runs", sort="cost"), True),
+            ("sort by duration, ascending", get("/api/runs", sort="duration", dir="asc"), True),
             ("trace page (waterfall)", trace_page, True),
-            ("search, common word", get("/api/runs", q="weather"), False),
-            ("search, one run in 100k", get("/api/runs", q=RARE_WORD), False),
+            ("compare two runs", get("/api/compare", a=trace_ids[0], b=trace_ids[1]), True),
+            ("search, common word", get("/api/runs", q="weather"), True),
+            ("search, one run in 100k", get("/api/runs", q=RARE_WORD), True),
+            ("search + agent filter", get("/api/runs", q=RARE_WORD, agent="agent-01"), True),
             ("sessions list", get("/api/sessions"), False),
             ("errors by error.type", get("/api/errors"), False),
             ("charts per agent, 24 h", get("/api/metrics", by="agent", since=day_ago), False),
@@ -350,6 +373,54 @@ def main() -> int:
             reader.join()
             return rate, slowest, read_rate
 
+        def ingest_for(seconds: float) -> float:
+            """Spans/s through POST /v1/traces: protobuf bodies made beforehand."""
+            bodies = []
+            for _ in range(int(seconds * 20)):
+                spans = []
+                for _ in range(100):
+                    spans.extend(runs.spans(next_run[0], start_ns=time.time_ns()))
+                    next_run[0] += 1
+                bodies.append((len(spans), encode_spans(spans).SerializeToString()))
+            taken = 0
+            end = time.perf_counter() + seconds
+            t0 = time.perf_counter()
+            for count, body in bodies:
+                if time.perf_counter() > end:
+                    break
+                response = client.post(
+                    "/v1/traces",
+                    content=body,
+                    headers={"Content-Type": "application/x-protobuf"},
+                )
+                assert response.status_code == 200, response.text
+                taken += count
+            return taken / (time.perf_counter() - t0)
+
+        def ingest_with_reader() -> tuple[float, float]:
+            stop = multiprocessing.Event()
+            reads = multiprocessing.Value("i", 0)
+            reader = multiprocessing.Process(target=read_loop, args=(str(db), stop, reads, 0.0))
+            reader.start()
+            while reads.value == 0:
+                if not reader.is_alive():
+                    raise RuntimeError("the reader process died; see its traceback above")
+                time.sleep(0.05)
+            t0 = time.perf_counter()
+            first_reads = reads.value
+            rate = ingest_for(6)
+            read_rate = (reads.value - first_reads) / (time.perf_counter() - t0)
+            stop.set()
+            reader.join()
+            return rate, read_rate
+
+        ingest_alone = ingest_for(6)
+        ingest_read, ingest_reads = ingest_with_reader()
+        print(f"OTLP in (POST /v1/traces) alone:      {ingest_alone:7.0f} spans/s")
+        print(
+            f"OTLP in while the UI reads flat out:  {ingest_read:7.0f} spans/s "
+            f"(UI process: {ingest_reads:.0f} requests/s)"
+        )
         alone, slowest_alone = write_for(6)
         print(
             f"store writes alone:                   {alone:7.0f} spans/s, "

@@ -305,3 +305,197 @@ def test_a_host_that_is_not_loopback_is_warned_about(
     captured = capsys.readouterr()
     assert code == 1
     assert "warning: --host 0.0.0.0 is not a loopback address" in captured.out
+
+
+HUGE = "9" * 30
+HUGER = "1" * 5000
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "headers", "message"),
+    [
+        ("/api/runs", {"since": HUGE}, {}, "since=" + HUGE[:20] + "... is out of range"),
+        ("/api/runs", {"until": HUGER}, {}, "until="),
+        ("/api/runs", {"since": "-5"}, {}, "since=-5 is out of range"),
+        ("/api/runs", {"since": "1e9"}, {}, "since='1e9' is not an integer"),
+        ("/api/runs", {"limit": HUGE}, {}, "limit="),
+        ("/api/runs", {"limit": "201"}, {}, "limit=201 is out of range: 1 to 200"),
+        ("/api/runs", {"cursor": HUGE + ":" + "a" * 32}, {}, "cursor="),
+        ("/api/runs", {"cursor": "5:" + HUGER}, {}, "cursor is 5002 characters long"),
+        ("/api/runs", {"cursor": "5:" + "z" * 32}, {}, "cursor='5:zzz"),
+        ("/api/runs", {"q": "x" * 5000}, {}, "q is 5000 characters long"),
+        ("/api/errors", {"since": HUGER}, {}, "since="),
+        ("/api/metrics", {"until": HUGE}, {}, "until="),
+        ("/api/metrics", {"buckets": HUGE}, {}, "buckets="),
+        ("/api/sessions", {"limit": "-1"}, {}, "limit=-1 is out of range"),
+        ("/api/live", {}, {"Last-Event-ID": HUGE}, "Last-Event-ID="),
+        ("/api/live", {}, {"Last-Event-ID": "12abc"}, "Last-Event-ID='12abc'"),
+        ("/api/live", {"after": HUGER}, {}, "after="),
+    ],
+)
+def test_huge_and_malformed_parameters_are_a_one_line_400(
+    client: TestClient,
+    caplog: pytest.LogCaptureFixture,
+    path: str,
+    params: dict,
+    headers: dict,
+    message: str,
+) -> None:
+    """No 500, no traceback: a 400 whose one-line message names the parameter."""
+    with caplog.at_level("DEBUG"):
+        response = client.get(path, params=params, headers=headers)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert message in error and "\n" not in error and len(error) < 200
+    assert len([r for r in caplog.records if r.levelno >= 30]) <= 1
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"model": "gpt-test-large"}, 1),
+        ({"model": "gpt-test-mini"}, 2),
+        ({"model": "scripted-1"}, 4),  # the native agent's model
+        ({"provider": "nobody"}, 0),
+        ({"user": "ada"}, 3),
+        ({"errors": "any"}, 2),  # the failed run and the native run whose tool failed
+        ({"status": "error"}, 1),
+        ({"min_cost": "0.02"}, 2),
+        ({"min_cost": "0.02", "max_cost": "0.03"}, 1),
+        ({"min_ms": "250"}, 3),  # the pricey runs last 300 ms; native ones a few ms
+        ({"max_ms": "250"}, 4),
+        ({"session": "calc-"}, 3),  # a prefix
+        ({"session": "chat-42"}, 3),
+        ({"session": "zzz"}, 0),
+    ],
+)
+def test_the_new_filters(client: TestClient, params: dict, expected: int) -> None:
+    runs = get(client, "/api/runs", **params)["runs"]
+    assert len(runs) == expected, [r["agent"] for r in runs]
+    if "user" in params:
+        assert {r["user_id"] for r in runs} == {"ada"}
+    if "errors" in params:
+        assert all(r["status"] == "error" or r["error_count"] > 0 for r in runs)
+
+
+def test_sorting_and_paging_a_sorted_list(client: TestClient) -> None:
+    by_cost = get(client, "/api/runs", sort="cost", dir="desc")["runs"]
+    costs = [r["cost"] for r in by_cost if r["cost"] is not None]
+    assert costs == sorted(costs, reverse=True) and len(costs) == 3
+    by_duration = get(client, "/api/runs", sort="duration", dir="asc")["runs"]
+    durations = [r["duration_ns"] for r in by_duration]
+    assert durations == sorted(durations)
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = get(
+            client, "/api/runs", sort="tokens", limit=3, **({"cursor": cursor} if cursor else {})
+        )
+        seen.extend(r["trace_id"] for r in page["runs"])
+        cursor = page["next"]
+        if cursor is None:
+            break
+    assert len(seen) == len(set(seen)) == 7
+    assert client.get("/api/runs", params={"sort": "planet"}).status_code == 400
+    assert client.get("/api/runs", params={"dir": "up"}).status_code == 400
+    assert client.get("/api/runs", params={"min_cost": "-1"}).status_code == 400
+    assert client.get("/api/runs", params={"min_cost": "nan"}).status_code == 400
+
+
+def test_input_and_output_previews(client: TestClient) -> None:
+    runs = get(client, "/api/runs", session="calc-session", sort="start", dir="asc")["runs"]
+    assert [r["input_preview"] for r in runs] == [
+        "What is 1234 * 5678, plus 17?",
+        "What is 100 divided by 0?",
+        "Hello! What can you do?",
+    ]
+    assert runs[0]["output_preview"] == "The answer is 7006669."
+
+
+def test_a_tag_filter_reads_the_run_spans_tags(tmp_path: Path) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from runnertrace.exporters.local_store import SqliteSpanExporter
+
+    db = tmp_path / "tags.db"
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(SqliteSpanExporter(db)))
+    tracer = provider.get_tracer("tags")
+    for name, tags in (("a", ("beta", "eu")), ("b", ("eu",)), ("c", ())):
+        tracer.start_span(name, attributes={"tag.tags": tags} if tags else {}).end()
+    provider.shutdown()
+    with TestClient(create_app(db), base_url=BASE) as tagged:
+        assert sorted(r["name"] for r in get(tagged, "/api/runs", tag="eu")["runs"]) == ["a", "b"]
+        assert [r["name"] for r in get(tagged, "/api/runs", tag="beta")["runs"]] == ["a"]
+        assert get(tagged, "/api/runs", tag="none")["runs"] == []
+
+
+def test_sessions_count_span_errors_and_show_previews_and_failed_turns(
+    client: TestClient,
+) -> None:
+    sessions = {s["session_id"]: s for s in get(client, "/api/sessions")["sessions"]}
+    calc = sessions["calc-session"]
+    assert calc["errors"] == 1  # the run whose tool failed went on: still an error here
+    assert calc["first_input"] == "What is 1234 * 5678, plus 17?"
+    reply = 'I am a scripted offline model. You said: "Hello! What can you do?"'
+    assert calc["last_output"] == reply
+    assert sessions[PRICEY_SESSION]["errors"] == 1
+    turns = get(client, f"/api/sessions/{PRICEY_SESSION}")["turns"]
+    failed = [t for t in turns if t["status"] == "error"]
+    assert len(failed) == 1 and failed[0]["error"]["message"] == "429 slow down"
+    assert failed[0]["error"]["type"] == "RateLimitError"
+    assert all(t["error"] is None for t in turns if t["status"] == "ok")
+
+
+def test_chart_summary_tiles_and_error_rate_over_time(client: TestClient) -> None:
+    agents = get(client, "/api/metrics", by="agent", buckets=1)
+    summary = agents["summary"]
+    assert summary["count"] == 7 and summary["errors"] == 2  # a failed run, a failed tool
+    assert summary["error_rate"] == pytest.approx(2 / 7)
+    assert summary["p95_ms"] >= summary["p50_ms"] > 0
+    assert summary["cost"] == pytest.approx(0.075)
+    series = {s["name"]: s["points"] for s in agents["series"]}
+    assert series["pricey"][0]["error_rate"] == pytest.approx(1 / 3)
+    assert series["helper"][0]["error_rate"] == 0
+    tools = {s["name"]: s["points"] for s in get(client, "/api/metrics", by="tool")["series"]}
+    assert sum(p["errors"] for p in tools["calculator"]) == 1
+    assert sum(p["errors"] for p in tools["lookup"]) == 0
+
+
+def test_content_search_through_the_index_finds_what_the_scan_finds(
+    db: Path, tmp_path: Path
+) -> None:
+    from runnertrace.ui.queries import Dashboard, RunFilter
+
+    copy = tmp_path / "copy.db"  # this test adds a run: not to the module's store
+    with sqlite3.connect(db) as source, sqlite3.connect(copy) as target:
+        source.backup(target)
+    db = copy
+    dashboard = Dashboard(db)
+    dashboard.prepare()
+    dashboard.start()
+    try:
+        assert dashboard.search is not None and dashboard.search.caught_up.wait(30)
+        assert Path(str(db) + ".search").is_file()
+        for text, expected in (
+            ("zebras", 3),
+            ("divided by 0", 2),
+            ("execute_tool lookup", 3),
+            ("DIVIDED BY", 2),  # any case, as LIKE
+            ("100%", 0),
+            ("zz", 0),  # too short for trigrams: the scan answers
+        ):
+            found = dashboard.search.matches(text)
+            if len(text) >= 3:
+                assert found is not None and len(found[0]) == expected, text
+            runs = dashboard.runs(RunFilter(search=text))["runs"]
+            assert len(runs) == expected, text
+        # a run stored after the index caught up is found by the scan of the unindexed rest
+        covered = dashboard.search.indexed_seq
+        dashboard.search.stop()
+        hand_made_runs(db, time.time_ns(), count=1)
+        assert dashboard.last_seq() > covered
+        assert len(dashboard.runs(RunFilter(search="zebras"))["runs"]) == 4
+    finally:
+        dashboard.close()

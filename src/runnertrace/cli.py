@@ -451,9 +451,14 @@ def cmd_ui(args: argparse.Namespace, out: Console) -> int:
     path = _open_store(args.db).path
     try:
         return serve(
-            path, host=args.host, port=args.port, open_browser=not args.no_open, out=out.file
+            path,
+            host=args.host,
+            port=args.port,
+            open_browser=not args.no_open,
+            out=out.file,
+            allow_hosts=args.allow_host,
         )
-    except MissingExtraError as exc:  # its message names the extra to install
+    except (MissingExtraError, ValueError) as exc:  # a missing extra; a bad token setting
         raise CommandError(str(exc)) from None
 
 
@@ -512,6 +517,13 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     ui.add_argument("--port", type=int, default=0, help="port (default 0: a free one)")
     ui.add_argument("--no-open", action="store_true", help="do not open a browser")
+    ui.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a further Host name the dashboard answers to (repeatable)",
+    )
     ui.set_defaults(func=cmd_ui)
     return parser
 

@@ -24,9 +24,9 @@ from typing import Any
 from runnertrace import __version__
 from runnertrace.exporters.local_store import RunSummary, SpanStore, StoredSpan, span_tree
 
-__all__ = ["render_report", "write_report"]
+__all__ = ["FORMAT_SCRIPT", "render_report", "write_report"]
 
-_PLACEHOLDER = re.compile(r"__(TITLE|STYLE|SCRIPT|DATA)__")
+_PLACEHOLDER = re.compile(r"__(TITLE|STYLE|FORMAT|SCRIPT|DATA)__")
 
 
 def _report_data(spans: Sequence[StoredSpan], run: RunSummary | None) -> dict[str, Any]:
@@ -95,6 +95,7 @@ def render_report(spans: Sequence[StoredSpan], run: RunSummary | None = None) ->
     parts = {
         "TITLE": html.escape(title),
         "STYLE": _STYLE,
+        "FORMAT": FORMAT_SCRIPT,
         "SCRIPT": _SCRIPT,
         "DATA": _script_json(data),
     }
@@ -112,6 +113,37 @@ def write_report(store: SpanStore, ref: str, out: str | os.PathLike[str]) -> Pat
     path.write_text(page, encoding="utf-8")
     return path
 
+
+FORMAT_SCRIPT = r"""
+/* One number format for every page (the report, and the dashboard serves this same text
+ * as /static/format.js): durations in human units, tokens with separators, cost to four
+ * significant digits, so a figure reads the same wherever it is shown. */
+var RT = (function () {
+  "use strict";
+  function duration(ns) {
+    if (typeof ns !== "number" || !isFinite(ns)) return "-";
+    if (ns === 0) return "0";
+    if (ns < 1e3) return Math.round(ns) + " ns";
+    if (ns < 1e6) return (ns / 1e3).toFixed(ns < 1e4 ? 1 : 0) + " \u00b5s";
+    if (ns < 1e9) return (ns / 1e6).toFixed(ns < 1e7 ? 2 : 1) + " ms";
+    if (ns < 60e9) return (ns / 1e9).toFixed(2) + " s";
+    var s = Math.round(ns / 1e9);
+    return Math.floor(s / 60) + " min " + (s % 60) + " s";
+  }
+  function cost(c) {
+    if (typeof c !== "number" || !isFinite(c)) return "-";
+    if (c === 0) return "$0";
+    if (c >= 1) return "$" + c.toFixed(2);
+    var digits = Math.min(10, Math.max(2, 3 - Math.floor(Math.log10(c))));
+    return "$" + c.toFixed(digits).replace(/0+$/, "").replace(/\.$/, "");
+  }
+  function tokens(n) {
+    return (typeof n === "number" && isFinite(n) ? n : 0).toLocaleString("en-US");
+  }
+  function seconds(s) { return duration(s * 1e9); }
+  return { duration: duration, cost: cost, tokens: tokens, seconds: seconds };
+})();
+"""
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en">
@@ -138,7 +170,8 @@ _PAGE = """<!DOCTYPE html>
 <noscript><p class="hint">This report draws its waterfall with JavaScript; the span data is
 embedded in the page source as JSON.</p></noscript>
 <script id="runnertrace-data" type="application/json">__DATA__</script>
-<script>__SCRIPT__</script>
+<script>__FORMAT__
+__SCRIPT__</script>
 </body>
 </html>
 """
@@ -178,9 +211,10 @@ header h1 .tid { font: 12px var(--mono); color: var(--muted); font-weight: 400; 
   font-weight: 600; color: #fff; background: var(--ok); }
 .pill.error { background: var(--error); } .pill.unset { background: var(--other); }
 .pill.cancelled, .pill.incomplete { background: var(--warn); }
-main { flex: 1; display: grid; grid-template-columns: minmax(0, 1fr) 440px; min-height: 0; }
+main { flex: 1; display: grid; grid-template-columns: minmax(0, 1fr) minmax(440px, 44%);
+  min-height: 0; }
 #waterfall { overflow: auto; min-width: 0; }
-#axis, .row { display: grid; grid-template-columns: minmax(260px, 36%) 1fr; }
+#axis, .row { display: grid; grid-template-columns: minmax(240px, 34%) 150px 1fr; }
 #axis { position: sticky; top: 0; z-index: 2; background: var(--bg); height: 28px;
   border-bottom: 1px solid var(--line); color: var(--muted); font-size: 11px; }
 #axis .scale { position: relative; margin-right: 70px; }
@@ -237,6 +271,48 @@ ol.events li { border: 1px solid var(--line); border-radius: 6px; padding: 6px 8
 ol.events .ev-head { display: flex; justify-content: space-between; gap: 8px; font-weight: 600; }
 ol.events .ev-head span { font: 11px var(--mono); color: var(--muted); font-weight: 400; }
 details summary { cursor: pointer; color: var(--muted); margin-top: 14px; }
+.row .meta { display: flex; gap: 8px; justify-content: flex-end; padding-right: 10px;
+  font: 11px var(--mono); color: var(--muted); white-space: nowrap; overflow: hidden; }
+.row .meta .err { color: var(--error); font-weight: 600; }
+.facts { display: flex; flex-wrap: wrap; gap: 6px 18px; margin: 2px 0 10px;
+  padding: 8px 10px; background: var(--bg); border: 1px solid var(--line); border-radius: 6px; }
+.fact { display: flex; flex-direction: column; min-width: 0; }
+.err-head .fk { font: 11px var(--mono); color: var(--muted); }
+.fact .fk { font-size: 10.5px; text-transform: uppercase; letter-spacing: .05em;
+  color: var(--muted); }
+.fact b { font-weight: 600; word-break: break-word; }
+.tabbar { display: flex; gap: 2px; border-bottom: 1px solid var(--line); margin: 6px 0 10px;
+  position: sticky; top: -16px; background: var(--panel); z-index: 1; flex-wrap: wrap; }
+.tab { border: 0; background: none; padding: 6px 10px; cursor: pointer; color: var(--muted);
+  font: inherit; border-bottom: 2px solid transparent; }
+.tab[aria-selected="true"] { color: var(--fg); border-bottom-color: var(--sel-line);
+  font-weight: 600; }
+.msg { border: 1px solid var(--line); border-left: 3px solid var(--other); border-radius: 6px;
+  padding: 6px 10px; margin-bottom: 8px; }
+.msg-head { font-size: 11px; text-transform: uppercase; letter-spacing: .06em; font-weight: 700;
+  color: var(--muted); margin-bottom: 3px; }
+.msg.role-system { border-left-color: var(--run); background: color-mix(in srgb, var(--run) 6%,
+  var(--panel)); }
+.msg.role-user { border-left-color: var(--message); }
+.msg.role-assistant { border-left-color: var(--step); }
+.msg.role-tool { border-left-color: var(--tool); }
+.msg.output { box-shadow: 0 0 0 1px color-mix(in srgb, var(--step) 35%, transparent); }
+.content pre.text { margin: 2px 0; white-space: pre-wrap; word-break: break-word;
+  font: 13px/1.45 system-ui, sans-serif; }
+.content.mono pre.text { font: 12px/1.4 var(--mono); }
+.content .more { border: 0; background: none; color: var(--sel-line); cursor: pointer;
+  padding: 0; font: inherit; font-size: 12px; }
+.call { border: 1px dashed var(--line); border-radius: 5px; padding: 4px 8px; margin: 4px 0; }
+.call-head { display: flex; gap: 8px; align-items: center; }
+.call-head .cid { font: 11px var(--mono); color: var(--muted); }
+.def { border-top: 1px solid var(--grid); padding: 6px 0; }
+.def p { margin: 2px 0; color: var(--muted); }
+.toolcall h4 { margin: 8px 0 2px; font-size: 12px; color: var(--muted); }
+.errorbox { border: 1px solid var(--error); border-radius: 6px; padding: 8px 10px;
+  margin-bottom: 10px; background: color-mix(in srgb, var(--error) 7%, var(--panel)); }
+.err-head { display: flex; gap: 8px; align-items: baseline; }
+.err-head b { color: var(--error); }
+.err-msg { margin: 4px 0; font-weight: 600; word-break: break-word; }
 @media (max-width: 900px) { main { grid-template-columns: 1fr; } #detail { border-left: 0;
   border-top: 1px solid var(--line); } }
 """
@@ -250,19 +326,13 @@ _SCRIPT = r"""
   var TYPES = ["run", "step", "message", "reasoning", "tool"];
   var rowsEl = document.getElementById("rows");
   var detailEl = document.getElementById("detail");
-  var rowById = {}, spanById = {}, collapsed = {}, selected = null;
+  var rowById = {}, spanById = {}, collapsed = {}, selected = null, activeTab = null;
 
   function el(tag, cls, text) {
     var node = document.createElement(tag);
     if (cls) node.className = cls;
     if (text !== undefined && text !== null) node.textContent = String(text);
     return node;
-  }
-  function fmt(ns) {
-    if (ns < 1e3) return ns + " ns";
-    if (ns < 1e6) return (ns / 1e3).toFixed(ns < 1e4 ? 1 : 0) + " \u00b5s";
-    if (ns < 1e9) return (ns / 1e6).toFixed(ns < 1e7 ? 2 : 1) + " ms";
-    return (ns / 1e9).toFixed(2) + " s";
   }
   function typeClass(span) {
     return "t-" + (TYPES.indexOf(span.type) >= 0 ? span.type : "other");
@@ -288,13 +358,13 @@ _SCRIPT = r"""
     chip("agent", summary.agent);
     chip("framework", summary.framework);
     chip("mode", summary.mode);
-    chip("duration", fmt(summary.duration_ns));
+    chip("duration", RT.duration(summary.duration_ns));
     chip("spans", summary.span_count);
-    if (summary.input_tokens || summary.output_tokens) {
-      chip("tokens", (summary.input_tokens + summary.output_tokens) + " (" +
-        summary.input_tokens + " in / " + summary.output_tokens + " out)");
+    if (summary.input_tokens !== undefined) {
+      chip("tokens", RT.tokens(summary.input_tokens + summary.output_tokens) + " (" +
+        RT.tokens(summary.input_tokens) + " in / " + RT.tokens(summary.output_tokens) + " out)");
     }
-    if (typeof summary.cost === "number") chip("cost", "$" + summary.cost.toFixed(4));
+    if (typeof summary.cost === "number") chip("cost", RT.cost(summary.cost));
     if (summary.error_count) chip("error spans", summary.error_count);
     chip("session", summary.session_id);
     chip("started", summary.started);
@@ -312,13 +382,28 @@ _SCRIPT = r"""
   function renderAxis() {
     var axis = document.getElementById("axis");
     axis.appendChild(el("div", "colname", "span"));
+    axis.appendChild(el("div", "colname", "tokens \u00b7 cost"));
     var scale = el("div", "scale");
     [0, 0.25, 0.5, 0.75, 1].forEach(function (f) {
-      var tick = el("span", "tick", f ? fmt(Math.round(total * f)) : "0");
+      var tick = el("span", "tick", f ? RT.duration(Math.round(total * f)) : "0");
       tick.style.left = (f * 100) + "%";
       scale.appendChild(tick);
     });
     axis.appendChild(scale);
+  }
+
+  function rowMeta(span) {
+    // What a row costs, at a glance: tokens, price, and the error that ended it.
+    var a = span.attributes || {};
+    var meta = el("span", "meta");
+    var tokens = (a["gen_ai.usage.input_tokens"] || 0) + (a["gen_ai.usage.output_tokens"] || 0);
+    if (typeof tokens === "number" && tokens > 0) meta.appendChild(el("span", "tok",
+      RT.tokens(tokens) + " tok"));
+    if (typeof a["gen_ai.usage.cost"] === "number") meta.appendChild(el("span", "cost",
+      RT.cost(a["gen_ai.usage.cost"])));
+    if (span.status_code === "ERROR") meta.appendChild(el("span", "err",
+      "\u26a0 " + (a["error.type"] || "error")));
+    return meta;
   }
 
   function renderRows() {
@@ -353,7 +438,7 @@ _SCRIPT = r"""
       bar.style.left = left + "%";
       bar.style.width = width + "%";
       track.appendChild(bar);
-      var dur = el("span", "dur", fmt(span.duration_ns));
+      var dur = el("span", "dur", RT.duration(span.duration_ns));
       if (left + width <= 78) {
         dur.style.left = "calc(" + (left + width) + "% + 6px)";
       } else if (left >= 14) {
@@ -364,6 +449,7 @@ _SCRIPT = r"""
       }
       track.appendChild(dur);
       row.appendChild(label);
+      row.appendChild(rowMeta(span));
       row.appendChild(track);
       row.addEventListener("click", function () { select(span.span_id, true); });
       rowById[span.span_id] = row;
@@ -423,46 +509,322 @@ _SCRIPT = r"""
     return table;
   }
 
-  function renderDetail(span) {
-    detailEl.textContent = "";
-    detailEl.setAttribute("data-detail-for", span.span_id);
-    detailEl.appendChild(el("h2", null, span.name));
-    var status = el("div", "status");
-    // One vocabulary with the header and `runnertrace traces`: ok, error, cancelled.
-    var code = span.status_code === "ERROR" ? "error"
-      : (span.attributes || {})["runnertrace.cancelled"] ? "cancelled" : "ok";
-    status.appendChild(el("span", "pill " + code, code));
-    if (span.type) status.appendChild(el("span", "badge", span.type));
-    status.appendChild(el("span", "badge", span.kind));
-    if (span.status_description) status.appendChild(el("span", "desc", span.status_description));
-    detailEl.appendChild(status);
-    detailEl.appendChild(kvTable({
-      "duration": fmt(span.duration_ns),
-      "starts at": "+" + fmt(span.offset_ns),
+  function collapsible(text, cls) {
+    // Long content starts folded: the header and the turn order stay in view.
+    var value = String(text);
+    var lines = value.split("\n");
+    var box = el("div", "content" + (cls ? " " + cls : ""));
+    var body = el("pre", "text");
+    box.appendChild(body);
+    if (value.length <= 900 && lines.length <= 14) { body.textContent = value; return box; }
+    var short = lines.length > 14 ? lines.slice(0, 12).join("\n") : value.slice(0, 700);
+    body.textContent = short + " \u2026";
+    var more = el("button", "more", "show all (" + RT.tokens(value.length) + " chars)");
+    more.type = "button";
+    more.addEventListener("click", function (e) {
+      e.stopPropagation();
+      var open = more.getAttribute("data-open") === "1";
+      body.textContent = open ? short + " \u2026" : value;
+      more.textContent = open ? "show all (" + RT.tokens(value.length) + " chars)" : "show less";
+      more.setAttribute("data-open", open ? "0" : "1");
+    });
+    box.appendChild(more);
+    return box;
+  }
+  function pretty(value) {
+    if (typeof value === "string") {
+      var t = value.trim();
+      if (t.charAt(0) === "{" || t.charAt(0) === "[") {
+        try { return JSON.stringify(JSON.parse(t), null, 2); } catch (err) { return value; }
+      }
+      return value;
+    }
+    return JSON.stringify(value, null, 2);
+  }
+  function parsed(value) {
+    if (typeof value !== "string") return value;
+    try { return JSON.parse(value); } catch (err) { return value; }
+  }
+  function tabs(panes) {
+    // panes: [[name, label, node]]; the last tab picked stays picked from span to span.
+    var wrap = el("div", "tabs");
+    var bar = el("div", "tabbar");
+    bar.setAttribute("role", "tablist");
+    wrap.appendChild(bar);
+    var names = panes.map(function (p) { return p[0]; });
+    var active = names.indexOf(activeTab) >= 0 ? activeTab : names[0];
+    panes.forEach(function (p) {
+      var b = el("button", "tab", p[1]);
+      b.type = "button";
+      b.setAttribute("role", "tab");
+      b.setAttribute("data-tab", p[0]);
+      var pane = el("div", "pane");
+      pane.setAttribute("role", "tabpanel");
+      pane.setAttribute("data-pane", p[0]);
+      pane.appendChild(p[2]);
+      function show() {
+        bar.querySelectorAll(".tab").forEach(function (x) {
+          x.setAttribute("aria-selected", String(x === b));
+        });
+        wrap.querySelectorAll(".pane").forEach(function (x) { x.hidden = x !== pane; });
+      }
+      b.addEventListener("click", function () { activeTab = p[0]; show(); });
+      bar.appendChild(b);
+      wrap.appendChild(pane);
+      if (p[0] === active) setTimeout(show, 0);
+      pane.hidden = p[0] !== active;
+      b.setAttribute("aria-selected", String(p[0] === active));
+    });
+    return wrap;
+  }
+  function facts(pairs) {
+    var box = el("div", "facts");
+    pairs.forEach(function (p) {
+      if (p[1] === undefined || p[1] === null || p[1] === "") return;
+      var f = el("div", "fact");
+      f.appendChild(el("span", "fk", p[0]));
+      f.appendChild(el("b", null, p[1]));
+      box.appendChild(f);
+    });
+    return box;
+  }
+  function first(a, keys) {
+    for (var i = 0; i < keys.length; i++) if (a[keys[i]] !== undefined) return a[keys[i]];
+    return undefined;
+  }
+
+  // -- a model call ----------------------------------------------------------------------------
+  function partNode(part) {
+    if (typeof part === "string") return collapsible(part);
+    var type = part && part.type;
+    if (type === "text") return collapsible(part.content === undefined ? "" : part.content);
+    if (type === "tool_call") {
+      var call = el("div", "call");
+      var head = el("div", "call-head");
+      head.appendChild(el("span", "badge", "tool call"));
+      head.appendChild(el("b", null, part.name || "(unnamed)"));
+      if (part.id) head.appendChild(el("span", "cid", part.id));
+      call.appendChild(head);
+      call.appendChild(collapsible(pretty(part.arguments === undefined ? {} : part.arguments),
+        "mono"));
+      return call;
+    }
+    if (type === "tool_call_response") {
+      var res = el("div", "call result");
+      var rh = el("div", "call-head");
+      rh.appendChild(el("span", "badge", "tool result"));
+      if (part.id) rh.appendChild(el("span", "cid", part.id));
+      res.appendChild(rh);
+      res.appendChild(collapsible(pretty(part.response === undefined ? part.result : part.response),
+        "mono"));
+      return res;
+    }
+    if (type === "reasoning" || type === "thinking") {
+      var r = el("details", "reasoning");
+      r.appendChild(el("summary", null, "reasoning"));
+      r.appendChild(collapsible(part.content || ""));
+      return r;
+    }
+    return collapsible(pretty(part), "mono");
+  }
+  function messageNode(msg, where) {
+    var role = String((msg && msg.role) || "user");
+    var box = el("div", "msg role-" + role.replace(/[^a-z_]/gi, "") + (where ? " " + where : ""));
+    box.setAttribute("data-role", role);
+    var head = el("div", "msg-head", role);
+    if (where === "output") head.appendChild(el("span", "hint", " output"));
+    if (msg && msg.finish_reason) {
+      head.appendChild(el("span", "hint", " \u00b7 " + msg.finish_reason));
+    }
+    box.appendChild(head);
+    var parts = msg && Array.isArray(msg.parts) ? msg.parts
+      : msg && msg.content !== undefined ? [String(msg.content)] : [];
+    parts.forEach(function (p) { box.appendChild(partNode(p)); });
+    if (!parts.length) box.appendChild(el("p", "hint", "(empty)"));
+    return box;
+  }
+  function chatNode(a) {
+    var chat = el("div", "chat");
+    var system = parsed(a["gen_ai.system_instructions"]);
+    var input = parsed(a["gen_ai.input.messages"]);
+    var output = parsed(a["gen_ai.output.messages"]);
+    input = Array.isArray(input) ? input : input ? [{ role: "user", parts: [String(input)] }] : [];
+    output = Array.isArray(output) ? output
+      : output ? [{ role: "assistant", parts: [String(output)] }] : [];
+    var systems = input.filter(function (m) { return m && m.role === "system"; });
+    if (system !== undefined) {
+      chat.appendChild(messageNode({ role: "system",
+        parts: Array.isArray(system) ? system : [String(system)] }));
+    }
+    systems.forEach(function (m) { chat.appendChild(messageNode(m)); });
+    input.filter(function (m) { return !(m && m.role === "system"); }).forEach(function (m) {
+      chat.appendChild(messageNode(m));
+    });
+    output.forEach(function (m) { chat.appendChild(messageNode(m, "output")); });
+    if (!chat.children.length) chat.appendChild(el("p", "hint",
+      "No messages were captured (content capture is off for this run)."));
+    return chat;
+  }
+  function toolDefsNode(a) {
+    var defs = parsed(a["gen_ai.tool.definitions"]);
+    var box = el("div", "defs");
+    if (!Array.isArray(defs) || !defs.length) {
+      box.appendChild(el("p", "hint", "none"));
+      return box;
+    }
+    defs.forEach(function (d) {
+      var item = el("div", "def");
+      var fn = d && d["function"] ? d["function"] : d || {};
+      item.appendChild(el("b", null, fn.name || "(unnamed)"));
+      if (fn.description) item.appendChild(el("p", null, fn.description));
+      var schema = fn.parameters || fn.parameters_json_schema || {};
+      item.appendChild(collapsible(pretty(schema), "mono"));
+      box.appendChild(item);
+    });
+    return box;
+  }
+  function paramsNode(a) {
+    var params = {};
+    Object.keys(a).forEach(function (k) {
+      if (k.indexOf("gen_ai.request.") === 0 || k === "llm.invocation_parameters" ||
+        k === "model_request_parameters") params[k] = a[k];
+    });
+    return kvTable(params);
+  }
+  function modelHeader(span, a) {
+    var tin = a["gen_ai.usage.input_tokens"], tout = a["gen_ai.usage.output_tokens"];
+    var ttfc = first(a, ["gen_ai.response.time_to_first_chunk",
+      "gen_ai.client.operation.time_to_first_chunk"]);
+    var reasons = a["gen_ai.response.finish_reasons"];
+    return facts([
+      ["model", first(a, ["gen_ai.response.model", "gen_ai.request.model"])],
+      ["provider", first(a, ["gen_ai.provider.name", "gen_ai.system"])],
+      ["tokens in / out", tin === undefined && tout === undefined ? undefined
+        : RT.tokens(tin) + " / " + RT.tokens(tout)],
+      ["cost", typeof a["gen_ai.usage.cost"] === "number" ? RT.cost(a["gen_ai.usage.cost"])
+        : undefined],
+      ["duration", RT.duration(span.duration_ns)],
+      ["first chunk", typeof ttfc === "number" ? RT.seconds(ttfc) : undefined],
+      ["finish", Array.isArray(reasons) ? reasons.join(", ") : reasons]
+    ]);
+  }
+
+  // -- a tool call and an error ----------------------------------------------------------------
+  function toolNode(a) {
+    var box = el("div", "toolcall");
+    box.appendChild(el("h4", null, "Arguments"));
+    var args = first(a, ["gen_ai.tool.call.arguments", "input.value"]);
+    box.appendChild(args === undefined ? el("p", "hint", "not captured")
+      : collapsible(pretty(args), "mono"));
+    box.appendChild(el("h4", null, "Result"));
+    var result = first(a, ["gen_ai.tool.call.result", "output.value"]);
+    box.appendChild(result === undefined ? el("p", "hint", "not captured")
+      : collapsible(pretty(result), "mono"));
+    return box;
+  }
+  function errorNode(span, a) {
+    var exc = (span.events || []).filter(function (e) { return e.name === "exception"; })[0];
+    var ea = exc ? exc.attributes || {} : {};
+    var box = el("div", "errorbox");
+    box.setAttribute("role", "alert");
+    var type = a["error.type"] || ea["exception.type"] || "error";
+    var head = el("div", "err-head");
+    head.appendChild(el("span", "fk", "error.type"));
+    head.appendChild(el("b", null, type));
+    box.appendChild(head);
+    var message = span.status_description || ea["exception.message"];
+    if (message) box.appendChild(el("div", "err-msg", message));
+    if (ea["exception.stacktrace"]) {
+      box.appendChild(collapsible(ea["exception.stacktrace"], "mono stack"));
+    }
+    return box;
+  }
+
+  function eventsNode(span) {
+    if (!span.events.length) return el("p", "hint", "none");
+    var list = el("ol", "events");
+    span.events.forEach(function (event) {
+      var li = el("li");
+      var head = el("div", "ev-head", event.name);
+      head.appendChild(el("span", null, "+" + RT.duration(event.offset_ns)));
+      li.appendChild(head);
+      if (Object.keys(event.attributes || {}).length) li.appendChild(kvTable(event.attributes));
+      list.appendChild(li);
+    });
+    return list;
+  }
+  function attributesNode(span) {
+    var box = el("div");
+    box.appendChild(kvTable({
+      "duration": RT.duration(span.duration_ns),
+      "starts at": "+" + RT.duration(span.offset_ns),
       "span id": span.span_id,
       "parent span id": span.parent_span_id || "(root)",
       "trace id": span.trace_id,
       "scope": span.scope || ""
     }, true));
-    var names = Object.keys(span.attributes || {});
-    detailEl.appendChild(el("h3", null, "Attributes (" + names.length + ")"));
-    detailEl.appendChild(kvTable(span.attributes));
-    detailEl.appendChild(el("h3", null, "Events (" + span.events.length + ")"));
-    if (!span.events.length) detailEl.appendChild(el("p", "hint", "none"));
-    var list = el("ol", "events");
-    span.events.forEach(function (event) {
-      var li = el("li");
-      var head = el("div", "ev-head", event.name);
-      head.appendChild(el("span", null, "+" + fmt(event.offset_ns)));
-      li.appendChild(head);
-      if (Object.keys(event.attributes || {}).length) li.appendChild(kvTable(event.attributes));
-      list.appendChild(li);
-    });
-    if (span.events.length) detailEl.appendChild(list);
+    box.appendChild(el("h3", null, "Attributes"));
+    box.appendChild(kvTable(span.attributes));
     var resource = el("details");
     resource.appendChild(el("summary", null, "Resource"));
     resource.appendChild(kvTable(span.resource));
-    detailEl.appendChild(resource);
+    box.appendChild(resource);
+    return box;
+  }
+
+  function renderDetail(span) {
+    detailEl.textContent = "";
+    detailEl.setAttribute("data-detail-for", span.span_id);
+    var a = span.attributes || {};
+    detailEl.setAttribute("data-kind", span.type || "other");
+    detailEl.appendChild(el("h2", null, span.name));
+    var status = el("div", "status");
+    // One vocabulary with the header and `runnertrace traces`: ok, error, cancelled.
+    var code = span.status_code === "ERROR" ? "error"
+      : a["runnertrace.cancelled"] ? "cancelled" : "ok";
+    status.appendChild(el("span", "pill " + code, code));
+    if (span.type) status.appendChild(el("span", "badge", span.type));
+    status.appendChild(el("span", "badge", span.kind));
+    detailEl.appendChild(status);
+    var names = Object.keys(a);
+    var common = [["attributes", "Attributes (" + names.length + ")", attributesNode(span)],
+      ["events", "Events (" + span.events.length + ")", eventsNode(span)]];
+    if (span.type === "message") {
+      detailEl.appendChild(modelHeader(span, a));
+      if (span.status_code === "ERROR") detailEl.appendChild(errorNode(span, a));
+      var defs = parsed(a["gen_ai.tool.definitions"]);
+      detailEl.appendChild(tabs([["chat", "Chat", chatNode(a)],
+        ["tools", "Tools (" + (Array.isArray(defs) ? defs.length : 0) + ")", toolDefsNode(a)],
+        ["params", "Parameters", paramsNode(a)]].concat(common)));
+      return;
+    }
+    if (span.type === "tool") {
+      detailEl.appendChild(facts([
+        ["tool", first(a, ["gen_ai.tool.name", "tool.name"])],
+        ["call id", a["gen_ai.tool.call.id"]],
+        ["duration", RT.duration(span.duration_ns)]
+      ]));
+      if (span.status_code === "ERROR") detailEl.appendChild(errorNode(span, a));
+      detailEl.appendChild(tabs([["call", "Call", toolNode(a)]].concat(common)));
+      return;
+    }
+    var shown = [["duration", RT.duration(span.duration_ns)]];
+    var tin = a["gen_ai.usage.input_tokens"] || a["gen_ai.aggregated_usage.input_tokens"];
+    var tout = a["gen_ai.usage.output_tokens"] || a["gen_ai.aggregated_usage.output_tokens"];
+    if (tin || tout) shown.push(["tokens in / out", RT.tokens(tin) + " / " + RT.tokens(tout)]);
+    var c = first(a, ["gen_ai.aggregated_usage.cost", "gen_ai.usage.cost"]);
+    if (typeof c === "number") shown.push(["cost", RT.cost(c)]);
+    detailEl.appendChild(facts(shown));
+    if (span.status_code === "ERROR") detailEl.appendChild(errorNode(span, a));
+    var panes = common.slice();
+    if (a["input.value"] !== undefined || a["output.value"] !== undefined ||
+      a["gen_ai.input.messages"] !== undefined || a["gen_ai.output.messages"] !== undefined) {
+      panes.unshift(["io", "Input / output", chatNode({
+        "gen_ai.input.messages": a["gen_ai.input.messages"] || a["input.value"],
+        "gen_ai.output.messages": a["gen_ai.output.messages"] || a["output.value"]
+      })]);
+    }
+    detailEl.appendChild(tabs(panes));
   }
 
   function select(id, updateHash) {

@@ -2,16 +2,20 @@
 
 It needs the ``ui`` extra (Starlette and uvicorn); importing this package
 without it fails with the ``pip install 'runnertrace[ui]'`` line to run. The
-server binds to 127.0.0.1 by default: it has no accounts, so anyone who can
-reach the port can read every captured prompt.
+server binds to 127.0.0.1 by default. It has no accounts: on any other
+address it requires a token (printed in the URL it announces, or
+``RUNNERTRACE_UI_TOKEN``), and the Host check stays on with the names it
+can be reached by (the machine's names and addresses, plus ``--allow-host``).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 import threading
 import webbrowser
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -20,7 +24,9 @@ from runnertrace._internal.imports import require
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-__all__ = ["create_app", "is_loopback", "serve"]
+__all__ = ["create_app", "host_names", "is_loopback", "serve"]
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def create_app(db: str | Path, **kwargs: Any) -> Starlette:
@@ -40,6 +46,28 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def host_names(host: str, extra: Sequence[str] = ()) -> list[str]:
+    """The Host header values a non-loopback server answers to.
+
+    Why not every host: a DNS-rebinding page sends its own name in Host. The
+    machine's own names and addresses (and the bound address) are what a
+    colleague's browser sends; anything else must be named with ``--allow-host``.
+    """
+    names = {*LOOPBACK, *extra}
+    bare = host.strip("[]")
+    if bare not in ("0.0.0.0", "::", ""):
+        names.add(bare)
+    for name in {socket.gethostname(), socket.getfqdn()}:
+        names.add(name)
+        try:
+            for info in socket.getaddrinfo(name, None):
+                names.add(str(info[4][0]))
+        except OSError:  # a name that does not resolve is still a name a user may type
+            continue
+    names.update(f"[{n}]" for n in list(names) if ":" in n)
+    return sorted(names)
+
+
 def serve(
     db: str | Path,
     *,
@@ -47,16 +75,19 @@ def serve(
     port: int = 0,
     open_browser: bool = True,
     out: IO[str],
+    allow_hosts: Sequence[str] = (),
 ) -> int:
     """Serve the dashboard until interrupted; ``port=0`` picks a free port."""
     uvicorn = require("uvicorn", "ui")
     from runnertrace.ui.app import LOOPBACK_HOSTS
+    from runnertrace.ui.auth import TOKEN_ENV, ui_token
 
     loopback = is_loopback(host)
+    token = ui_token() if not loopback or os.environ.get(TOKEN_ENV) else None
     if not loopback:
         out.write(
-            f"warning: --host {host} is not a loopback address: anyone who can reach it can "
-            "read every trace in the store, including captured prompts (there is no login)\n"
+            f"warning: --host {host} is not a loopback address: whoever can reach it and has "
+            "the token can read every trace in the store, including captured prompts\n"
         )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -69,16 +100,26 @@ def serve(
     sock.listen(128)
     bound = sock.getsockname()[1]
     shown = f"[{host.strip('[]')}]" if family == socket.AF_INET6 else host
+    if host.strip("[]") in ("0.0.0.0", "::"):
+        # A wildcard is no address to open (and no Host the check accepts): the machine's name is.
+        shown = socket.gethostname()
     url = f"http://{shown}:{bound}/"
-    app = create_app(db, allowed_hosts=LOOPBACK_HOSTS if loopback else None)
+    allowed = [*LOOPBACK_HOSTS, *allow_hosts] if loopback else host_names(host, allow_hosts)
+    app = create_app(db, allowed_hosts=allowed, token=token)
     config = uvicorn.Config(
         app, log_level="warning", timeout_graceful_shutdown=2, lifespan="on", access_log=False
     )
     server = uvicorn.Server(config)
-    out.write(f"runnertrace ui: {url}  (store {Path(db)}; Ctrl-C to stop)\n")
+    entry = f"{url}?token={token}" if token else url
+    out.write(f"runnertrace ui: {entry}  (store {Path(db)}; Ctrl-C to stop)\n")
+    if token:
+        out.write(
+            f"  a token is required (from {TOKEN_ENV} or generated): open the URL above once, "
+            f"or send Authorization: Bearer <token>; OTLP in: {url}v1/traces\n"
+        )
     out.flush()
     if open_browser:
-        threading.Timer(0.5, webbrowser.open, args=(url,)).start()
+        threading.Timer(0.5, webbrowser.open, args=(entry,)).start()
     try:
         server.run(sockets=[sock])
     finally:

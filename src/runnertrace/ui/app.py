@@ -10,7 +10,10 @@ event loop that also streams the live feed.
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import json
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -31,8 +34,28 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from runnertrace.exporters.local_store import StoreError, TraceNotFoundError
-from runnertrace.ui.queries import Dashboard, QueryError, RunFilter, run_json
+from runnertrace.exporters.local_store import SpanStore, StoreError, TraceNotFoundError
+from runnertrace.report import FORMAT_SCRIPT
+from runnertrace.ui.auth import TokenMiddleware
+from runnertrace.ui.ingest import (
+    MAX_BODY,
+    IngestError,
+    decode,
+    export_json,
+    metrics_refusal,
+    readable_spans,
+    response_body,
+)
+from runnertrace.ui.queries import (
+    MAX_NS,
+    MAX_PAGE,
+    Dashboard,
+    QueryError,
+    RunFilter,
+    int_param,
+    run_json,
+    text_param,
+)
 
 __all__ = ["LOOPBACK_HOSTS", "create_app"]
 
@@ -75,31 +98,54 @@ def _guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Resp
     return endpoint
 
 
-def _int(request: Request, key: str, default: int) -> int:
-    value = request.query_params.get(key)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise QueryError(f"{key}={value!r} is not an integer") from None
+CSV_COLUMNS = (
+    "trace_id", "start_ns", "end_ns", "duration_ns", "name", "agent", "framework", "mode",
+    "status", "span_count", "error_count", "input_tokens", "output_tokens", "cost",
+    "session_id", "user_id", "input_preview", "output_preview",
+)  # fmt: skip
+CSV_MAX_ROWS = 100_000
+
+
+def _csv_cell(value: object) -> object:
+    # A cell starting with = + - @ is a formula to a spreadsheet: quote it as text.
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return "" if value is None else value
+
+
+def _int(request: Request, key: str, default: int, low: int = 0, high: int = MAX_NS) -> int:
+    return int_param(request.query_params.get(key), key, default=default, low=low, high=high)
 
 
 def create_app(
-    db: str | Path, *, allowed_hosts: Sequence[str] | None = LOOPBACK_HOSTS
+    db: str | Path,
+    *,
+    allowed_hosts: Sequence[str] | None = LOOPBACK_HOSTS,
+    token: str | None = None,
 ) -> Starlette:
     """The dashboard over the store at ``db``.
 
     ``allowed_hosts`` checks the Host header, so a web page elsewhere cannot
     reach this server through DNS rebinding; ``None`` accepts any host.
+    ``token``, when given, is required on every request, OTLP included (see
+    :mod:`runnertrace.ui.auth`).
     """
     dashboard = Dashboard(db)
 
     def runs(request: Request) -> Response:
         params = request.query_params
         filters = RunFilter.from_params(params)
+        order = text_param(params, "dir") or "desc"
+        if order not in ("asc", "desc"):
+            raise QueryError(f"dir={order!r} is not asc or desc")
         return _json(
-            dashboard.runs(filters, cursor=params.get("cursor"), limit=_int(request, "limit", 50))
+            dashboard.runs(
+                filters,
+                cursor=text_param(params, "cursor"),
+                limit=_int(request, "limit", 50, 1, MAX_PAGE),
+                sort=text_param(params, "sort") or "start",
+                descending=order == "desc",
+            )
         )
 
     def facets(request: Request) -> Response:
@@ -110,6 +156,49 @@ def create_app(
         trace_id = store.resolve(request.path_params["trace_id"])
         return _json(run_json(store.get_run(trace_id)))
 
+    def export_trace(request: Request) -> Response:
+        """One trace as OTLP/JSON: a file that ``POST /v1/traces`` (here or anywhere) takes."""
+        store = dashboard.store()
+        trace_id = store.resolve(request.path_params["trace_id"])
+        body = json.dumps(export_json(store.get_trace(trace_id)), ensure_ascii=False)
+        return Response(
+            body,
+            media_type="application/json",
+            headers={
+                **_HEADERS,
+                "Content-Disposition": f'attachment; filename="trace-{trace_id}.otlp.json"',
+            },
+        )
+
+    def runs_csv(request: Request) -> Response:
+        """The filtered runs list as CSV (up to ``CSV_MAX_ROWS`` rows, newest first)."""
+        filters = RunFilter.from_params(request.query_params)
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(CSV_COLUMNS)
+        cursor: str | None = None
+        written = 0
+        while written < CSV_MAX_ROWS:
+            page = dashboard.runs(filters, cursor=cursor, limit=MAX_PAGE)
+            for run in page["runs"]:
+                writer.writerow([_csv_cell(run.get(column)) for column in CSV_COLUMNS])
+            written += len(page["runs"])
+            cursor = page["next"]
+            if cursor is None:
+                break
+        return Response(
+            out.getvalue(),
+            media_type="text/csv",
+            headers={**_HEADERS, "Content-Disposition": 'attachment; filename="runs.csv"'},
+        )
+
+    def compare(request: Request) -> Response:
+        first = text_param(request.query_params, "a")
+        second = text_param(request.query_params, "b")
+        if not first or not second:
+            raise QueryError("a and b are required: the two trace ids (or prefixes) to compare")
+        return _json(dashboard.compare(first, second))
+
     def trace_page(request: Request) -> Response:
         trace_id = dashboard.store().resolve(request.path_params["trace_id"])
         return HTMLResponse(
@@ -118,7 +207,7 @@ def create_app(
         )
 
     def sessions(request: Request) -> Response:
-        return _json({"sessions": dashboard.sessions(_int(request, "limit", 100))})
+        return _json({"sessions": dashboard.sessions(_int(request, "limit", 100, 1, 500))})
 
     def conversation(request: Request) -> Response:
         session_id = request.path_params["session_id"]
@@ -129,7 +218,7 @@ def create_app(
         return _json({"errors": dashboard.errors(since or None)})
 
     def error_runs(request: Request) -> Response:
-        error_type = request.query_params.get("type")
+        error_type = text_param(request.query_params, "type")
         if not error_type:
             raise QueryError("type is required: an error.type value from /api/errors")
         return _json({"error_type": error_type, "runs": dashboard.error_runs(error_type)})
@@ -139,18 +228,78 @@ def create_app(
         until = _int(request, "until", 0) or None
         return _json(
             dashboard.metrics(
-                request.query_params.get("by", "agent"),
+                text_param(request.query_params, "by") or "agent",
                 since_ns=since,
                 until_ns=until,
-                buckets=_int(request, "buckets", 24),
+                buckets=_int(request, "buckets", 24, 1, 200),
             )
         )
+
+    writer: list[SpanStore] = []  # opened on the first OTLP request; a viewer never writes
+    writer_lock = threading.Lock()
+
+    def store_spans(body: bytes, content_type: str, encoding: str) -> int:
+        spans = readable_spans(decode(body, content_type, encoding))
+        with writer_lock:
+            if not writer:
+                writer.append(SpanStore(dashboard.path))
+            store = writer[0]
+        return store.write(spans)
+
+    async def otlp_traces(request: Request) -> Response:
+        """OTLP/HTTP trace export: decoded whole, then stored through the store's writer."""
+        content_type = request.headers.get("content-type", "")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY:
+            return _json({"error": f"the body is over the {MAX_BODY // 2**20} MiB limit"}, 400)
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY:
+                return _json({"error": f"the body is over the {MAX_BODY // 2**20} MiB limit"}, 400)
+            chunks.append(chunk)
+        try:
+            await run_in_threadpool(
+                store_spans,
+                b"".join(chunks),
+                content_type,
+                request.headers.get("content-encoding", ""),
+            )
+        except IngestError as exc:
+            return _json({"error": str(exc)}, 400)
+        except StoreError as exc:
+            return _json({"error": str(exc)}, 503)
+        body, media = response_body(content_type)
+        return Response(body, media_type=media, headers=_HEADERS)
+
+    async def otlp_metrics(request: Request) -> Response:
+        """OTLP metrics are not kept: the answer says so (a partial success rejecting all)."""
+        body = await request.body()
+        content_type = request.headers.get("content-type", "")
+        try:
+            answer, media = metrics_refusal(
+                body, content_type, request.headers.get("content-encoding", "")
+            )
+        except IngestError as exc:
+            return _json({"error": str(exc)}, 400)
+        return Response(answer, media_type=media, headers=_HEADERS)
 
     async def live(request: Request) -> Response:
         """Server-Sent Events: every run written or updated after ``after`` (a ``seq``)."""
         # A reconnecting EventSource sends the last id it saw: resume from there.
-        resumed = request.headers.get("last-event-id", "")
-        after = int(resumed) if resumed.isdigit() else _int(request, "after", -1)
+        try:
+            after = int_param(
+                request.headers.get("last-event-id"),
+                "Last-Event-ID",
+                default=-1,
+                low=0,
+                high=MAX_NS,
+            )
+            if after < 0:
+                after = _int(request, "after", -1, -1)
+        except QueryError as exc:
+            return _json({"error": str(exc)}, 400)
         if after < 0:
             after = await run_in_threadpool(dashboard.last_seq)
 
@@ -180,17 +329,28 @@ def create_app(
             STATIC / "index.html", headers={**_HEADERS, "Content-Security-Policy": _CSP}
         )
 
+    def format_script(request: Request) -> Response:
+        # The report's own number format, so the list and the trace page print one figure
+        # the same way (a separate file: the page's policy allows scripts from here only).
+        return Response(FORMAT_SCRIPT, media_type="text/javascript", headers=_HEADERS)
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await run_in_threadpool(dashboard.prepare)
+        dashboard.start()
         try:
             yield
         finally:
             dashboard.close()
+            for store in writer:
+                store.close()
 
     routes: list[Any] = [
         Route("/", index),
         Route("/api/runs", _guarded(runs)),
+        Route("/api/runs.csv", _guarded(runs_csv)),
+        Route("/api/compare", _guarded(compare)),
+        Route("/api/runs/{trace_id}/otlp", _guarded(export_trace)),
         Route("/api/facets", _guarded(facets)),
         Route("/api/runs/{trace_id}", _guarded(run)),
         Route("/trace/{trace_id}", _guarded(trace_page)),
@@ -200,11 +360,16 @@ def create_app(
         Route("/api/errors/runs", _guarded(error_runs)),
         Route("/api/metrics", _guarded(metrics)),
         Route("/api/live", live),
+        Route("/v1/traces", otlp_traces, methods=["POST"]),
+        Route("/v1/metrics", otlp_metrics, methods=["POST"]),
+        Route("/static/format.js", format_script),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     middleware = []
     if allowed_hosts is not None:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+    if token is not None:
+        middleware.append(Middleware(TokenMiddleware, token=token))
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.dashboard = dashboard
     return app

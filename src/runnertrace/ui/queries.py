@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -33,13 +34,18 @@ from runnertrace.exporters.local_store import (
     run_summary,
 )
 from runnertrace.tracing import attributes as attr
+from runnertrace.ui.search import SearchIndex
 
 __all__ = ["Dashboard", "QueryError", "RunFilter"]
 
 STATUSES = ("ok", "error", "cancelled", "incomplete")
 GROUPINGS = ("agent", "model", "tool")
 MAX_PAGE = 200
-MAX_SERIES = 8  # chart lines; the rest are summed into "other"
+MAX_SERIES = 12  # chart lines (the page's palette has 14 distinct colours); the rest: "other"
+MAX_NS = (1 << 63) - 1  # what a SQLite INTEGER (and an epoch-nanosecond column) holds
+MAX_TEXT = 1000  # a filter or search value longer than this is a mistake, not a query
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
+_DIGITS = re.compile(r"-?[0-9]+")
 
 
 # The distinct values of an indexed column by hopping from one value to the next in
@@ -53,6 +59,36 @@ _DISTINCT = (
 
 class QueryError(ValueError):
     """A request parameter is invalid; the message names it, its value and what is allowed."""
+
+
+def int_param(
+    value: str | None, key: str, *, default: int, low: int, high: int, unit: str = ""
+) -> int:
+    """``value`` as an integer in ``low..high``, or a :class:`QueryError` naming ``key``.
+
+    Why a pattern before ``int()``: Python parses thousands of digits (slowly, and
+    then fails further down with an ``OverflowError`` in SQLite); 19 digits cover
+    every value a column holds, and anything longer is a malformed request.
+    """
+    text = (value or "").strip()
+    if not text:
+        return default
+    shown = text if len(text) <= 24 else text[:20] + "..."
+    what = f" ({unit})" if unit else ""
+    if not _DIGITS.fullmatch(text):
+        raise QueryError(f"{key}={shown!r} is not an integer{what}")
+    number = int(text) if _INTEGER.fullmatch(text) else None
+    if number is None or not low <= number <= high:
+        raise QueryError(f"{key}={shown} is out of range: {low} to {high}{what}")
+    return number
+
+
+def text_param(params: Mapping[str, str], key: str) -> str | None:
+    """A free-text parameter, stripped; ``None`` when empty; too long is a 400."""
+    value = params.get(key, "").strip()
+    if len(value) > MAX_TEXT:
+        raise QueryError(f"{key} is {len(value)} characters long: at most {MAX_TEXT}")
+    return value or None
 
 
 def _json_path(key: str) -> str:
@@ -70,9 +106,41 @@ def _like(text: str) -> str:
     return f"%{escaped}%"
 
 
+def float_param(params: Mapping[str, str], key: str) -> float | None:
+    """A non-negative finite number (a cost in USD), or ``None`` when absent."""
+    text = text_param(params, key)
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise QueryError(f"{key}={text[:24]!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise QueryError(f"{key}={text[:24]} is out of range: 0 or more")
+    return value
+
+
+# Sortable columns of the runs list: name -> SQL expression (indexed where it matters).
+SORTS = {
+    "start": "start_ns",
+    "duration": "(end_ns - start_ns)",
+    "tokens": "(input_tokens + output_tokens)",
+    "cost": "COALESCE(cost, -1)",
+    "spans": "span_count",
+}
+# Where a run's tags are kept, by the conventions that have them.
+TAG_KEYS = ("tag.tags", "langfuse.trace.tags", "runnertrace.tags")
+_MAX_MS = 10**12
+
+
 @dataclass(frozen=True)
 class RunFilter:
-    """The runs list's filters; every field optional. Times are epoch nanoseconds."""
+    """The runs list's filters; every field optional. Times are epoch nanoseconds.
+
+    ``session`` matches by prefix (an id is long; its start is what a user
+    remembers). ``model``, ``provider`` and ``tag`` look into the run's spans,
+    through the spans' primary key, one run at a time, newest first.
+    """
 
     agent: str | None = None
     framework: str | None = None
@@ -81,16 +149,32 @@ class RunFilter:
     since_ns: int | None = None
     until_ns: int | None = None
     search: str | None = None
+    user: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    tag: str | None = None
+    any_error: bool = False
+    min_ms: int | None = None
+    max_ms: int | None = None
+    min_cost: float | None = None
+    max_cost: float | None = None
 
     @classmethod
     def from_params(cls, params: Mapping[str, str]) -> RunFilter:
         def text(key: str) -> str | None:
-            value = params.get(key, "").strip()
-            return value or None
+            return text_param(params, key)
 
         status = text("status")
         if status is not None and status not in STATUSES:
             raise QueryError(f"status={status!r} is not one of {', '.join(STATUSES)}")
+        errors = text("errors")
+        if errors not in (None, "any"):
+            raise QueryError(f"errors={errors!r} is not 'any' (runs with any span in error)")
+
+        def ms(key: str) -> int | None:
+            value = int_param(params.get(key), key, default=-1, low=0, high=_MAX_MS, unit="ms")
+            return None if value < 0 else value
+
         return cls(
             agent=text("agent"),
             framework=text("framework"),
@@ -99,20 +183,80 @@ class RunFilter:
             since_ns=_int_param(params, "since"),
             until_ns=_int_param(params, "until"),
             search=text("q"),
+            user=text("user"),
+            model=text("model"),
+            provider=text("provider"),
+            tag=text("tag"),
+            any_error=errors == "any",
+            min_ms=ms("min_ms"),
+            max_ms=ms("max_ms"),
+            min_cost=float_param(params, "min_cost"),
+            max_cost=float_param(params, "max_cost"),
         )
 
-    def where(self) -> tuple[list[str], list[object]]:
+    def ranges_only(self) -> bool:
+        """Only cost/latency ranges narrow the list (no indexed equality, no search).
+
+        Then the walk newest first is best done on the charts' covering index, which
+        holds start, end and cost: a run is read from the table only once it matches.
+        """
+        ranged = (self.min_ms, self.max_ms, self.min_cost, self.max_cost)
+        others = (self.agent, self.framework, self.status, self.session, self.search)
+        return any(v is not None for v in ranged) and all(v is None for v in others)
+
+    def where(
+        self, found: tuple[Sequence[str], int] | None = None
+    ) -> tuple[list[str], list[object]]:
+        """SQL conditions on ``runs``; ``found`` is the search index's answer, if it had one."""
         clauses: list[str] = []
         params: list[object] = []
         for column, value in (
             ("agent", self.agent),
             ("framework", self.framework),
             ("status", self.status),
-            ("session_id", self.session),
+            ("user_id", self.user),
         ):
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
+        if self.session is not None:
+            # A range on the session index: every id starting with the prefix sorts here.
+            clauses.append("session_id >= ? AND session_id < ?")
+            params.extend([self.session, self.session + "\U0010ffff"])
+        if self.any_error:
+            clauses.append("(status = 'error' OR error_count > 0)")
+        if self.min_ms is not None:
+            clauses.append("end_ns - start_ns >= ?")
+            params.append(self.min_ms * 1_000_000)
+        if self.max_ms is not None:
+            clauses.append("end_ns - start_ns <= ?")
+            params.append(self.max_ms * 1_000_000)
+        if self.min_cost is not None:
+            clauses.append("cost >= ?")
+            params.append(self.min_cost)
+        if self.max_cost is not None:
+            clauses.append("cost <= ?")
+            params.append(self.max_cost)
+        for keys, value in (
+            ((attr.REQUEST_MODEL, attr.RESPONSE_MODEL), self.model),
+            ((attr.PROVIDER, attr.SYSTEM), self.provider),
+        ):
+            if value is not None:
+                matches = " OR ".join(f"{_attr_sql(k)} = ?" for k in keys)
+                clauses.append(
+                    "EXISTS (SELECT 1 FROM spans s WHERE s.trace_id = runs.trace_id "
+                    f"AND +s.span_type = 'message' AND ({matches}))"
+                )
+                params.extend([value] * len(keys))
+        if self.tag is not None:
+            lists = ", ".join(f"json_extract(s.attributes, '{_json_path(k)}')" for k in TAG_KEYS)
+            clauses.append(
+                "EXISTS (SELECT 1 FROM spans s, json_each(CASE WHEN json_valid("
+                f"COALESCE({lists})) THEN COALESCE({lists}) ELSE '[]' END) t "
+                "WHERE s.trace_id = runs.trace_id AND (s.is_root = 1 OR +s.span_type = 'run') "
+                "AND t.value = ?)"
+            )
+            params.append(self.tag)
         if self.since_ns is not None:
             clauses.append("start_ns >= ?")
             params.append(self.since_ns)
@@ -123,33 +267,46 @@ class RunFilter:
             # Runs are walked newest first and each is probed through the spans'
             # primary key, so a common word stops after one page of matches.
             pattern = _like(self.search)
-            clauses.append(
-                "(runs.name LIKE ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM spans s "
-                "WHERE s.trace_id = runs.trace_id AND (s.name LIKE ? ESCAPE '\\' "
-                "OR s.attributes LIKE ? ESCAPE '\\')))"
-            )
-            params.extend([pattern, pattern, pattern])
+
+            def scan(table: str) -> str:
+                return (
+                    f"({table}.name LIKE ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM spans s "
+                    f"WHERE s.trace_id = {table}.trace_id AND (s.name LIKE ? ESCAPE '\\' "
+                    "OR s.attributes LIKE ? ESCAPE '\\')))"
+                )
+
+            if found is None:
+                clauses.append(scan("runs"))
+                params.extend([pattern, pattern, pattern])
+            else:
+                # The index's matches, plus a scan of only the runs it has not reached yet
+                # (through the seq index): a candidate list the primary key looks up.
+                ids, covered = found
+                clauses.append(
+                    "runs.trace_id IN (SELECT value FROM json_each(?) UNION ALL "
+                    f"SELECT r.trace_id FROM runs r WHERE r.seq > ? AND {scan('r')})"
+                )
+                params.extend([json.dumps(list(ids)), covered, pattern, pattern, pattern])
         return clauses, params
 
 
 def _int_param(params: Mapping[str, str], key: str) -> int | None:
-    value = params.get(key, "").strip()
-    if not value:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise QueryError(f"{key}={value!r} is not an integer (epoch nanoseconds)") from None
+    value = int_param(params.get(key), key, default=-1, low=0, high=MAX_NS, unit="epoch ns")
+    return None if value < 0 else value
+
+
+_CURSOR = re.compile(r"([0-9]{1,19}):([0-9a-f]{32})")
 
 
 def _cursor(value: str | None) -> tuple[int, str] | None:
     """``<start_ns>:<trace_id>`` of the last run of the previous page."""
     if not value:
         return None
-    start, sep, trace_id = value.partition(":")
-    if not sep or not start.isdigit() or not trace_id:
-        raise QueryError(f"cursor={value!r} is not of the form <start_ns>:<trace_id>")
-    return int(start), trace_id
+    match = _CURSOR.fullmatch(value)
+    if match is None or int(match.group(1)) > MAX_NS:
+        shown = value if len(value) <= 60 else value[:56] + "..."
+        raise QueryError(f"cursor={shown!r} is not of the form <start_ns>:<trace_id>")
+    return int(match.group(1)), match.group(2)
 
 
 def run_json(run: RunSummary) -> dict[str, Any]:
@@ -167,14 +324,29 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     return float(values[rank - 1])
 
 
-def _message_text(value: object) -> str | None:
-    """The text parts of a ``gen_ai.*.messages`` attribute (a JSON string), joined."""
+PREVIEW_CHARS = 160
+
+
+def _preview(value: object) -> str | None:
+    if value is None:
+        return None
+    text = " ".join(str(value).split())
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "\u2026"
+
+
+def _message_text(value: object, *, last: bool = False) -> str | None:
+    """The text parts of a ``gen_ai.*.messages`` attribute (a JSON string), joined.
+
+    ``last``: only the last message's (a run's reply, not the history before it).
+    """
     if not isinstance(value, str):
         return None
     try:
         messages = json.loads(value)
     except ValueError:
         return value
+    if last and isinstance(messages, list) and messages:
+        messages = messages[-1:]
     texts: list[str] = []
     for message in messages if isinstance(messages, list) else []:
         parts = message.get("parts", []) if isinstance(message, dict) else []
@@ -187,11 +359,12 @@ def _message_text(value: object) -> str | None:
 class Dashboard:
     """The dashboard's queries over one store file, each on a per-thread read-only connection."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, search_index: bool = True) -> None:
         self.path = Path(path)
         self._local = threading.local()
         self._stores: list[SpanStore] = []
         self._stores_lock = threading.Lock()
+        self.search = SearchIndex(self.path) if search_index else None
 
     def prepare(self) -> None:
         """Upgrade an older store's schema once (the one write the dashboard ever makes)."""
@@ -211,7 +384,14 @@ class Dashboard:
                 self._stores.append(store)
         return store
 
+    def start(self) -> None:
+        """Start following the store into the search index (the server's lifespan calls it)."""
+        if self.search is not None:
+            self.search.start()
+
     def close(self) -> None:
+        if self.search is not None:
+            self.search.stop()
         with self._stores_lock:
             for store in self._stores:
                 store.close()
@@ -220,21 +400,54 @@ class Dashboard:
     def _read(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
         return self.store().read(sql, params)
 
+    def _has_chart_index(self) -> bool:
+        # Asked of the store itself: an index hint naming a missing index is an error.
+        known: bool | None = getattr(self._local, "chart_index", None)
+        if known is None:
+            known = bool(
+                self._read(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'runs_for_charts'"
+                )
+            )
+            self._local.chart_index = known
+        return known
+
+    def _where(self, filters: RunFilter) -> tuple[list[str], list[object]]:
+        found = None
+        if filters.search is not None and self.search is not None:
+            found = self.search.matches(filters.search)
+        return filters.where(found)
+
     # -- runs ---------------------------------------------------------------------------
     def runs(
-        self, filters: RunFilter, *, cursor: str | None = None, limit: int = 50
+        self,
+        filters: RunFilter,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        sort: str = "start",
+        descending: bool = True,
     ) -> dict[str, Any]:
         if not 1 <= limit <= MAX_PAGE:
             raise QueryError(f"limit={limit} is out of range: 1 to {MAX_PAGE}")
-        clauses, params = filters.where()
+        if sort not in SORTS:
+            raise QueryError(f"sort={sort!r} is not one of {', '.join(SORTS)}")
+        if sort != "start" or not descending:
+            return self._sorted_runs(filters, cursor, limit, sort, descending)
+        clauses, params = self._where(filters)
         after = _cursor(cursor)
         if after is not None:
             clauses.append("(start_ns, trace_id) < (?, ?)")
             params.extend(after)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        hint = (
+            "INDEXED BY runs_for_charts"
+            if filters.ranges_only() and self._has_chart_index()
+            else ""
+        )
         try:
             rows = self._read(
-                f"SELECT {RUN_COLUMNS} FROM runs {where} "
+                f"SELECT {RUN_COLUMNS} FROM runs {hint} {where} "
                 "ORDER BY start_ns DESC, trace_id DESC LIMIT ?",
                 [*params, limit + 1],
             )
@@ -244,9 +457,70 @@ class Dashboard:
         more = len(rows) > limit
         last = runs[-1] if runs else None
         return {
-            "runs": [run_json(r) for r in runs],
+            "runs": self._with_previews(runs),
             "next": f"{last.start_ns}:{last.trace_id}" if more and last else None,
             "store": True,
+        }
+
+    def _sorted_runs(
+        self, filters: RunFilter, cursor: str | None, limit: int, sort: str, descending: bool
+    ) -> dict[str, Any]:
+        """Runs by another column: offset-paged (``cursor`` is ``o:<offset>``)."""
+        offset = 0
+        if cursor:
+            if not cursor.startswith("o:"):
+                raise QueryError(f"cursor={cursor[:60]!r} is not of the form o:<offset>")
+            offset = int_param(cursor[2:], "cursor offset", default=0, low=0, high=10**7)
+        clauses, params = self._where(filters)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        order = "DESC" if descending else "ASC"
+        try:
+            rows = self._read(
+                f"SELECT {RUN_COLUMNS} FROM runs {where} "
+                f"ORDER BY {SORTS[sort]} {order}, start_ns DESC, trace_id DESC LIMIT ? OFFSET ?",
+                [*params, limit + 1, offset],
+            )
+        except StoreNotFoundError:
+            return {"runs": [], "next": None, "store": False}
+        runs = [run_summary(row) for row in rows[:limit]]
+        return {
+            "runs": self._with_previews(runs),
+            "next": f"o:{offset + limit}" if len(rows) > limit else None,
+            "store": True,
+        }
+
+    def _with_previews(self, runs: Sequence[RunSummary]) -> list[dict[str, Any]]:
+        """Each run's JSON with the start of its input and output (from its run span)."""
+        found = self.previews([r.trace_id for r in runs])
+        out = []
+        for run in runs:
+            data = run_json(run)
+            data["input_preview"], data["output_preview"] = found.get(run.trace_id, (None, None))
+            out.append(data)
+        return out
+
+    def previews(self, trace_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+        """First input and last output text of each trace's run span (or its root)."""
+        if not trace_ids:
+            return {}
+        keys = (attr.INPUT_MESSAGES, attr.INPUT_VALUE, attr.OUTPUT_MESSAGES, attr.OUTPUT_VALUE)
+        columns = ", ".join(f"json_extract(attributes, '{_json_path(k)}')" for k in keys)
+        rows = self._read(
+            f"SELECT trace_id, span_type = 'run', {columns} FROM spans "
+            f"WHERE trace_id IN ({', '.join('?' * len(trace_ids))}) "
+            "AND (+span_type = 'run' OR is_root = 1) ORDER BY start_ns",
+            list(trace_ids),
+        )
+        chosen: dict[str, Sequence[Any]] = {}
+        for row in rows:
+            if row[0] not in chosen or (row[1] and not chosen[row[0]][1]):
+                chosen[row[0]] = row
+        return {
+            trace_id: (
+                _preview(_message_text(row[2]) or row[3]),
+                _preview(_message_text(row[4], last=True) or row[5]),
+            )
+            for trace_id, row in chosen.items()
         }
 
     def facets(self) -> dict[str, list[str]]:
@@ -289,6 +563,95 @@ class Dashboard:
         store = self.store()
         return render_report(store.get_trace(trace_id), store.get_run(trace_id))
 
+    # -- compare ------------------------------------------------------------------------
+    def compare(self, first: str, second: str) -> dict[str, Any]:
+        """Two runs side by side: each one's facts and timeline, and where they differ.
+
+        Why spans are paired by name and occurrence: two turns of one agent run the
+        same steps in the same order, so "the 2nd chat gpt-4o" of each is what a
+        reader compares; a span only one run has gets a row of its own.
+        """
+        store = self.store()
+        sides = [self._side(store, store.resolve(ref)) for ref in (first, second)]
+        keys: list[str] = []
+        for side in sides:
+            for key in side["by_key"]:
+                if key not in keys:
+                    keys.append(key)
+        timeline = [
+            {"key": key, "a": sides[0]["by_key"].get(key), "b": sides[1]["by_key"].get(key)}
+            for key in keys
+        ]
+        facts: list[tuple[str, object, object]] = [
+            (name, sides[0]["facts"].get(name), sides[1]["facts"].get(name))
+            for name in dict.fromkeys([*sides[0]["facts"], *sides[1]["facts"]])
+        ]
+        return {
+            "a": sides[0]["run"],
+            "b": sides[1]["run"],
+            "scale_ns": max(sides[0]["run"]["duration_ns"], sides[1]["run"]["duration_ns"], 1),
+            "differences": [
+                {"field": name, "a": a, "b": b, "same": a == b} for name, a, b in facts
+            ],
+            "timeline": timeline,
+        }
+
+    def _side(self, store: SpanStore, trace_id: str) -> dict[str, Any]:
+        from runnertrace.exporters.local_store import span_tree
+
+        run = store.get_run(trace_id)
+        spans = store.get_trace(trace_id)
+        start = min(s.start_ns for s in spans)
+        seen: dict[str, int] = {}
+        by_key: dict[str, dict[str, Any]] = {}
+        models: list[str] = []
+        params: dict[str, Any] = {}
+        tools: dict[str, int] = {}
+        for span, depth in span_tree(spans):
+            count = seen[span.name] = seen.get(span.name, 0) + 1
+            a = span.attributes
+            model = a.get(attr.RESPONSE_MODEL) or a.get(attr.REQUEST_MODEL)
+            if span.span_type == "message":
+                if isinstance(model, str) and model not in models:
+                    models.append(model)
+                for key, value in a.items():
+                    if key.startswith("gen_ai.request.") and key != attr.REQUEST_MODEL:
+                        params.setdefault(key.removeprefix("gen_ai.request."), value)
+            if span.span_type == "tool":
+                name = str(a.get(attr.TOOL_NAME) or span.name)
+                tools[name] = tools.get(name, 0) + 1
+            by_key[f"{span.name} #{count}"] = {
+                "name": span.name,
+                "type": span.span_type,
+                "depth": depth,
+                "offset_ns": span.start_ns - start,
+                "duration_ns": span.duration_ns,
+                "error": span.is_error,
+                "tokens": _tokens_of(a),
+                "cost": _number(a.get(COST)),
+            }
+        previews = self.previews([trace_id]).get(trace_id, (None, None))
+        data = run_json(run)
+        data["input_preview"], data["output_preview"] = previews
+        facts: dict[str, object] = {
+            "agent": run.agent,
+            "status": run.status,
+            "models": ", ".join(models) or None,
+            **{
+                f"param {k}": json.dumps(v) if isinstance(v, list) else v for k, v in params.items()
+            },
+            "tools called": ", ".join(f"{k} x{v}" for k, v in sorted(tools.items())) or None,
+            "tokens in": run.input_tokens,
+            "tokens out": run.output_tokens,
+            "cost": run.cost,
+            "latency_ns": run.duration_ns,
+            "spans": run.span_count,
+            "error spans": run.error_count,
+            "input": previews[0],
+            "output": previews[1],
+        }
+        return {"run": data, "facts": facts, "by_key": by_key}
+
     # -- sessions -----------------------------------------------------------------------
     def sessions(self, limit: int = 100) -> list[dict[str, Any]]:
         """The ``limit`` most recently active sessions, each summed over all its runs.
@@ -317,15 +680,29 @@ class Dashboard:
             recent = recent[:limit]
             if not recent:
                 return []
+            marks = ", ".join("?" * len(recent))
+            # A run counts as failed when it, or any span in it (a tool that failed while
+            # the run went on), is in error.
             rows = self._read(
                 "SELECT session_id, COUNT(*), MIN(start_ns), MAX(end_ns), "
-                "SUM(input_tokens + output_tokens), SUM(cost), SUM(status = 'error'), "
-                "GROUP_CONCAT(DISTINCT agent) FROM runs "
-                f"WHERE session_id IN ({', '.join('?' * len(recent))}) GROUP BY session_id",
+                "SUM(input_tokens + output_tokens), SUM(cost), "
+                "SUM(status = 'error' OR error_count > 0), GROUP_CONCAT(DISTINCT agent) "
+                f"FROM runs WHERE session_id IN ({marks}) GROUP BY session_id",
                 recent,
+            )
+            # SQLite's bare columns: with MIN()/MAX(), trace_id comes from that very row.
+            ends = self._read(
+                "SELECT 0, session_id, trace_id, MIN(start_ns) FROM runs "
+                f"WHERE session_id IN ({marks}) GROUP BY session_id "
+                "UNION ALL SELECT 1, session_id, trace_id, MAX(start_ns) FROM runs "
+                f"WHERE session_id IN ({marks}) GROUP BY session_id",
+                [*recent, *recent],
             )
         except StoreNotFoundError:
             return []
+        firsts = {r[1]: r[2] for r in ends if r[0] == 0}
+        lasts = {r[1]: r[2] for r in ends if r[0] == 1}
+        previews = self.previews(sorted({*firsts.values(), *lasts.values()}))
         order = {session_id: index for index, session_id in enumerate(recent)}
         rows.sort(key=lambda r: order[r[0]])
         return [
@@ -338,6 +715,8 @@ class Dashboard:
                 "cost": r[5],
                 "errors": r[6] or 0,
                 "agents": sorted((r[7] or "").split(",")) if r[7] else [],
+                "first_input": previews.get(firsts.get(r[0], ""), (None, None))[0],
+                "last_output": previews.get(lasts.get(r[0], ""), (None, None))[1],
             }
             for r in rows
         ]
@@ -364,8 +743,21 @@ class Dashboard:
             turn["output"] = _message_text(attributes.get(attr.OUTPUT_MESSAGES)) or attributes.get(
                 attr.OUTPUT_VALUE
             )
+            turn["error"] = self._first_error(run.trace_id) if run.error_count else None
             turns.append(turn)
         return turns
+
+    def _first_error(self, trace_id: str) -> dict[str, Any] | None:
+        """The first failed span of a trace: what a failed turn shows instead of a reply."""
+        rows = self._read(
+            f"SELECT name, status_description, {_attr_sql(attr.ERROR_TYPE)}, span_type "
+            "FROM spans WHERE trace_id = ? AND status_code = 'ERROR' ORDER BY start_ns LIMIT 1",
+            (trace_id,),
+        )
+        if not rows:
+            return None
+        name, message, error_type, span_type = rows[0]
+        return {"span": name, "message": message, "type": error_type, "span_type": span_type}
 
     # -- errors -------------------------------------------------------------------------
     def errors(self, since_ns: int | None = None) -> list[dict[str, Any]]:
@@ -429,7 +821,13 @@ class Dashboard:
             raise QueryError(f"buckets={buckets} is out of range: 1 to 200")
         rows = self._metric_rows(by, since_ns, until_ns)
         if not rows:
-            return {"by": by, "start_ns": since_ns, "bucket_ns": 0, "series": []}
+            return {
+                "by": by,
+                "start_ns": since_ns,
+                "bucket_ns": 0,
+                "series": [],
+                "summary": _summary([]),
+            }
         start = since_ns if since_ns is not None else min(r[1] for r in rows)
         end = until_ns if until_ns is not None else max(r[1] for r in rows) + 1
         width = max(1, math.ceil((end - start) / buckets))
@@ -437,21 +835,23 @@ class Dashboard:
         for row in rows:
             counts[row[0]] = counts.get(row[0], 0) + 1
         kept = set(sorted(counts, key=lambda k: (-counts[k], k))[:MAX_SERIES])
-        # (series, bucket) -> durations, token sum, cost sum, priced count
+        # (series, bucket) -> durations, [token sum, cost sum, priced count, failed count]
         cells: dict[tuple[str, int], tuple[list[int], list[float]]] = {}
         last = buckets - 1
-        for name, start_ns, duration, tokens, cost in rows:
+        for name, start_ns, duration, tokens, cost, failed in rows:
             index = (start_ns - start) // width
             key = (name if name in kept else "other", last if index > last else max(0, index))
             cell = cells.get(key)
             if cell is None:
-                cell = cells[key] = ([], [0.0, 0.0, 0.0])
+                cell = cells[key] = ([], [0.0, 0.0, 0.0, 0.0])
             cell[0].append(duration)
             sums = cell[1]
             sums[0] += tokens or 0
             if cost is not None:
                 sums[1] += cost
                 sums[2] += 1
+            if failed:
+                sums[3] += 1
         series_points: dict[str, list[dict[str, Any]]] = {}
         for (name, index), (durations, sums) in sorted(cells.items(), key=lambda c: c[0][1]):
             durations.sort()
@@ -463,33 +863,42 @@ class Dashboard:
                     "p95_ms": percentile(durations, 0.95) / 1e6,
                     "tokens": int(sums[0]),
                     "cost": sums[1] if sums[2] else None,
+                    "errors": int(sums[3]),
+                    "error_rate": sums[3] / len(durations),
                 }
             )
         order = sorted(series_points, key=lambda k: (k == "other", -counts.get(k, 0), k))
         series = [{"name": name, "points": series_points[name]} for name in order]
-        return {"by": by, "start_ns": start, "bucket_ns": width, "series": series}
+        return {
+            "by": by,
+            "start_ns": start,
+            "bucket_ns": width,
+            "series": series,
+            "summary": _summary(rows),
+        }
 
     def _metric_rows(
         self, by: str, since_ns: int | None, until_ns: int | None
-    ) -> list[tuple[str, int, int, int, float | None]]:
+    ) -> list[tuple[str, int, int, int, float | None, int]]:
         bounds = ["start_ns >= ?", "start_ns < ?"]
         params: list[object] = [since_ns or 0, until_ns or (1 << 63) - 1]
         queries: dict[str, Callable[[], str]] = {
             "agent": lambda: (
                 "SELECT COALESCE(agent, name), start_ns, end_ns - start_ns, "
-                "input_tokens + output_tokens, cost FROM runs "
-                f"WHERE {' AND '.join(bounds)}"
+                "input_tokens + output_tokens, cost, (status = 'error' OR error_count > 0) "
+                f"FROM runs WHERE {' AND '.join(bounds)}"
             ),
             "model": lambda: (
                 "SELECT COALESCE("
                 f"{_attr_sql(attr.RESPONSE_MODEL, attr.REQUEST_MODEL)}, '(unknown model)'), "
                 "start_ns, end_ns - start_ns, input_tokens + output_tokens, "
-                f"{_attr_sql(COST)} FROM spans WHERE span_type = 'message' "
+                f"{_attr_sql(COST)}, status_code = 'ERROR' FROM spans WHERE span_type = 'message' "
                 f"AND {' AND '.join(bounds)}"
             ),
             "tool": lambda: (
                 f"SELECT COALESCE({_attr_sql(attr.TOOL_NAME, attr.LEGACY_TOOL_NAME)}, name), "
-                "start_ns, end_ns - start_ns, 0, NULL FROM spans WHERE span_type = 'tool' "
+                "start_ns, end_ns - start_ns, 0, NULL, status_code = 'ERROR' FROM spans "
+                "WHERE span_type = 'tool' "
                 f"AND {' AND '.join(bounds)}"
             ),
         }
@@ -499,7 +908,35 @@ class Dashboard:
             return []
         # SQLite returns the right types already (text, integers, REAL or NULL cost); only a
         # cost stored as something else (a string from a foreign writer) is dropped.
-        return [r if r[4] is None or type(r[4]) is float else (*r[:4], _number(r[4])) for r in rows]
+        return [
+            r if r[4] is None or type(r[4]) is float else (*r[:4], _number(r[4]), r[5])
+            for r in rows
+        ]
+
+
+def _summary(rows: Sequence[tuple[str, int, int, int, float | None, int]]) -> dict[str, Any]:
+    """The tiles above the charts: count, error rate, p50/p95 latency, tokens and cost."""
+    durations = sorted(r[2] for r in rows)
+    costs = [r[4] for r in rows if r[4] is not None]
+    failed = sum(1 for r in rows if r[5])
+    return {
+        "count": len(rows),
+        "errors": failed,
+        "error_rate": failed / len(rows) if rows else None,
+        "p50_ms": percentile(durations, 0.5) / 1e6 if rows else None,
+        "p95_ms": percentile(durations, 0.95) / 1e6 if rows else None,
+        "tokens": sum(r[3] or 0 for r in rows),
+        "cost": sum(costs) if costs else None,
+    }
+
+
+def _tokens_of(attributes: Mapping[str, Any]) -> int:
+    total = 0
+    for key in (attr.INPUT_TOKENS, attr.OUTPUT_TOKENS):
+        value = attributes.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            total += value
+    return total
 
 
 def _number(value: object) -> float | None:

@@ -5,8 +5,11 @@
   "use strict";
   var view = document.getElementById("view");
   var liveEl = document.getElementById("live");
-  var COLORS = ["#4c6ef5", "#f59e0b", "#14a38b", "#e5484d", "#a855f7", "#3b82f6", "#d97706",
-    "#2f9e44", "#8a94a6"];
+  // 14 colours that stay apart side by side (after Tableau 20's darker half, then Okabe-Ito);
+  // "other" gets its own grey.
+  var COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+    "#17becf", "#bcbd22", "#003f5c", "#f0a3ff", "#005f2f", "#a05000", "#56b4e9"];
+  var OTHER = "#8a94a6";
   var RANGES = [["", "all time"], ["900", "last 15 min"], ["3600", "last hour"],
     ["86400", "last 24 h"], ["604800", "last 7 days"]];
   var current = { page: null, onRuns: null };
@@ -23,20 +26,12 @@
     Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
     return node;
   }
-  function fmtNs(ns) {
-    if (ns < 1e6) return (ns / 1e3).toFixed(0) + " \u00b5s";
-    if (ns < 1e9) return (ns / 1e6).toFixed(1) + " ms";
-    return (ns / 1e9).toFixed(2) + " s";
-  }
+  var fmtNs = RT.duration, fmtCost = RT.cost, fmtTokens = RT.tokens;
   function fmtTime(ns) {
     var d = new Date(ns / 1e6);
     var pad = function (n) { return String(n).padStart(2, "0"); };
     return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " +
       pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
-  }
-  function fmtCost(cost) {
-    if (cost === null || cost === undefined) return "-";
-    return "$" + (cost < 0.01 ? cost.toFixed(5) : cost.toFixed(4));
   }
   function sinceNs(seconds) {
     if (!seconds) return "";
@@ -87,6 +82,13 @@
   }
 
   // -- runs ------------------------------------------------------------------------------------
+  // Every filter, the sort and its direction live in the URL: a view can be shared or reloaded.
+  var RUN_FILTERS = ["agent", "framework", "status", "range", "session", "q", "model", "provider",
+    "user", "tag", "errors", "min_ms", "max_ms", "min_cost", "max_cost", "sort", "dir"];
+  var RUN_COLUMNS = [["time", "start"], ["agent"], ["framework"], ["status"], ["input"],
+    ["output"], ["duration", "duration"], ["spans", "spans"], ["tokens", "tokens"],
+    ["cost", "cost"], ["session"], ["trace"], ["compare"]];
+
   function runRow(run) {
     var tr = el("tr", "link");
     tr.setAttribute("data-trace-id", run.trace_id);
@@ -96,26 +98,50 @@
     cell(tr, run.framework || "-");
     var st = el("td");
     st.appendChild(pill(run.status));
-    if (run.status === "ok" && run.error_count) st.appendChild(el("span", "hint", " " +
+    if (run.status !== "error" && run.error_count) st.appendChild(el("span", "hint", " " +
       run.error_count + " err"));
     tr.appendChild(st);
+    var input = cell(tr, run.input_preview || "", "preview");
+    input.title = run.input_preview || "";
+    var output = cell(tr, run.output_preview || "", "preview");
+    output.title = run.output_preview || "";
     cell(tr, fmtNs(run.duration_ns), "num");
     cell(tr, run.span_count, "num");
-    cell(tr, run.tokens ? run.tokens : "-", "num");
+    cell(tr, fmtTokens(run.tokens), "num");
     cell(tr, fmtCost(run.cost), "num");
     cell(tr, run.session_id || "-", "mono");
     cell(tr, run.trace_id.slice(0, 12), "mono");
+    var pick = el("input", "pick");
+    pick.type = "checkbox";
+    pick.title = "compare";
+    pick.setAttribute("aria-label", "pick to compare");
+    pick.checked = picked.indexOf(run.trace_id) >= 0;
+    pick.addEventListener("click", function (e) {
+      e.stopPropagation();
+      var at = picked.indexOf(run.trace_id);
+      if (at >= 0) picked.splice(at, 1); else picked.push(run.trace_id);
+      while (picked.length > 2) picked.shift();
+      document.querySelectorAll("#runs input.pick").forEach(function (box) {
+        box.checked = picked.indexOf(box.closest("tr").getAttribute("data-trace-id")) >= 0;
+      });
+      var button = document.getElementById("compare");
+      if (button) button.hidden = picked.length !== 2;
+    });
+    tr.appendChild(el("td")).appendChild(pick);
     tr.addEventListener("click", function () { go("#/trace/" + run.trace_id); });
     return tr;
   }
-  var RUN_HEADERS = ["time", "agent", "framework", "status", "duration", "spans", "tokens",
-    "cost", "session", "trace"];
+  var picked = [];
 
   function matches(run, params) {
-    var keys = { agent: "agent", framework: "framework", status: "status", session: "session_id" };
-    return Object.keys(keys).every(function (k) {
+    var keys = { agent: "agent", framework: "framework", status: "status", user: "user_id" };
+    var plain = ["q", "range", "model", "provider", "tag", "min_ms", "max_ms", "min_cost",
+      "max_cost", "sort", "dir"].every(function (k) { return !params.get(k); });
+    return plain && Object.keys(keys).every(function (k) {
       return !params.get(k) || run[keys[k]] === params.get(k);
-    });
+    }) && (!params.get("session") ||
+      (run.session_id || "").indexOf(params.get("session")) === 0) &&
+      (!params.get("errors") || run.status === "error" || run.error_count > 0);
   }
 
   function showRuns(params) {
@@ -142,25 +168,58 @@
       s.addEventListener("change", submit);
       return s;
     }
+    function text(label, name, placeholder, type) {
+      var input = field(label, el("input"));
+      input.name = name;
+      input.type = type || "text";
+      if (placeholder) input.placeholder = placeholder;
+      input.value = params.get(name) || "";
+      return input;
+    }
     var agent = field("agent", select("agent", [["", "any"]]));
     var framework = field("framework", select("framework", [["", "any"]]));
     field("status", select("status", [["", "any"], ["ok", "ok"], ["error", "error"],
       ["cancelled", "cancelled"], ["incomplete", "incomplete"]]));
-    var range = field("time", select("range", RANGES));
-    var session = field("session", el("input"));
-    session.name = "session";
-    session.value = params.get("session") || "";
-    var search = field("search names and content", el("input"));
-    search.name = "q";
-    search.type = "search";
-    search.value = params.get("q") || "";
+    field("errors", select("errors", [["", "-"], ["any", "any span in error"]]));
+    field("time", select("range", RANGES));
+    text("session", "session", "id or its start");
+    text("model", "model");
+    text("provider", "provider");
+    text("user", "user");
+    text("tag", "tag");
+    text("min ms", "min_ms", "", "number").classList.add("short");
+    text("max ms", "max_ms", "", "number").classList.add("short");
+    text("min $", "min_cost", "", "number").classList.add("short");
+    text("max $", "max_cost", "", "number").classList.add("short");
+    form.querySelectorAll('input[type="number"]').forEach(function (i) {
+      i.min = "0";
+      i.step = "any";
+    });
+    text("search names and content", "q", "", "search");
     var button = el("button", null, "Apply");
     button.type = "submit";
     form.appendChild(button);
+    var compareButton = el("button", "primary", "Compare the 2 picked runs");
+    compareButton.type = "button";
+    compareButton.id = "compare";
+    compareButton.hidden = picked.length !== 2;
+    compareButton.addEventListener("click", function () {
+      go("#/compare?a=" + picked[0] + "&b=" + picked[1]);
+    });
+    form.appendChild(compareButton);
+    var csvLink = el("a", "export", "CSV");
+    csvLink.setAttribute("download", "runs.csv");
+    form.appendChild(csvLink);
     form.addEventListener("submit", function (e) { e.preventDefault(); submit(); });
-    function submit() {
+    function state(extra) {
       var next = new URLSearchParams();
       new FormData(form).forEach(function (v, k) { if (v) next.set(k, v); });
+      ["sort", "dir"].forEach(function (k) { if (params.get(k)) next.set(k, params.get(k)); });
+      Object.keys(extra || {}).forEach(function (k) { next.set(k, extra[k]); });
+      return next;
+    }
+    function submit() {
+      var next = state();
       go("#/runs" + (next.toString() ? "?" + next.toString() : ""));
     }
     view.appendChild(form);
@@ -177,18 +236,38 @@
     var notice = el("div", "notice");
     notice.hidden = true;
     view.appendChild(notice);
-    var t = table(RUN_HEADERS);
+    var t = table(RUN_COLUMNS.map(function (c) { return c[0]; }));
     t.id = "runs";
+    var sort = params.get("sort") || "start", dir = params.get("dir") || "desc";
+    t.querySelectorAll("th").forEach(function (th, i) {
+      var key = RUN_COLUMNS[i][1];
+      if (!key) return;
+      th.classList.add("sortable");
+      th.setAttribute("data-sort", key);
+      if (key === sort) {
+        th.classList.add("sorted");
+        th.setAttribute("aria-sort", dir === "asc" ? "ascending" : "descending");
+        th.textContent = RUN_COLUMNS[i][0] + (dir === "asc" ? " \u25b2" : " \u25bc");
+      }
+      th.addEventListener("click", function () {
+        var nextDir = key === sort && dir === "desc" ? "asc" : "desc";
+        var next = state({ sort: key, dir: nextDir });
+        go("#/runs?" + next.toString());
+      });
+    });
     var tbody = t.tBodies[0];
     view.appendChild(t);
     var more = el("button", "more", "Load more");
     more.hidden = true;
     view.appendChild(more);
-    var query = {
-      agent: params.get("agent"), framework: params.get("framework"),
-      status: params.get("status"), session: params.get("session"), q: params.get("q"),
-      since: sinceNs(params.get("range"))
-    };
+    var query = {};
+    RUN_FILTERS.forEach(function (k) { if (k !== "range") query[k] = params.get(k); });
+    query.since = sinceNs(params.get("range"));
+    var csvQuery = new URLSearchParams();
+    Object.keys(query).forEach(function (k) {
+      if (query[k] && k !== "sort" && k !== "dir") csvQuery.set(k, query[k]);
+    });
+    csvLink.href = "/api/runs.csv" + (csvQuery.toString() ? "?" + csvQuery.toString() : "");
     var cursor = null;
     function load() {
       api("/api/runs", Object.assign({ cursor: cursor, limit: 50 }, query)).then(function (r) {
@@ -208,8 +287,17 @@
     current.onRuns = function (runs) {
       runs.forEach(function (run) {
         var existing = tbody.querySelector('tr[data-trace-id="' + run.trace_id + '"]');
-        if (existing) { existing.replaceWith(runRow(run)); return; }
-        if (params.get("q") || params.get("range") || !matches(run, params)) {
+        if (existing) {
+          var previous = existing.children;
+          var row = runRow(run);
+          // the live feed carries no previews: keep the ones already shown
+          [4, 5].forEach(function (i) {
+            if (!row.children[i].textContent) row.children[i].textContent = previous[i].textContent;
+          });
+          existing.replaceWith(row);
+          return;
+        }
+        if (!matches(run, params)) {
           fresh += 1;
           notice.textContent = fresh + " new run(s) arrived; apply the filters again to see them";
           notice.hidden = false;
@@ -217,9 +305,9 @@
         }
         var hint = tbody.querySelector("td.hint");
         if (hint) hint.parentNode.remove();
-        var row = runRow(run);
-        row.classList.add("fresh");
-        tbody.insertBefore(row, tbody.firstChild);
+        var added = runRow(run);
+        added.classList.add("fresh");
+        tbody.insertBefore(added, tbody.firstChild);
       });
       document.body.setAttribute("data-runs", String(tbody.querySelectorAll("tr.link").length));
     };
@@ -236,6 +324,10 @@
     bar.appendChild(back);
     var chips = el("div", "chips");
     bar.appendChild(chips);
+    var exportLink = el("a", "export", "export OTLP JSON");
+    exportLink.href = "/api/runs/" + encodeURIComponent(traceId) + "/otlp";
+    exportLink.setAttribute("download", "trace-" + traceId + ".otlp.json");
+    bar.appendChild(exportLink);
     view.appendChild(bar);
     var frame = el("iframe", "trace");
     frame.title = "trace waterfall";
@@ -252,7 +344,7 @@
         chips.appendChild(pill(run.status));
         chip("agent", run.agent || run.name);
         chip("duration", fmtNs(run.duration_ns));
-        chip("tokens", run.tokens);
+        chip("tokens", fmtTokens(run.tokens));
         chip("cost", fmtCost(run.cost));
         if (run.session_id) {
           var link = el("a", null, "session " + run.session_id);
@@ -271,12 +363,84 @@
     };
   }
 
+  // -- compare two runs ------------------------------------------------------------------------
+  function showCompare(params) {
+    setNav("runs");
+    view.textContent = "";
+    var back = el("a", null, "\u2190 runs");
+    back.href = "#/runs";
+    view.appendChild(back);
+    view.appendChild(el("h1", null, "Compare two runs"));
+    api("/api/compare", { a: params.get("a"), b: params.get("b") }).then(function (c) {
+      var heads = el("div", "cmp-heads");
+      [["A", c.a], ["B", c.b]].forEach(function (x) {
+        var h = el("div", "cmp-head");
+        var link = el("a", null, x[0] + ": " + (x[1].agent || x[1].name) + " \u00b7 " +
+          fmtTime(x[1].start_ns) + " \u00b7 " + x[1].trace_id.slice(0, 8));
+        link.href = "#/trace/" + x[1].trace_id;
+        h.appendChild(link);
+        h.appendChild(pill(x[1].status));
+        heads.appendChild(h);
+      });
+      view.appendChild(heads);
+      var formats = { cost: fmtCost, latency_ns: fmtNs, "tokens in": fmtTokens,
+        "tokens out": fmtTokens };
+      var t = table(["", "A", "B"]);
+      t.id = "differences";
+      c.differences.forEach(function (d) {
+        var tr = el("tr", d.same ? "same" : "differs");
+        tr.setAttribute("data-field", d.field);
+        var f = formats[d.field] || function (v) {
+          return v === null || v === undefined ? "-" : String(v);
+        };
+        cell(tr, d.field === "latency_ns" ? "latency" : d.field, "k");
+        cell(tr, f(d.a), "wrap");
+        cell(tr, f(d.b), "wrap");
+        t.tBodies[0].appendChild(tr);
+      });
+      view.appendChild(el("h2", null, "Differences"));
+      view.appendChild(t);
+      view.appendChild(el("h2", null, "Timelines, on one scale"));
+      var tl = el("div", "cmp-timeline");
+      tl.id = "cmp-timeline";
+      c.timeline.forEach(function (row) {
+        var line = el("div", "cmp-row");
+        line.setAttribute("data-key", row.key);
+        var any = row.a || row.b;
+        var label = el("div", "cmp-label", any.name);
+        label.style.paddingLeft = (4 + any.depth * 14) + "px";
+        line.appendChild(label);
+        [row.a, row.b].forEach(function (side) {
+          var track = el("div", "cmp-track");
+          if (side) {
+            var bar = el("div", "cmp-bar t-" + (side.type || "other") + (side.error ? " err" : ""));
+            bar.style.left = (100 * side.offset_ns / c.scale_ns) + "%";
+            bar.style.width = Math.max(0.3, 100 * side.duration_ns / c.scale_ns) + "%";
+            bar.title = fmtNs(side.duration_ns);
+            track.appendChild(bar);
+            var figures = fmtNs(side.duration_ns) + (side.tokens ? " \u00b7 " +
+              fmtTokens(side.tokens) + " tok" : "") + (side.cost !== null ? " \u00b7 " +
+              fmtCost(side.cost) : "");
+            track.appendChild(el("span", "cmp-fig", figures));
+          } else {
+            track.appendChild(el("span", "hint", "(not in this run)"));
+          }
+          line.appendChild(track);
+        });
+        tl.appendChild(line);
+      });
+      view.appendChild(tl);
+      document.body.setAttribute("data-compared", "1");
+    }).catch(fail);
+  }
+
   // -- sessions --------------------------------------------------------------------------------
   function showSessions() {
     setNav("sessions");
     view.textContent = "";
     view.appendChild(el("h1", null, "Sessions"));
-    var t = table(["last activity", "session", "runs", "agents", "tokens", "cost", "errors"]);
+    var t = table(["last activity", "session", "runs", "agents", "first input", "last output",
+      "tokens", "cost", "errors"]);
     t.id = "sessions";
     view.appendChild(t);
     api("/api/sessions").then(function (r) {
@@ -288,7 +452,9 @@
         cell(tr, s.session_id, "mono");
         cell(tr, s.runs, "num");
         cell(tr, s.agents.join(", "));
-        cell(tr, s.tokens, "num");
+        cell(tr, s.first_input || "", "preview").title = s.first_input || "";
+        cell(tr, s.last_output || "", "preview").title = s.last_output || "";
+        cell(tr, fmtTokens(s.tokens), "num");
         cell(tr, fmtCost(s.cost), "num");
         cell(tr, s.errors, "num");
         tr.addEventListener("click", function () {
@@ -322,7 +488,7 @@
         meta.appendChild(el("span", null, turn.agent || turn.name));
         meta.appendChild(pill(turn.status));
         meta.appendChild(el("span", null, fmtNs(turn.duration_ns)));
-        meta.appendChild(el("span", null, turn.tokens + " tokens"));
+        meta.appendChild(el("span", null, fmtTokens(turn.tokens) + " tokens"));
         if (turn.cost !== null) meta.appendChild(el("span", null, fmtCost(turn.cost)));
         var link = el("a", null, "trace " + turn.trace_id.slice(0, 8));
         link.href = "#/trace/" + turn.trace_id;
@@ -332,10 +498,23 @@
           .forEach(function (b) {
             var bubble = el("div", "bubble " + b[0]);
             bubble.appendChild(el("span", "who", b[1]));
-            bubble.appendChild(document.createTextNode(b[2] === null || b[2] === undefined
-              ? "(content not captured)" : String(b[2])));
+            var missing = b[2] === null || b[2] === undefined;
+            if (missing && b[0] === "agent" && turn.error) {
+              // a failed turn shows what failed, not an empty reply
+              bubble.classList.add("failed");
+              bubble.appendChild(el("b", "error-text", (turn.error.type || "error") + ": "));
+              bubble.appendChild(document.createTextNode((turn.error.message || "") +
+                " (in " + turn.error.span + ")"));
+            } else {
+              bubble.appendChild(document.createTextNode(missing
+                ? "(content not captured)" : String(b[2])));
+            }
             box.appendChild(bubble);
           });
+        if (turn.output && turn.error) {
+          box.appendChild(el("div", "bubble agent failed error-text", (turn.error.type ||
+            "error") + ": " + (turn.error.message || "") + " (in " + turn.error.span + ")"));
+        }
         list.appendChild(box);
       });
     }).catch(fail);
@@ -402,6 +581,16 @@
   }
 
   // -- charts ----------------------------------------------------------------------------------
+  function niceTicks(max) {
+    // 0 up to a round number at or above max, in 3 to 6 round steps (1, 2, 2.5 or 5 x 10^k)
+    var raw = max / 4, power = Math.pow(10, Math.floor(Math.log10(raw)));
+    var step = [1, 2, 2.5, 5, 10].map(function (m) { return m * power; })
+      .filter(function (c) { return c >= raw; })[0];
+    var ticks = [];
+    for (var v = 0; v < max + step * 0.999; v += step) ticks.push(Number(v.toPrecision(12)));
+    return ticks;
+  }
+
   function lineChart(title, data, lines, format) {
     var box = el("div", "chart");
     box.appendChild(el("h3", null, title));
@@ -416,23 +605,35 @@
       });
     });
     if (max <= 0) max = 1;
+    var ticks = niceTicks(max);
+    max = ticks[ticks.length - 1];
     function x(t) { return L + (W - L - R) * ((t - data.start) / (data.width * n)); }
     function y(v) { return T + (H - T - B) * (1 - v / max); }
-    [0, 0.5, 1].forEach(function (f) {
-      root.appendChild(svg("line", { x1: L, x2: W - R, y1: y(max * f), y2: y(max * f),
-        "class": "gridline" }));
-      var label = svg("text", { x: L - 6, y: y(max * f) + 3, "text-anchor": "end" });
-      label.textContent = format(max * f);
-      root.appendChild(label);
+    var yAxis = svg("g", { "class": "y-axis" });
+    ticks.forEach(function (v) {
+      // each label is centred on its own gridline (dominant-baseline), never offset by hand
+      yAxis.appendChild(svg("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), "class": "gridline" }));
+      var label = svg("text", { x: L - 6, y: y(v), "text-anchor": "end",
+        "dominant-baseline": "middle", "data-value": v });
+      label.textContent = format(v);
+      yAxis.appendChild(label);
     });
-    [0, 1].forEach(function (f) {
-      var label = svg("text", { x: f ? W - R : L, y: H - 6, "text-anchor": f ? "end" : "start" });
-      label.textContent = fmtTime(data.start + f * data.width * n).slice(5, 16);
-      root.appendChild(label);
-    });
+    root.appendChild(yAxis);
+    var xAxis = svg("g", { "class": "x-axis" });
+    var span = data.width * n, steps = 6;
+    for (var k = 0; k <= steps; k++) {
+      var at = data.start + span * k / steps;
+      var label = svg("text", { x: x(at), y: H - 6,
+        "text-anchor": k === 0 ? "start" : k === steps ? "end" : "middle" });
+      label.textContent = span > 2 * 864e11 ? fmtTime(at).slice(5, 16) : fmtTime(at).slice(11, 16);
+      xAxis.appendChild(label);
+      xAxis.appendChild(svg("line", { x1: x(at), x2: x(at), y1: H - B, y2: H - B + 4,
+        "class": "tick" }));
+    }
+    root.appendChild(xAxis);
     var drawn = 0;
     data.series.forEach(function (s, i) {
-      var color = s.name === "other" ? COLORS[COLORS.length - 1] : COLORS[i % COLORS.length];
+      var color = s.name === "other" ? OTHER : COLORS[i % COLORS.length];
       lines.forEach(function (ln) {
         var pts = s.points.filter(function (p) { return p[ln.key] !== null; });
         if (!pts.length) return;
@@ -462,8 +663,7 @@
     data.series.forEach(function (s, i) {
       var item = el("span");
       var swatch = el("i");
-      swatch.style.background = s.name === "other" ? COLORS[COLORS.length - 1]
-        : COLORS[i % COLORS.length];
+      swatch.style.background = s.name === "other" ? OTHER : COLORS[i % COLORS.length];
       item.appendChild(swatch);
       item.appendChild(document.createTextNode(s.name));
       legend.appendChild(item);
@@ -502,26 +702,45 @@
     sel.addEventListener("change", function () { go("#/charts?by=" + by + "&range=" + sel.value); });
     bar.appendChild(sel);
     view.appendChild(bar);
+    var tiles = el("div", "tiles");
+    tiles.id = "tiles";
+    view.appendChild(tiles);
     var grid = el("div", "charts");
     grid.id = "charts";
     view.appendChild(grid);
     function draw() {
       api("/api/metrics", { by: by, since: sinceNs(range), buckets: 24 }).then(function (m) {
         grid.textContent = "";
+        tiles.textContent = "";
+        var sm = m.summary, unit = by === "agent" ? "runs" : by === "model" ? "model calls"
+          : "tool calls";
+        [[unit, fmtTokens(sm.count)],
+          ["error rate", sm.error_rate === null ? "-" : (100 * sm.error_rate).toFixed(1) + " %"],
+          ["p50 latency", sm.p50_ms === null ? "-" : fmtNs(sm.p50_ms * 1e6)],
+          ["p95 latency", sm.p95_ms === null ? "-" : fmtNs(sm.p95_ms * 1e6)],
+          ["tokens", fmtTokens(sm.tokens)], ["cost", fmtCost(sm.cost)]].forEach(function (x) {
+          var tile = el("div", "tile");
+          tile.setAttribute("data-tile", x[0]);
+          tile.appendChild(el("span", "tile-k", x[0]));
+          tile.appendChild(el("b", null, x[1]));
+          tiles.appendChild(tile);
+        });
         var data = { start: m.start_ns, width: m.bucket_ns, buckets: 24, series: m.series };
-        var ms = function (v) { return v >= 1000 ? (v / 1000).toFixed(1) + " s"
-          : v.toFixed(v < 10 ? 1 : 0) + " ms"; };
+        var ms = function (v) { return fmtNs(v * 1e6); };
         grid.appendChild(lineChart("Latency per " + by + " (p50, p95)", data,
           [{ key: "p50_ms", label: "p50" }, { key: "p95_ms", label: "p95", dash: true }], ms));
         if (by !== "tool") {
           grid.appendChild(lineChart("Tokens per " + by, data, [{ key: "tokens", label: "tokens" }],
-            function (v) { return String(Math.round(v)); }));
+            function (v) { return fmtTokens(Math.round(v)); }));
           grid.appendChild(lineChart("Cost per " + by + " (USD)", data,
-            [{ key: "cost", label: "cost" }], function (v) { return "$" + v.toFixed(4); }));
+            [{ key: "cost", label: "cost" }], fmtCost));
         } else {
           grid.appendChild(lineChart("Calls per tool", data, [{ key: "count", label: "calls" }],
-            function (v) { return String(Math.round(v)); }));
+            function (v) { return fmtTokens(Math.round(v)); }));
         }
+        grid.appendChild(lineChart("Error rate per " + by, data,
+          [{ key: "error_rate", label: "error rate" }],
+          function (v) { return (100 * v).toFixed(v < 0.1 && v > 0 ? 1 : 0) + " %"; }));
         document.body.setAttribute("data-charts", String(grid.children.length));
       }).catch(fail);
     }
@@ -548,7 +767,8 @@
       errors: function () {
         if (h.parts[1]) showErrorRuns(h.parts.slice(1).join("/")); else showErrors();
       },
-      charts: function () { showCharts(h.params); }
+      charts: function () { showCharts(h.params); },
+      compare: function () { showCompare(h.params); }
     };
     (routes[page] || routes.runs)();
   }
