@@ -76,16 +76,13 @@ ours). An ``Instrumentation`` with ``id=None`` has no id to take over and emits.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
-from contextlib import aclosing
+from collections.abc import AsyncIterable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, ClassVar
 
-from runnertrace._internal.errors import handle_internal_errors
 from runnertrace._internal.imports import require
 
 require("pydantic_ai", "pydantic-ai")
@@ -127,27 +124,18 @@ from pydantic_ai.models import ModelRequestContext  # noqa: E402
 from pydantic_ai.run import AgentRunResult, AgentRunResultEvent  # noqa: E402
 from pydantic_ai.tools import RunContext  # noqa: E402
 
-from runnertrace.core import events as ev  # noqa: E402
-from runnertrace.core.agent import Agent  # noqa: E402
 from runnertrace.core.builder import EventBuilder  # noqa: E402
-from runnertrace.core.context import ensure_tool_context  # noqa: E402
 from runnertrace.core.genai import as_text, request_parameters, tool_definition  # noqa: E402
-from runnertrace.core.models import AgentReply, AgentRequest, prompt_of  # noqa: E402
+from runnertrace.core.models import AgentReply, AgentRequest  # noqa: E402
 from runnertrace.core.module import Module  # noqa: E402
-from runnertrace.core.observer import (  # noqa: E402
-    NULL_OBSERVER,
-    claim_observer,
-    in_traced_run,
-    stream_observer,
-)
-from runnertrace.core.runner import Runner  # noqa: E402
-from runnertrace.core.session import Session  # noqa: E402
+from runnertrace.core.observer import in_traced_run  # noqa: E402
 from runnertrace.core.skeleton import (  # noqa: E402
-    Prepared,
-    invoke,
-    native_of,
-    prepare,
-    relay,
+    FrameworkRun,
+    FrameworkRunner,
+    MappingBoundary,
+    RunSetup,
+    is_url,
+    media_bytes,
     reply_of,
     save,
 )
@@ -157,6 +145,7 @@ __all__ = ["STATE_KEY", "PydanticAIModule", "PydanticAIRunner", "user_prompt_of"
 logger = logging.getLogger("runnertrace")
 
 STATE_KEY = "pydantic_ai"
+_boundary = MappingBoundary("pydantic_ai")
 
 
 # -- requests -> user_prompt -------------------------------------------------------------------
@@ -164,18 +153,13 @@ STATE_KEY = "pydantic_ai"
 
 def _media(data: str, mime_type: str, name: str | None, url_type: type[Any]) -> UserContent:
     """One image or file: a URL stays a URL, anything else is base64 bytes."""
-    if data.startswith(("http://", "https://")):
+    if is_url(data):
         return url_type(url=data, media_type=mime_type)  # type: ignore[no-any-return]
     if data.startswith("data:"):
         return BinaryContent.from_data_uri(data)
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        label = f"{name!r} " if name else ""
-        raise ValueError(
-            f"request {label}({mime_type}) is neither base64 data, a data: URI nor an http(s) URL"
-        ) from exc
-    return BinaryContent(data=raw, media_type=mime_type, identifier=name)
+    return BinaryContent(
+        data=media_bytes(data, mime_type, name), media_type=mime_type, identifier=name
+    )
 
 
 _REQUEST_CONVERTERS: dict[str, Callable[[Any], UserContent]] = {
@@ -530,11 +514,11 @@ class _Observer(AbstractCapability[Any]):
         handler: WrapNodeRunHandler[Any],
     ) -> NodeResult[Any]:
         if PydanticAgent.is_model_request_node(node):
-            with handle_internal_errors("pydantic_ai step start"):
+            with _boundary:
                 self.mapper.step_started(ctx)
         result = await handler(node)
         if PydanticAgent.is_call_tools_node(node):
-            with handle_internal_errors("pydantic_ai step end"):
+            with _boundary:
                 self.mapper.step_finished(ctx, result)
         return result
 
@@ -547,7 +531,7 @@ class _Observer(AbstractCapability[Any]):
     ) -> ModelResponse:
         mapper = self.mapper
         message_id = ""
-        with handle_internal_errors("pydantic_ai message start"):
+        with _boundary:
             message_id = mapper.message_started(ctx, request_context)
         try:
             with mapper.builder.model_scope(message_id):
@@ -555,10 +539,10 @@ class _Observer(AbstractCapability[Any]):
         except Exception as exc:
             # The message ends with the error, so the chat span fails where it
             # happened even when the run recovers; the exception goes on unchanged.
-            with handle_internal_errors("pydantic_ai message end"):
+            with _boundary:
                 mapper.message_finished(None, exc)
             raise
-        with handle_internal_errors("pydantic_ai message end"):
+        with _boundary:
             mapper.message_finished(response)
         return response
 
@@ -576,7 +560,7 @@ class _Observer(AbstractCapability[Any]):
         except _CONTROL_FLOW:
             raise
         except Exception as exc:
-            with handle_internal_errors("pydantic_ai tool validation"):
+            with _boundary:
                 self.mapper.tool_failed(call, exc)
             raise
 
@@ -596,10 +580,10 @@ class _Observer(AbstractCapability[Any]):
         except _CONTROL_FLOW:
             raise
         except Exception as exc:
-            with handle_internal_errors("pydantic_ai tool failure"):
+            with _boundary:
                 mapper.tool_failed(call, exc)
             raise
-        with handle_internal_errors("pydantic_ai tool result"):
+        with _boundary:
             mapper.tool_returned(call, result)
         return result
 
@@ -622,13 +606,13 @@ class _StreamObserver(_Observer):
         mapper = self.mapper
         try:
             async for event in stream:
-                with handle_internal_errors("pydantic_ai stream event"):
+                with _boundary:
                     mapper.native(event)
                 yield event
         except Exception as exc:
             # A streamed response fails here (its request handler is then cancelled):
             # the open message ends with the error.
-            with handle_internal_errors("pydantic_ai message end"):
+            with _boundary:
                 mapper.message_finished(None, exc)
             raise
         finally:
@@ -696,10 +680,46 @@ def _silenced_instrumentation(capability_id: str) -> AbstractCapability[Any]:
 # -- the runner ---------------------------------------------------------------------------------
 
 
-class PydanticAIRunner(Runner):
+class _Run(FrameworkRun[AgentRunResult[Any]]):
+    """One Pydantic AI run: ``agent.run`` (run mode) or ``run_stream_events`` (stream mode)."""
+
+    def __init__(self, setup: RunSetup[AbstractAgent[Any, Any]], options: dict[str, Any]) -> None:
+        super().__init__(setup)
+        self.native = setup.native
+        self.options = options
+        self.results: list[AgentRunResult[Any]] = []
+
+    async def call(self) -> AgentRunResult[Any]:
+        return await self.native.run(**self.options)
+
+    def native_stream(self) -> AbstractAsyncContextManager[AsyncIterable[Any]]:
+        return self.native.run_stream_events(**self.options)
+
+    def map(self, item: Any) -> None:
+        if isinstance(item, AgentRunResultEvent):  # the hooks map everything else
+            self.results.append(item.result)
+
+    async def outcome(self) -> AgentRunResult[Any]:
+        if not self.results:
+            raise RuntimeError("the Pydantic AI event stream ended without a run result")
+        return self.results[-1]
+
+    async def save(self, result: AgentRunResult[Any]) -> None:
+        setup = self.setup
+        save(setup.session, STATE_KEY, result.all_messages(), setup.prepared, self.options["deps"])
+
+    def reply(self, result: AgentRunResult[Any], prompt: str) -> AgentReply:
+        return _reply(result, prompt)
+
+
+class PydanticAIRunner(FrameworkRunner[AbstractAgent[Any, Any]]):
     """Runs a ``pydantic_ai.Agent`` (any ``AbstractAgent``) in run or stream mode."""
 
     framework: ClassVar[str] = "pydantic_ai"
+    state_key: ClassVar[str] = STATE_KEY
+    native_type: ClassVar[type[Any]] = AbstractAgent
+    native_what: ClassVar[str] = "a pydantic_ai agent"
+    boundary: ClassVar[MappingBoundary] = _boundary
     RESERVED_RUN_OPTIONS: ClassVar[dict[str, str]] = {
         "user_prompt": "the runner builds the prompt from the requests",
         "message_history": (
@@ -718,79 +738,42 @@ class PydanticAIRunner(Runner):
     def __init__(self) -> None:
         self._warned_stream_handler = False
 
-    async def _call_options(
-        self,
-        agent: Agent,
-        prepared: Prepared,
-        requests: list[AgentRequest],
-        observer: _Observer | None,
-        *,
-        streaming: bool,
-    ) -> dict[str, Any]:
+    async def start(self, setup: RunSetup[AbstractAgent[Any, Any]]) -> _Run:
+        # Untraced run mode installs nothing: the run is the plain native call. Stream
+        # mode always needs the capability (the events are the stream).
+        observer: _Observer | None = None
+        if setup.streaming:
+            mapper = _Mapper(setup.builder, setup.agent.name, detailed=setup.observed)
+            observer = _StreamObserver(mapper) if setup.observed else _UntracedStream(mapper)
+        elif setup.observed:
+            observer = _Observer(_Mapper(setup.builder, setup.agent.name, detailed=True))
+        return _Run(setup, self._call_options(setup, observer))
+
+    def _call_options(self, setup: RunSetup[Any], observer: _Observer | None) -> dict[str, Any]:
         """The native call's keyword arguments (``deps`` is the loaded framework context)."""
+        prepared = setup.prepared
         options = prepared.options
-        dropped = streaming and options.pop("event_stream_handler", None) is not None
+        dropped = setup.streaming and options.pop("event_stream_handler", None) is not None
         if dropped and not self._warned_stream_handler:
             self._warned_stream_handler = True
             logger.warning(
                 "runnertrace: run option 'event_stream_handler' of agent %r is ignored in "
                 "stream mode (the runner consumes the event stream itself); "
                 "use a capability to observe events in both modes",
-                agent.name,
+                setup.agent.name,
             )
         capabilities = list(options.get("capabilities") or [])
         if in_traced_run():
-            ids = _instrumentation_ids(agent.native, options)
+            ids = _instrumentation_ids(setup.native, options)
             capabilities.extend(_silenced_instrumentation(i) for i in sorted(ids))
         if observer is not None:
             capabilities.append(observer)
         # Owned keys last, so no declared option can displace them.
-        options["user_prompt"] = user_prompt_of(requests)
+        options["user_prompt"] = user_prompt_of(setup.requests)
         options["message_history"] = list(prepared.state or [])
         options["deps"] = prepared.context if prepared.context is not None else {}
         options["capabilities"] = capabilities
         return options
-
-    async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:
-        native = native_of(agent, AbstractAgent, "a pydantic_ai agent")
-        with claim_observer() as report:
-            # Untraced, nothing is installed: the run is the plain native call.
-            observer = None
-            if report is not NULL_OBSERVER:
-                observer = _Observer(_Mapper(EventBuilder(report), agent.name, detailed=True))
-            prepared = await prepare(agent, session, requests, STATE_KEY)
-            options = await self._call_options(agent, prepared, requests, observer, streaming=False)
-            result = await invoke(agent, session, requests, lambda: native.run(**options))
-        save(session, STATE_KEY, result.all_messages(), prepared, options["deps"])
-        return _reply(result, prompt_of(requests))
-
-    async def stream(
-        self, agent: Agent, session: Session, requests: list[AgentRequest]
-    ) -> AsyncIterator[ev.StreamEvent]:
-        native = native_of(agent, AbstractAgent, "a pydantic_ai agent")
-        reporter = stream_observer()
-        builder = EventBuilder(reporter, queue=True)
-        traced = reporter is not NULL_OBSERVER
-        mapper = _Mapper(builder, agent.name, detailed=traced)
-        observer = _StreamObserver(mapper) if traced else _UntracedStream(mapper)
-        results: list[AgentRunResult[Any]] = []
-
-        def keep_result(item: Any) -> None:
-            if isinstance(item, AgentRunResultEvent):
-                results.append(item.result)
-
-        with ensure_tool_context(agent, session, requests):
-            prepared = await prepare(agent, session, requests, STATE_KEY)
-            options = await self._call_options(agent, prepared, requests, observer, streaming=True)
-            async with (
-                native.run_stream_events(**options) as native_events,
-                aclosing(relay(builder, native_events, keep_result)) as events,
-            ):
-                async for event in events:
-                    yield event
-        if not results:
-            raise RuntimeError("the Pydantic AI event stream ended without a run result")
-        save(session, STATE_KEY, results[-1].all_messages(), prepared, options["deps"])
 
 
 def _reply(result: AgentRunResult[Any], prompt: str) -> AgentReply:
