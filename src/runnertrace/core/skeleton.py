@@ -53,7 +53,7 @@ from runnertrace.core.models import (
     AgentReplyText,
     prompt_of,
 )
-from runnertrace.core.observer import claim_observer, stream_observer
+from runnertrace.core.observer import Observer, claim_observer, stream_observer
 from runnertrace.core.runner import Runner
 
 if TYPE_CHECKING:
@@ -240,6 +240,7 @@ async def relay(
     on_complete: Callable[[], None] = _no_exit,
     on_exit: Callable[[], None] = _no_exit,
     boundary: MappingBoundary = RUNNER_BOUNDARY,
+    items_are_events: bool = False,
 ) -> AsyncGenerator[StreamEvent, None]:
     """Stream mode: pull ``native``, map each item, and yield the events made so far.
 
@@ -251,6 +252,8 @@ async def relay(
     yielded, and it is re-raised unchanged. ``on_exit`` runs at the end, on
     failure, and when the consumer stops early. Each of those calls into the
     mapping runs inside ``boundary``: a fault there is logged and the run goes on.
+    With ``items_are_events`` the native items are already our events (made by a
+    builder the native loop drains itself), and are yielded as they come.
 
     Iterate it under ``contextlib.aclosing`` (the caller keeps the tool context
     active around that): then a consumer that stops early closes it at once, in
@@ -260,7 +263,9 @@ async def relay(
     try:
         try:
             async for item in native:
-                if on_item is not None:
+                if items_are_events:  # a loop that makes our events itself (the native agent)
+                    yield item  # type: ignore[misc]
+                elif on_item is not None:
                     with boundary:  # one boundary per native item, whatever it makes
                         on_item(item)
                 for event in builder.drain():
@@ -335,6 +340,63 @@ class RunSetup(Generic[Native]):
         return self.builder.observed
 
 
+class BoundedBuilder(EventBuilder):
+    """An event builder whose every call runs inside a mapping boundary.
+
+    For a loop that calls the builder itself, between its own awaits (the native
+    agent): there is no framework hook to put a boundary around, so the builder
+    carries it. A fault in a call is reported and the call makes nothing; a
+    message that failed to start still gets an id, so the loop goes on unchanged.
+    """
+
+    def __init__(self, observer: Observer, boundary: MappingBoundary, *, queue: bool) -> None:
+        super().__init__(observer, queue=queue)
+        self.boundary = boundary
+
+    def step_start(self, *args: Any, **kwargs: Any) -> None:
+        with self.boundary:
+            super().step_start(*args, **kwargs)
+
+    def step_end(self, *args: Any, **kwargs: Any) -> None:
+        with self.boundary:
+            super().step_end(*args, **kwargs)
+
+    def message_start(self, message_id: str | None = None, **fields: Any) -> str:
+        try:
+            return super().message_start(message_id, **fields)
+        except Exception as exc:  # noqa: BLE001 - the mapping's error boundary
+            report_internal_error(self.boundary.where, exc)
+            return message_id or "msg_unreported"
+
+    def reasoning(self, *args: Any, **kwargs: Any) -> None:
+        with self.boundary:
+            super().reasoning(*args, **kwargs)
+
+    def text(self, *args: Any, **kwargs: Any) -> None:
+        with self.boundary:
+            super().text(*args, **kwargs)
+
+    def tool_call(self, *args: Any, **kwargs: Any) -> None:
+        with self.boundary:
+            super().tool_call(*args, **kwargs)
+
+    def message_end(self, *args: Any, **kwargs: Any) -> None:
+        with self.boundary:
+            super().message_end(*args, **kwargs)
+
+    def tool_start(self, *args: Any, **kwargs: Any) -> None:
+        with self.boundary:
+            super().tool_start(*args, **kwargs)
+
+    def tool_result(self, *args: Any, **kwargs: Any) -> None:
+        with self.boundary:
+            super().tool_result(*args, **kwargs)
+
+    def fail(self, error: BaseException) -> None:
+        with self.boundary:
+            super().fail(error)
+
+
 class FrameworkRun(ABC, Generic[Result]):
     """One run of a framework, as a runner sets it up; :class:`FrameworkRunner` drives it.
 
@@ -368,6 +430,10 @@ class FrameworkRun(ABC, Generic[Result]):
         raise NotImplementedError(f"{type(self).__name__} has no stream mode")
 
     # -- the mapping's ends of a run (each called inside the boundary) ----------------------
+    #: The native stream's items are our events already (a loop that drives the
+    #: builder itself and drains it): they are yielded as they come.
+    items_are_events: ClassVar[bool] = False
+
     def map(self, item: Any) -> None:
         """Stream mode: map one native item onto builder calls (default: the hooks do)."""
 
@@ -480,6 +546,7 @@ class FrameworkRunner(Runner, Generic[Native]):
                         on_complete=run.complete,
                         on_exit=run.close,
                         boundary=self.boundary,
+                        items_are_events=run.items_are_events,
                     )
                 ) as events,
             ):
