@@ -30,7 +30,7 @@ How the contract maps onto LangGraph:
   ``on_tool_error``), so each ``RetryPolicy`` attempt is a span of its own.
 - **Run mode** untraced is a plain ``ainvoke``: no handler is installed. Traced,
   the handler reports to the observer and makes each tool's and model call's
-  span current while it runs (see :class:`_TracedHandler`).
+  span current while it runs (see :class:`_TracedMapper`).
 - **Stream mode** drives ``astream(stream_mode=["messages", "updates"],
   subgraphs=True)``: the "messages" mode makes chat models stream, and each item
   it yields is a moment to hand over the events the handler has made since.
@@ -54,6 +54,7 @@ import threading
 from abc import ABCMeta
 from collections.abc import (
     AsyncGenerator,
+    AsyncIterable,
     AsyncIterator,
     Awaitable,
     Callable,
@@ -61,19 +62,17 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import AbstractContextManager, aclosing
+from contextlib import AbstractContextManager, aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, cast
 from uuid import UUID
 
 from pydantic import BaseModel, JsonValue
 
-from runnertrace._internal.errors import handle_internal_errors, should_raise
+from runnertrace._internal.errors import should_raise
 from runnertrace._internal.imports import require
 from runnertrace.core.agent import Agent
 from runnertrace.core.builder import EventBuilder
-from runnertrace.core.context import ensure_tool_context
-from runnertrace.core.events import StreamEvent
 from runnertrace.core.genai import (
     Message,
     Part,
@@ -87,12 +86,16 @@ from runnertrace.core.genai import (
     tool_response_part,
 )
 from runnertrace.core.genai import message as semconv_message
-from runnertrace.core.models import AgentReply, AgentRequest, prompt_of
+from runnertrace.core.models import AgentReply, AgentRequest
 from runnertrace.core.module import Module
-from runnertrace.core.observer import NULL_OBSERVER, claim_observer, stream_observer
-from runnertrace.core.runner import Runner
-from runnertrace.core.session import Session
-from runnertrace.core.skeleton import Prepared, invoke, native_of, prepare, relay, reply_of, save
+from runnertrace.core.skeleton import (
+    FrameworkRun,
+    FrameworkRunner,
+    MappingBoundary,
+    RunSetup,
+    reply_of,
+    save,
+)
 
 if TYPE_CHECKING:
     from runnertrace.core.runtime import Runtime
@@ -115,6 +118,7 @@ __all__ = ["LangGraphModule", "LangGraphRunner", "merge_config"]
 Graph: TypeAlias = "Pregel[Any, Any, Any, Any]"
 
 STATE_KEY = "langgraph"
+_boundary = MappingBoundary("langgraph")
 MESSAGES = "messages"
 
 # Every key a RunnableConfig may hold. Declared at the top level of the run
@@ -334,7 +338,7 @@ def _step_name(name: str, metadata: Mapping[str, Any]) -> str:
 
 
 # Set where a call's scope is entered: resetting it succeeds only in that same
-# context, which is where the scope may be left (see _TracedHandler).
+# context, which is where the scope may be left (see _TracedMapper).
 _entered: contextvars.ContextVar[UUID | None] = contextvars.ContextVar(
     "runnertrace_langgraph_call", default=None
 )
@@ -347,7 +351,7 @@ class _Model:
     call_ids: set[str] = field(default_factory=set)
 
 
-class _Handler(BaseCallbackHandler):
+class _Mapper(BaseCallbackHandler):
     """Turns one run's LangChain callbacks into events, through an :class:`EventBuilder`.
 
     - A node run tagged ``graph:step:N`` is a step; concurrent runs of one node in
@@ -411,7 +415,7 @@ class _Handler(BaseCallbackHandler):
     ) -> None:
         name = str(kwargs.get("name") or (serialized or {}).get("name") or "")
         index = next((int(m.group(1)) for t in tags or () if (m := _STEP_TAG.match(t))), None)
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             if self.root is None:
                 self.root = run_id
             self._chains[run_id] = name
@@ -445,7 +449,7 @@ class _Handler(BaseCallbackHandler):
         self._end_chain(run_id)
 
     def _end_chain(self, run_id: UUID) -> None:
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             self._chains.pop(run_id, None)
             key = self._steps.pop(run_id, None)
             if key is None:
@@ -474,7 +478,7 @@ class _Handler(BaseCallbackHandler):
             if self.traced
             else {}
         )
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             message_id = self.builder.message_start(
                 str(run_id),
                 model=str(model) if model else None,
@@ -490,7 +494,7 @@ class _Handler(BaseCallbackHandler):
         model = self._models.get(run_id)
         if model is None or not isinstance(chunk, ChatGenerationChunk):
             return
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             model.streamed = True
             self._content(model, chunk.message)
             for piece in getattr(chunk.message, "tool_call_chunks", None) or ():
@@ -517,7 +521,7 @@ class _Handler(BaseCallbackHandler):
         generations = response.generations[0] if response.generations else []
         first = generations[0] if generations else None
         final = first.message if isinstance(first, ChatGeneration) else None
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             model = self._models.pop(run_id, None)
             if model is None:
                 return
@@ -537,7 +541,7 @@ class _Handler(BaseCallbackHandler):
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self._leave(run_id)
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             model = self._models.pop(run_id, None)
             if model is not None:
                 self.builder.message_end(model.message_id, error=error)
@@ -553,7 +557,7 @@ class _Handler(BaseCallbackHandler):
     ) -> None:
         name = str(kwargs.get("name") or (serialized or {}).get("name") or "unknown")
         call_id = str(kwargs.get("tool_call_id") or run_id)
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             self._tools[run_id] = (call_id, name)
             self._enter(run_id, self.builder.tool_scope(call_id))
 
@@ -562,14 +566,14 @@ class _Handler(BaseCallbackHandler):
         message = _tool_message(output)
         content = _stringify(output if message is None else message.content)
         failed = message is not None and getattr(message, "status", None) == "error"
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             call = self._tools.pop(run_id, None)
             if call is not None:
                 self.builder.tool_result(call[0], content, name=call[1], is_error=failed)
 
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self._leave(run_id)
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             call = self._tools.pop(run_id, None)
             if call is not None:
                 text = f"{type(error).__name__}: {error}"
@@ -578,7 +582,7 @@ class _Handler(BaseCallbackHandler):
     # -- failure ------------------------------------------------------------------------
     def fail(self, error: BaseException) -> None:
         """The run failed: end what LangChain left open (innermost first)."""
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             self.builder.fail(error)
             for key in reversed(list(self._open_steps)):
                 self.builder.step_end(*key)
@@ -586,7 +590,7 @@ class _Handler(BaseCallbackHandler):
             self._steps.clear()
 
 
-class _TracedHandler(_Handler):
+class _TracedMapper(_Mapper):
     """The handler of a traced run: each model or tool call's span is current while
     it runs, so spans opened inside it (HTTP, database, the user's) nest under it.
 
@@ -747,23 +751,80 @@ def _declared_channels(graph: Graph) -> frozenset[str]:
     return frozenset(k for k in graph.channels if not k.startswith("__") and ":" not in k)
 
 
-@dataclass
-class _Call:
-    """One graph call: the graph, its input and config, and the shared preparation."""
-
-    graph: Graph
-    input: dict[str, Any]
-    config: dict[str, Any]
-    prepared: Prepared
-
-
 # --------------------------------------------------------------------------------------
 # the runner
 # --------------------------------------------------------------------------------------
-class LangGraphRunner(Runner):
+class _Run(FrameworkRun[Any]):
+    """One graph call: ``ainvoke`` (run mode) or ``astream`` (stream mode), whose
+    result is the final state."""
+
+    def __init__(
+        self,
+        setup: RunSetup[Graph],
+        native_input: dict[str, Any],
+        config: dict[str, Any],
+        mapper: _Mapper | None,
+    ) -> None:
+        super().__init__(setup)
+        self.graph = setup.native
+        self.input = native_input
+        self.config = config
+        self.mapper = mapper
+
+    async def call(self) -> Any:
+        # Through a plain callable: the overloads cannot type **options.
+        ainvoke: Callable[..., Awaitable[Any]] = self.graph.ainvoke
+        return await ainvoke(self.input, self.config, **self.setup.prepared.options)
+
+    @asynccontextmanager
+    async def native_stream(self) -> AsyncIterator[AsyncIterable[Any]]:
+        # Through a plain callable: the overloads cannot type **options.
+        astream = cast(Callable[..., AsyncGenerator[Any, None]], self.graph.astream)
+        native = astream(
+            self.input,
+            self.config,
+            stream_mode=["messages", "updates"],
+            subgraphs=True,
+            **self.setup.prepared.options,
+        )
+        async with aclosing(native):
+            yield native
+
+    def fail(self, error: BaseException) -> None:
+        if self.mapper is not None:
+            self.mapper.fail(error)
+
+    def close(self) -> None:
+        if self.mapper is not None:
+            self.mapper.close()
+
+    async def outcome(self) -> Any:
+        assert self.mapper is not None  # stream mode always maps
+        return self.mapper.output
+
+    async def save(self, result: Any) -> None:
+        if not isinstance(result, Mapping):
+            return
+        setup = self.setup
+        state = dict(setup.prepared.state or {})
+        messages = list(result.get(MESSAGES) or [])
+        state[setup.agent.name] = {"thread_id": setup.session.id, MESSAGES: messages}
+        declared = _declared_channels(self.graph) - _RUNNER_OWNED_CHANNELS
+        produced = {k: v for k, v in result.items() if k in declared}
+        save(setup.session, STATE_KEY, state, setup.prepared, produced)
+
+    def reply(self, result: Any, prompt: str) -> AgentReply:
+        return _reply(result, prompt)
+
+
+class LangGraphRunner(FrameworkRunner[Graph]):
     """Runs compiled LangGraph graphs in run (``ainvoke``) or stream (``astream_events``) mode."""
 
     framework: ClassVar[str] = "langgraph"
+    state_key: ClassVar[str] = STATE_KEY
+    native_type: ClassVar[type[Any]] = Pregel
+    native_what: ClassVar[str] = "a compiled LangGraph graph"
+    boundary: ClassVar[MappingBoundary] = _boundary
     RESERVED_RUN_OPTIONS: ClassVar[dict[str, str]] = {
         "input": "the runner builds the graph input from the requests",
         "version": "the runner picks the astream_events/ainvoke output version it maps",
@@ -807,89 +868,31 @@ class LangGraphRunner(Runner):
         config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
         return await checkpointer.aget_tuple(config) is not None
 
-    async def _prepare(
-        self,
-        agent: Agent,
-        session: Session,
-        requests: list[AgentRequest],
-        callbacks: list[BaseCallbackHandler],
-    ) -> _Call:
-        graph: Graph = native_of(agent, Pregel, "a compiled LangGraph graph")
-        message, request_state = graph_input(requests)
-        prepared = await prepare(agent, session, requests, STATE_KEY)
+    async def start(self, setup: RunSetup[Graph]) -> _Run:
+        # Untraced run mode installs nothing: a plain ainvoke with no handler of ours.
+        # Stream mode always maps (the events are the stream).
+        mapper: _Mapper | None = None
+        callbacks: list[BaseCallbackHandler] = []
+        if setup.observed:
+            mapper = _TracedMapper(setup.builder, setup.agent.name)
+            callbacks = [mapper, *_stand_ins()]
+        elif setup.streaming:
+            mapper = _Mapper(setup.builder, setup.agent.name)
+            callbacks = [mapper]
+        graph, session, prepared = setup.native, setup.session, setup.prepared
+        message, request_state = graph_input(setup.requests)
         caller_config = prepared.options.pop("config", None)
         ours: dict[str, Any] = {"configurable": {"thread_id": session.id}}
         if callbacks:
             ours["callbacks"] = callbacks
-        saved = (prepared.state or {}).get(agent.name) or {}
+        saved = (prepared.state or {}).get(setup.agent.name) or {}
         messages: list[BaseMessage] = [message]
         if saved.get(MESSAGES) and not await self._thread_exists(graph, session.id):
             messages = [*saved[MESSAGES], message]
         # The framework context first, so neither it nor a request can replace
         # the messages the runner writes last.
         native_input = {**(prepared.context or {}), **request_state, MESSAGES: messages}
-        return _Call(graph, native_input, merge_config(ours, caller_config), prepared)
-
-    def _save(self, agent: Agent, session: Session, call: _Call, final: Any) -> None:
-        if not isinstance(final, Mapping):
-            return
-        state = dict(call.prepared.state or {})
-        state[agent.name] = {"thread_id": session.id, MESSAGES: list(final.get(MESSAGES) or [])}
-        declared = _declared_channels(call.graph) - _RUNNER_OWNED_CHANNELS
-        produced = {k: v for k, v in final.items() if k in declared}
-        save(session, STATE_KEY, state, call.prepared, produced)
-
-    # -- run / stream ------------------------------------------------------------------
-    async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:
-        with claim_observer() as report:
-            # Untraced, nothing to observe: a plain ainvoke with no handler of ours.
-            if report is NULL_OBSERVER:
-                call = await self._prepare(agent, session, requests, [])
-                hooks: dict[str, Any] = {}
-            else:
-                handler = _TracedHandler(EventBuilder(report), agent.name)
-                call = await self._prepare(agent, session, requests, [handler, *_stand_ins()])
-                hooks = {"on_failure": handler.fail, "on_exit": handler.close}
-            # Through a plain callable: the overloads cannot type **options.
-            ainvoke: Callable[..., Awaitable[Any]] = call.graph.ainvoke
-            final = await invoke(
-                agent,
-                session,
-                requests,
-                lambda: ainvoke(call.input, call.config, **call.prepared.options),
-                **hooks,
-            )
-        self._save(agent, session, call, final)
-        return _reply(final, prompt_of(requests))
-
-    async def stream(
-        self, agent: Agent, session: Session, requests: list[AgentRequest]
-    ) -> AsyncIterator[StreamEvent]:
-        observer = stream_observer()  # before the first yield
-        builder = EventBuilder(observer, queue=True)
-        traced = observer is not NULL_OBSERVER
-        handler = (_TracedHandler if traced else _Handler)(builder, agent.name)
-        with ensure_tool_context(agent, session, requests):
-            callbacks: list[BaseCallbackHandler] = [handler, *(_stand_ins() if traced else ())]
-            call = await self._prepare(agent, session, requests, callbacks)
-            # Through a plain callable: the overloads cannot type **options.
-            astream = cast(Callable[..., AsyncGenerator[Any, None]], call.graph.astream)
-            native = astream(
-                call.input,
-                call.config,
-                stream_mode=["messages", "updates"],
-                subgraphs=True,
-                **call.prepared.options,
-            )
-            async with (
-                aclosing(native),
-                aclosing(
-                    relay(builder, native, on_failure=handler.fail, on_exit=handler.close)
-                ) as events,
-            ):
-                async for event in events:
-                    yield event
-        self._save(agent, session, call, handler.output)
+        return _Run(setup, native_input, merge_config(ours, caller_config), mapper)
 
 
 class LangGraphModule(Module):
