@@ -82,8 +82,6 @@ our run span). Untraced runs keep ADK's spans untouched.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
 import time
@@ -133,6 +131,8 @@ from runnertrace.core.skeleton import (  # noqa: E402
     FrameworkRunner,
     MappingBoundary,
     RunSetup,
+    is_url,
+    media_bytes,
     reply_of,
     save,
 )
@@ -173,18 +173,12 @@ _REQUEST_PARAMETERS = {
 
 def _blob(data: str, mime_type: str, name: str | None) -> types.Part:
     """An image or file: an http(s) URL stays a reference, anything else is inline bytes."""
-    if data.startswith(("http://", "https://")):
+    if is_url(data):
         return types.Part(file_data=types.FileData(file_uri=data, mime_type=mime_type))
     if data.startswith("data:"):
         header, _, data = data.partition(",")
         mime_type = header[5:].split(";")[0] or mime_type
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        label = f"{name!r} " if name else ""
-        raise ValueError(
-            f"request {label}({mime_type}) is neither base64 data, a data: URI nor an http(s) URL"
-        ) from exc
+    raw = media_bytes(data, mime_type, name)
     return types.Part(inline_data=types.Blob(data=raw, mime_type=mime_type, display_name=name))
 
 
