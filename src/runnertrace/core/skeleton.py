@@ -53,7 +53,7 @@ from runnertrace.core.models import (
     AgentReplyText,
     prompt_of,
 )
-from runnertrace.core.observer import Observer, claim_observer, stream_observer
+from runnertrace.core.observer import NULL_OBSERVER, Observer, claim_observer, stream_observer
 from runnertrace.core.runner import Runner
 
 if TYPE_CHECKING:
@@ -103,6 +103,18 @@ class MappingBoundary:
             return False  # nothing happened, or a cancellation / exit: not ours to stop
         report_internal_error(self.where, error)
         return True
+
+    def detail(
+        self, build: Callable[P, dict[str, Any]], *args: P.args, **kwargs: P.kwargs
+    ) -> dict[str, Any]:
+        """Telemetry-only detail (what a model call was sent): ``build(...)``, or ``{}``
+        on a fault. Such a fault costs the detail alone: the message still starts, so
+        the events (and the stream a consumer reads) are otherwise unchanged."""
+        try:
+            return build(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the mapping's error boundary
+            report_internal_error(self.where, exc)
+            return {}
 
     def entry(self, method: Callable[P, R]) -> Callable[P, R | None]:
         """A (synchronous) mapping method the framework calls: a fault returns ``None``."""
@@ -448,6 +460,15 @@ class FrameworkRun(ABC, Generic[Result]):
         """Whatever happened (success, failure, cancellation, an early stop): leave
         what the mapping entered, in this same context."""
 
+    def end(self) -> None:
+        """The template's last word on a run: :meth:`close`, then nothing more is
+        reported, whatever the framework still calls back (a graph cancelling its
+        tasks, a worker thread finishing its step) after the run has ended."""
+        try:
+            self.close()
+        finally:
+            self.builder.observer = self.setup.builder.observer = NULL_OBSERVER
+
     # -- after success ----------------------------------------------------------------------
     @abstractmethod
     async def save(self, result: Result) -> None:
@@ -524,7 +545,7 @@ class FrameworkRunner(Runner, Generic[Native]):
                 raise
             finally:
                 with boundary:
-                    run.close()
+                    run.end()
         await run.save(result)
         return run.reply(result, prompt_of(requests))
 
@@ -544,7 +565,7 @@ class FrameworkRunner(Runner, Generic[Native]):
                         run.map,
                         on_failure=run.fail,
                         on_complete=run.complete,
-                        on_exit=run.close,
+                        on_exit=run.end,
                         boundary=self.boundary,
                         items_are_events=run.items_are_events,
                     )

@@ -367,7 +367,7 @@ class _Mapper:
     def model_started(self, agent_name: str, llm_request: LlmRequest) -> None:
         self._close(agent_name)
         self._start_step(agent_name)
-        fields = _request_fields(llm_request) if self._detailed else {}
+        fields = _boundary.detail(_request_fields, llm_request) if self._detailed else {}
         message = self.builder.message_start(model=llm_request.model, **fields)
         scope = self.builder.model_scope(message) if self._model_scopes else None
         self._calls[agent_name] = _ModelCall(message, scope)

@@ -310,7 +310,7 @@ class _Mapper:
         if self._nested:
             return
         self._settle_call()
-        request = _request(event, self._tools) if self.builder.observed else {}
+        request = _boundary.detail(_request, event, self._tools) if self.builder.observed else {}
         provider = getattr(source, "provider", None)
         message_id = self.builder.message_start(
             event.call_id,

@@ -474,7 +474,9 @@ class _Mapper(BaseCallbackHandler):
         metadata = metadata or {}
         model, provider = metadata.get("ls_model_name"), metadata.get("ls_provider")
         request = (
-            _request(messages[0] if messages else [], invocation_params or {}, metadata)
+            _boundary.detail(
+                _request, messages[0] if messages else [], invocation_params or {}, metadata
+            )
             if self.traced
             else {}
         )

@@ -291,7 +291,7 @@ class _Mapper:
         self._step = self._steps
         self._steps += 1
         self.builder.step_start(self._agent_name, self._step)
-        fields = _request_fields(context) if self._detailed else {}
+        fields = _boundary.detail(_request_fields, context) if self._detailed else {}
         return self.builder.message_start(
             model=_model_of(context), provider=_provider_of(context), **fields
         )

@@ -302,6 +302,16 @@ def _tool_definitions(agent: Any) -> list[dict[str, Any]] | None:
     return definitions or None
 
 
+def _request_fields(agent: Any, instructions: Any, items: Any, run_config: Any) -> dict[str, Any]:
+    """The optional ``MessageStart`` fields: what the model call is sent."""
+    return {
+        "input_messages": _semconv_messages(items) if items is not None else None,
+        "system_instructions": instructions if isinstance(instructions, str) else None,
+        "request_parameters": _request_parameters(agent, run_config) if items else None,
+        "tool_definitions": _tool_definitions(agent) if items else None,
+    }
+
+
 def _handoff_tool_names(from_agent: Any, to_agent: Any) -> set[str]:
     """Tool names under which ``from_agent`` can hand off to ``to_agent``."""
     from agents.handoffs import Handoff
@@ -379,14 +389,8 @@ class _Mapper(RunHooks[Any]):
         """The step's (next) request is sent: its message opens."""
         self._request = (agent, instructions, items)
         model, provider = _model_of(agent, self._run_config)
-        self._message = self.builder.message_start(
-            model=model,
-            provider=provider,
-            input_messages=_semconv_messages(items) if items is not None else None,
-            system_instructions=instructions if isinstance(instructions, str) else None,
-            request_parameters=_request_parameters(agent, self._run_config) if items else None,
-            tool_definitions=_tool_definitions(agent) if items else None,
-        )
+        fields = _boundary.detail(_request_fields, agent, instructions, items, self._run_config)
+        self._message = self.builder.message_start(model=model, provider=provider, **fields)
         self._calls.clear()
         self._streamed.clear()
         self._done.clear()

@@ -336,7 +336,7 @@ class _Mapper:
         parameters = request_context.model_request_parameters
         self._output_tools = frozenset(tool.name for tool in parameters.output_tools)
         model = request_context.model
-        fields = _request_fields(request_context) if self._detailed else {}
+        fields = _boundary.detail(_request_fields, request_context) if self._detailed else {}
         self.builder.message_start(
             message_id, model=model.model_name, provider=getattr(model, "system", None), **fields
         )

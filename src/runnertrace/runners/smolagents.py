@@ -68,7 +68,7 @@ import json
 import threading
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import aclosing, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, ClassVar
@@ -344,7 +344,11 @@ class _Mapper:
         def start() -> None:
             nonlocal message_id
             self._open_step()
-            fields = _request(self._model, messages, stop, tools) if self.builder.observed else {}
+            fields = (
+                _boundary.detail(_request, self._model, messages, stop, tools)
+                if self.builder.observed
+                else {}
+            )
             message_id = self.builder.message_start(
                 model=getattr(self._model, "model_id", None), **fields
             )
@@ -824,7 +828,8 @@ class _Run(FrameworkRun[_Outcome]):
             worker.result()  # the run's failure, if it failed
 
         try:
-            yield progress()
+            async with aclosing(progress()) as items:
+                yield items
         finally:
             if not worker.done():
                 call.cancel()  # the thread finishes the current step, reporting nothing

@@ -21,12 +21,12 @@ from runnertrace.core.skeleton import (
     save,
 )
 from runnertrace.runners.native.agent import Agent as NativeAgent
+from runnertrace.runners.native.agent import boundary
 from runnertrace.runners.native.types import AgentResult, ExecutionContext
 
 __all__ = ["NativeModule", "NativeRunner"]
 
 STATE_KEY = "native"
-_boundary = MappingBoundary("native")
 
 
 def native_input(requests: list[AgentRequest]) -> str:
@@ -79,7 +79,7 @@ class _Run(FrameworkRun[AgentResult]):
             events=list(setup.prepared.state or []),
             state=dict(loaded) if loaded is not None else {},
         )
-        self.builder = BoundedBuilder(setup.builder.observer, _boundary, queue=True)
+        self.builder = BoundedBuilder(setup.builder.observer, boundary, queue=True)
 
     def _events(self, *, streaming: bool) -> AsyncIterator[StreamEvent]:
         return self.native.execute(
@@ -125,7 +125,7 @@ class NativeRunner(FrameworkRunner[NativeAgent]):
     state_key: ClassVar[str] = STATE_KEY
     native_type: ClassVar[type[Any]] = NativeAgent
     native_what: ClassVar[str] = "a native agent"
-    boundary: ClassVar[MappingBoundary] = _boundary
+    boundary: ClassVar[MappingBoundary] = boundary
     RESERVED_RUN_OPTIONS: ClassVar[dict[str, str]] = {
         "user_input": "the runner builds the input from the requests",
         "context": "the runner restores the execution context from the session",
