@@ -446,6 +446,13 @@ class _Mapper(BaseCallbackHandler):
         self._end_chain(run_id)
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        if run_id in self._steps:
+            # A failed or cancelled step: LangChain may report its model call's error
+            # only later (from a shielded task), so the call ends here, inside its step.
+            with self._lock, _boundary:
+                for model in self._models.values():
+                    self.builder.message_end(model.message_id, error=error)
+                self._models.clear()
         self._end_chain(run_id)
 
     def _end_chain(self, run_id: UUID) -> None:
