@@ -67,7 +67,15 @@ import io
 import json
 import threading
 import weakref
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import aclosing, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import cache
@@ -821,7 +829,7 @@ class _Run(FrameworkRun[_Outcome]):
         )
         worker.add_done_callback(lambda _: ticks.put_nowait(_END))
 
-        async def progress() -> AsyncIterator[None]:
+        async def progress() -> AsyncGenerator[None, None]:
             while await ticks.get() is not _END:
                 waking.clear()
                 yield None
