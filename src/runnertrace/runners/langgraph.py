@@ -70,7 +70,7 @@ from uuid import UUID
 from pydantic import BaseModel, JsonValue
 
 from runnertrace._internal.errors import should_raise
-from runnertrace._internal.imports import require
+from runnertrace._internal.imports import missing_extra
 from runnertrace.core.agent import Agent
 from runnertrace.core.builder import EventBuilder
 from runnertrace.core.genai import (
@@ -109,8 +109,7 @@ try:
     from langgraph.checkpoint.base import BaseCheckpointSaver
     from langgraph.pregel import Pregel
 except ImportError as exc:
-    require(exc.name or "langgraph", "langgraph")  # raises, naming the extra to install
-    raise
+    raise missing_extra(exc, "langgraph") from exc
 
 __all__ = ["LangGraphModule", "LangGraphRunner", "merge_config"]
 

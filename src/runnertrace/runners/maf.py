@@ -86,35 +86,36 @@ from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from typing import Any, ClassVar
 
-from runnertrace._internal.imports import require
+from runnertrace._internal.imports import missing_extra
 
-require("agent_framework", "maf")
+try:
+    from agent_framework import (
+        Agent as MAFAgent,
+    )
+    from agent_framework import (
+        AgentContext,
+        AgentMiddleware,
+        AgentResponse,
+        AgentSession,
+        ChatContext,
+        ChatMiddleware,
+        ChatResponse,
+        ChatResponseUpdate,
+        Content,
+        FunctionInvocationContext,
+        FunctionMiddleware,
+        Message,
+        ResponseStream,
+        normalize_function_invocation_configuration,
+    )
+    from agent_framework import observability as maf_observability
+except ImportError as exc:
+    raise missing_extra(exc, "maf") from exc
 
-from agent_framework import (  # noqa: E402
-    Agent as MAFAgent,
-)
-from agent_framework import (  # noqa: E402
-    AgentContext,
-    AgentMiddleware,
-    AgentResponse,
-    AgentSession,
-    ChatContext,
-    ChatMiddleware,
-    ChatResponse,
-    ChatResponseUpdate,
-    Content,
-    FunctionInvocationContext,
-    FunctionMiddleware,
-    Message,
-    ResponseStream,
-    normalize_function_invocation_configuration,
-)
-from agent_framework import observability as maf_observability  # noqa: E402
-
-from runnertrace.core.builder import EventBuilder  # noqa: E402
-from runnertrace.core.context import reset_var  # noqa: E402
-from runnertrace.core.genai import Message as SemconvMessage  # noqa: E402
-from runnertrace.core.genai import (  # noqa: E402
+from runnertrace.core.builder import EventBuilder
+from runnertrace.core.context import reset_var
+from runnertrace.core.genai import Message as SemconvMessage
+from runnertrace.core.genai import (
     Part,
     as_text,
     blob_part,
@@ -126,11 +127,11 @@ from runnertrace.core.genai import (  # noqa: E402
     tool_definition,
     tool_response_part,
 )
-from runnertrace.core.genai import message as semconv_message  # noqa: E402
-from runnertrace.core.models import AgentReply, AgentRequest  # noqa: E402
-from runnertrace.core.module import Module  # noqa: E402
-from runnertrace.core.observer import in_traced_run  # noqa: E402
-from runnertrace.core.skeleton import (  # noqa: E402
+from runnertrace.core.genai import message as semconv_message
+from runnertrace.core.models import AgentReply, AgentRequest
+from runnertrace.core.module import Module
+from runnertrace.core.observer import in_traced_run
+from runnertrace.core.skeleton import (
     FrameworkRun,
     FrameworkRunner,
     MappingBoundary,

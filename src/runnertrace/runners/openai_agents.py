@@ -84,7 +84,7 @@ from collections.abc import (
 from contextlib import AbstractContextManager, aclosing, asynccontextmanager
 from typing import Any, ClassVar, cast
 
-from runnertrace._internal.imports import require
+from runnertrace._internal.imports import missing_extra
 from runnertrace.core.builder import EventBuilder
 from runnertrace.core.genai import (
     Message,
@@ -111,22 +111,23 @@ from runnertrace.core.skeleton import (
     save,
 )
 
-require("agents", "openai-agents")
-
-from agents import (  # noqa: E402 - after the missing-extra check above
-    Agent,
-    ModelRetrySettings,
-    ModelSettings,
-    OpenAIChatCompletionsModel,
-    OpenAIResponsesModel,
-    RunConfig,
-    RunHooks,
-)
-from agents import Runner as SdkRunner  # noqa: E402
-from agents.lifecycle import RunHooksBase  # noqa: E402
-from agents.models import get_default_model  # noqa: E402
-from agents.models.fake_id import FAKE_RESPONSES_ID  # noqa: E402
-from agents.result import RunResultBase, RunResultStreaming  # noqa: E402
+try:
+    from agents import (
+        Agent,
+        ModelRetrySettings,
+        ModelSettings,
+        OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
+        RunConfig,
+        RunHooks,
+    )
+    from agents import Runner as SdkRunner
+    from agents.lifecycle import RunHooksBase
+    from agents.models import get_default_model
+    from agents.models.fake_id import FAKE_RESPONSES_ID
+    from agents.result import RunResultBase, RunResultStreaming
+except ImportError as exc:
+    raise missing_extra(exc, "openai-agents") from exc
 
 __all__ = ["OpenAIModule", "OpenAIRunner", "native_input"]
 

@@ -83,53 +83,54 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, ClassVar
 
-from runnertrace._internal.imports import require
+from runnertrace._internal.imports import missing_extra
 
-require("pydantic_ai", "pydantic-ai")
+try:
+    import pydantic_core
+    from pydantic_ai import Agent as PydanticAgent
+    from pydantic_ai.agent import AbstractAgent
+    from pydantic_ai.capabilities.abstract import (
+        AbstractCapability,
+        AgentNode,
+        CapabilityOrdering,
+        NodeResult,
+        RawToolArgs,
+        ValidatedToolArgs,
+        WrapModelRequestHandler,
+        WrapNodeRunHandler,
+        WrapToolExecuteHandler,
+        WrapToolValidateHandler,
+    )
+    from pydantic_ai.exceptions import (
+        ApprovalRequired,
+        CallDeferred,
+        SkipToolExecution,
+        SkipToolValidation,
+    )
+    from pydantic_ai.messages import (
+        ERROR_OUTCOMES,
+        AgentStreamEvent,
+        BinaryContent,
+        DocumentUrl,
+        ImageUrl,
+        InstructionPart,
+        ModelResponse,
+        ToolCallPart,
+        ToolReturnPart,
+        UserContent,
+    )
+    from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.run import AgentRunResult, AgentRunResultEvent
+    from pydantic_ai.tools import RunContext
+except ImportError as exc:
+    raise missing_extra(exc, "pydantic-ai") from exc
 
-import pydantic_core  # noqa: E402
-from pydantic_ai import Agent as PydanticAgent  # noqa: E402
-from pydantic_ai.agent import AbstractAgent  # noqa: E402
-from pydantic_ai.capabilities.abstract import (  # noqa: E402
-    AbstractCapability,
-    AgentNode,
-    CapabilityOrdering,
-    NodeResult,
-    RawToolArgs,
-    ValidatedToolArgs,
-    WrapModelRequestHandler,
-    WrapNodeRunHandler,
-    WrapToolExecuteHandler,
-    WrapToolValidateHandler,
-)
-from pydantic_ai.exceptions import (  # noqa: E402
-    ApprovalRequired,
-    CallDeferred,
-    SkipToolExecution,
-    SkipToolValidation,
-)
-from pydantic_ai.messages import (  # noqa: E402
-    ERROR_OUTCOMES,
-    AgentStreamEvent,
-    BinaryContent,
-    DocumentUrl,
-    ImageUrl,
-    InstructionPart,
-    ModelResponse,
-    ToolCallPart,
-    ToolReturnPart,
-    UserContent,
-)
-from pydantic_ai.models import ModelRequestContext  # noqa: E402
-from pydantic_ai.run import AgentRunResult, AgentRunResultEvent  # noqa: E402
-from pydantic_ai.tools import RunContext  # noqa: E402
-
-from runnertrace.core.builder import EventBuilder  # noqa: E402
-from runnertrace.core.genai import as_text, request_parameters, tool_definition  # noqa: E402
-from runnertrace.core.models import AgentReply, AgentRequest  # noqa: E402
-from runnertrace.core.module import Module  # noqa: E402
-from runnertrace.core.observer import in_traced_run  # noqa: E402
-from runnertrace.core.skeleton import (  # noqa: E402
+from runnertrace.core.builder import EventBuilder
+from runnertrace.core.genai import as_text, request_parameters, tool_definition
+from runnertrace.core.models import AgentReply, AgentRequest
+from runnertrace.core.module import Module
+from runnertrace.core.observer import in_traced_run
+from runnertrace.core.skeleton import (
     FrameworkRun,
     FrameworkRunner,
     MappingBoundary,

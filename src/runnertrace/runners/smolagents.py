@@ -82,35 +82,36 @@ from functools import cache
 from typing import Any, ClassVar
 
 from runnertrace._internal.errors import internal_log, suppressed_instrumentation
-from runnertrace._internal.imports import require
+from runnertrace._internal.imports import missing_extra
 
-require("smolagents", "smolagents")
+try:
+    from smolagents import MultiStepAgent, Tool, ToolCallingAgent
+    from smolagents.memory import (
+        ActionStep,
+        CallbackRegistry,
+        FinalAnswerStep,
+        MemoryStep,
+        PlanningStep,
+        ToolCall,
+    )
+    from smolagents.models import (
+        ChatMessage,
+        ChatMessageStreamDelta,
+        MessageRole,
+        get_tool_json_schema,
+        tool_role_conversions,
+    )
+    from smolagents.monitoring import AgentLogger, LogLevel
+    from smolagents.utils import AgentError
+except ImportError as exc:
+    raise missing_extra(exc, "smolagents") from exc
 
-from smolagents import MultiStepAgent, Tool, ToolCallingAgent  # noqa: E402
-from smolagents.memory import (  # noqa: E402
-    ActionStep,
-    CallbackRegistry,
-    FinalAnswerStep,
-    MemoryStep,
-    PlanningStep,
-    ToolCall,
-)
-from smolagents.models import (  # noqa: E402
-    ChatMessage,
-    ChatMessageStreamDelta,
-    MessageRole,
-    get_tool_json_schema,
-    tool_role_conversions,
-)
-from smolagents.monitoring import AgentLogger, LogLevel  # noqa: E402
-from smolagents.utils import AgentError  # noqa: E402
-
-from runnertrace.core import genai  # noqa: E402
-from runnertrace.core.builder import EventBuilder  # noqa: E402
-from runnertrace.core.models import AgentReply, AgentRequest  # noqa: E402
-from runnertrace.core.module import Module  # noqa: E402
-from runnertrace.core.observer import in_traced_run  # noqa: E402
-from runnertrace.core.skeleton import (  # noqa: E402
+from runnertrace.core import genai
+from runnertrace.core.builder import EventBuilder
+from runnertrace.core.models import AgentReply, AgentRequest
+from runnertrace.core.module import Module
+from runnertrace.core.observer import in_traced_run
+from runnertrace.core.skeleton import (
     FrameworkRun,
     FrameworkRunner,
     MappingBoundary,

@@ -193,14 +193,8 @@ class TracingRunner:
                 yield event
         except GeneratorExit:
             # The consumer stopped early (aclose, break, or the loop finalising an
-            # abandoned stream): not an error, but nothing may stay open. The base
-            # closes first, so what it reports while it stops (a worker thread's last
-            # event) reaches a run that is still open; then the run ends.
-            exhausted = True
-            try:
-                await _close(events)
-            finally:
-                self._end(run, cancelled=True)
+            # abandoned stream): not an error, but nothing may stay open.
+            self._end(run, cancelled=True)
             raise
         except BaseException as exc:
             self._end(run, error=exc, cancelled=_is_cancellation(exc))
