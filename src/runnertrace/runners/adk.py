@@ -169,7 +169,7 @@ _REQUEST_PARAMETERS = {
 }
 
 
-# -- requests -> the user's Content ------------------------------------------------------------
+# -- requests -> native input ----------------------------------------------------------------------
 
 
 def _blob(data: str, mime_type: str, name: str | None) -> types.Part:
@@ -200,7 +200,7 @@ def user_content_of(requests: Sequence[AgentRequest]) -> types.Content:
     return types.Content(role="user", parts=[_REQUEST_PARTS[r.type](r) for r in requests])
 
 
-# -- what a model call is sent ------------------------------------------------------------------
+# -- what a model call is sent ---------------------------------------------------------------------
 
 
 def _jsonable(value: Any) -> JsonValue:
@@ -311,7 +311,7 @@ def _result_text(result: Any) -> str:
 _FINISH_REASONS = {types.FinishReason.STOP: "stop", types.FinishReason.MAX_TOKENS: "length"}
 
 
-# -- native callbacks -> builder calls -----------------------------------------------------------
+# -- native progress -> builder calls (the mapping) ------------------------------------------------
 
 
 class _ModelCall:
@@ -557,7 +557,7 @@ class _ObserverPlugin(BasePlugin):
             self.mapper.settle(event)
 
 
-# -- ADK's own spans -------------------------------------------------------------------------------
+# -- the framework's own instrumentation -----------------------------------------------------------
 
 
 def _adk_spans_record() -> bool:
@@ -599,7 +599,7 @@ def _attached(context: otel_context.Context | None) -> Iterator[None]:
         otel_context.detach(token)
 
 
-# -- the runner ---------------------------------------------------------------------------------
+# -- the run and the runner ------------------------------------------------------------------------
 
 
 class _Run(FrameworkRun[None]):

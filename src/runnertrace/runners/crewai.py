@@ -141,7 +141,45 @@ class CrewAIReportedError(Exception):
     """A failure CrewAI reported only as text (the exception itself was not in reach)."""
 
 
-# -- what a model call was sent (GenAI semconv shapes) -----------------------------------------
+# -- requests -> native input ----------------------------------------------------------------------
+# Request type -> its text in the task description. A task is text: images and
+# files have no place in it (a CrewAI tool can take them).
+_REQUEST_TEXT: dict[str, Callable[[Any], str]] = {
+    "text": lambda r: str(r.prompt),
+    "any": lambda r: genai.as_text(r.content),
+}
+
+
+def _request_text(request: AgentRequest) -> str:
+    convert = _REQUEST_TEXT.get(request.type)
+    if convert is None:
+        raise ValueError(
+            f"CrewAIRunner takes 'text' and 'any' requests; got a {request.type!r} request "
+            "(pass files to a CrewAI tool instead)"
+        )
+    return convert(request)
+
+
+def task_description(requests: Sequence[AgentRequest], turns: Sequence[Mapping[str, str]]) -> str:
+    """The task for this run: the earlier turns of the session, then the request."""
+    request = "\n".join(_request_text(r) for r in requests)
+    if not request:
+        raise ValueError("a run needs at least one request")
+    if turns:
+        history = "\n".join(f"User: {t['request']}\nAssistant: {t['reply']}" for t in turns)
+        request = f"The conversation so far:\n{history}\n\nThe current request:\n{request}"
+    return request
+
+
+def _reply_value(output: Any) -> Any:
+    """A CrewOutput's most structured form: its Pydantic model, its JSON, its text."""
+    for value in (getattr(output, "pydantic", None), getattr(output, "json_dict", None)):
+        if value is not None:
+            return value
+    return getattr(output, "raw", output)
+
+
+# -- what a model call is sent ---------------------------------------------------------------------
 def _text_of(content: Any) -> str:
     """A message's content as text (CrewAI's content is text or a list of parts)."""
     if isinstance(content, str):
@@ -214,7 +252,7 @@ def _handled(text: str) -> BaseException:
     return CrewAIReportedError(text)
 
 
-# -- CrewAI events -> our events ------------------------------------------------------------------
+# -- native progress -> builder calls (the mapping) ------------------------------------------------
 class _Mapper:
     """One run's sink: maps the crew's events, in emission order, onto the builder.
 
@@ -491,45 +529,7 @@ def _attach(inputs: Any) -> Any:
     return inputs or None
 
 
-# -- requests -> task -----------------------------------------------------------------------------
-# Request type -> its text in the task description. A task is text: images and
-# files have no place in it (a CrewAI tool can take them).
-_REQUEST_TEXT: dict[str, Callable[[Any], str]] = {
-    "text": lambda r: str(r.prompt),
-    "any": lambda r: genai.as_text(r.content),
-}
-
-
-def _request_text(request: AgentRequest) -> str:
-    convert = _REQUEST_TEXT.get(request.type)
-    if convert is None:
-        raise ValueError(
-            f"CrewAIRunner takes 'text' and 'any' requests; got a {request.type!r} request "
-            "(pass files to a CrewAI tool instead)"
-        )
-    return convert(request)
-
-
-def task_description(requests: Sequence[AgentRequest], turns: Sequence[Mapping[str, str]]) -> str:
-    """The task for this run: the earlier turns of the session, then the request."""
-    request = "\n".join(_request_text(r) for r in requests)
-    if not request:
-        raise ValueError("a run needs at least one request")
-    if turns:
-        history = "\n".join(f"User: {t['request']}\nAssistant: {t['reply']}" for t in turns)
-        request = f"The conversation so far:\n{history}\n\nThe current request:\n{request}"
-    return request
-
-
-def _reply_value(output: Any) -> Any:
-    """A CrewOutput's most structured form: its Pydantic model, its JSON, its text."""
-    for value in (getattr(output, "pydantic", None), getattr(output, "json_dict", None)):
-        if value is not None:
-            return value
-    return getattr(output, "raw", output)
-
-
-# -- the runner -----------------------------------------------------------------------------------
+# -- the run and the runner ------------------------------------------------------------------------
 def _nothing() -> None:
     """Giving back a copy of an agent: nothing to do."""
 

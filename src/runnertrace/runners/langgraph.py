@@ -133,9 +133,83 @@ _RUNNER_OWNED_CHANNELS = frozenset({MESSAGES, "structured_response"})
 _STEP_TAG = re.compile(r"^graph:step:(\d+)$")
 
 
-# --------------------------------------------------------------------------------------
-# config merge
-# --------------------------------------------------------------------------------------
+# -- requests -> native input (and the reply) ------------------------------------------------------
+def _image_block(request: Any) -> dict[str, Any]:
+    return {"type": "image", "base64": request.image_data, "mime_type": request.mime_type}
+
+
+def _file_block(request: Any) -> dict[str, Any]:
+    block: dict[str, Any] = {
+        "type": "file",
+        "base64": request.file_data,
+        "mime_type": request.mime_type,
+    }
+    if request.name:
+        block["extras"] = {"filename": request.name}
+    return block
+
+
+# Request type -> the LangChain content block it becomes in the user message.
+_REQUEST_BLOCKS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "text": lambda r: {"type": "text", "text": r.prompt},
+    "image": _image_block,
+    "file": _file_block,
+    "any": lambda r: {"type": "text", "text": _stringify(r.content)},
+}
+
+
+def graph_input(requests: Sequence[AgentRequest]) -> tuple[HumanMessage, dict[str, Any]]:
+    """One user message from the requests, plus state keys from dict-valued ``any`` requests.
+
+    Text-only requests become a plain string message (what every chat model
+    takes); images and files make it a list of standard content blocks.
+    """
+    blocks: list[dict[str, Any]] = []
+    state: dict[str, Any] = {}
+    for request in requests:
+        if request.type == "any" and isinstance(request.content, Mapping):
+            state.update(request.content)
+            continue
+        blocks.append(_REQUEST_BLOCKS[request.type](request))
+    if not blocks and not state:
+        raise ValueError("a run needs at least one request")
+    if all(block["type"] == "text" for block in blocks):
+        return HumanMessage(content="\n".join(block["text"] for block in blocks)), state
+    return HumanMessage(content=blocks), state  # type: ignore[arg-type]
+
+
+def _image_data(message: BaseMessage) -> str | None:
+    if isinstance(message.content, str):
+        return None
+    for block in message.content:
+        if isinstance(block, Mapping) and block.get("type") == "image":
+            data = block.get("base64") or block.get("data")
+            if isinstance(data, str) and data:
+                return data
+    return None
+
+
+def _reply(result: Any, prompt: str) -> AgentReply:
+    if not isinstance(result, Mapping):
+        return reply_of(_stringify(result), prompt)
+    structured = result.get("structured_response")
+    if isinstance(structured, BaseModel | Mapping):
+        return reply_of(structured, prompt)
+    last = next((m for m in reversed(result.get(MESSAGES) or []) if isinstance(m, AIMessage)), None)
+    if last is None:
+        return reply_of("", prompt)
+    return reply_of(str(last.text), prompt, image=_image_data(last))
+
+
+def _declared_channels(graph: Graph) -> frozenset[str]:
+    """The state keys a graph declares (excluding LangGraph's internal channels)."""
+    builder_channels = getattr(getattr(graph, "builder", None), "channels", None)
+    if isinstance(builder_channels, Mapping):
+        return frozenset(builder_channels)
+    return frozenset(k for k in graph.channels if not k.startswith("__") and ":" not in k)
+
+
+# -- the run's config ------------------------------------------------------------------------------
 def _merge_callbacks(ours: Sequence[Any], theirs: Any) -> Any:
     """Our handlers first, then the caller's list or manager (handlers kept in order)."""
     if theirs is None:
@@ -171,9 +245,7 @@ def merge_config(ours: Mapping[str, Any], theirs: Mapping[str, Any] | None) -> d
     return merged
 
 
-# --------------------------------------------------------------------------------------
-# native -> our events
-# --------------------------------------------------------------------------------------
+# -- what LangChain messages hold ------------------------------------------------------------------
 def _summary_text(block: Mapping[str, Any]) -> str:
     summary = block.get("summary") or []
     return "".join(str(s.get("text", "")) for s in summary if isinstance(s, Mapping))
@@ -229,7 +301,7 @@ def _tool_message(output: Any) -> Any:
     return None
 
 
-# -- what a model call was sent (GenAI semconv shapes) ---------------------------------
+# -- what a model call is sent ---------------------------------------------------------------------
 def _parts(message: BaseMessage) -> list[Part]:
     parts = [
         reasoning_part(text) if kind == "reasoning" else text_part(text)
@@ -336,6 +408,7 @@ def _step_name(name: str, metadata: Mapping[str, Any]) -> str:
     return str(metadata.get("langgraph_node") or name)
 
 
+# -- native progress -> builder calls (the mapping) ------------------------------------------------
 # Set where a call's scope is entered: resetting it succeeds only in that same
 # context, which is where the scope may be left (see _TracedMapper).
 _entered: contextvars.ContextVar[UUID | None] = contextvars.ContextVar(
@@ -681,87 +754,7 @@ def _stand_ins() -> list[BaseCallbackHandler]:
     return [_STAND_IN] if any(isinstance(_STAND_IN, kind) for kind in injected) else []
 
 
-# --------------------------------------------------------------------------------------
-# requests -> input, output -> reply
-# --------------------------------------------------------------------------------------
-def _image_block(request: Any) -> dict[str, Any]:
-    return {"type": "image", "base64": request.image_data, "mime_type": request.mime_type}
-
-
-def _file_block(request: Any) -> dict[str, Any]:
-    block: dict[str, Any] = {
-        "type": "file",
-        "base64": request.file_data,
-        "mime_type": request.mime_type,
-    }
-    if request.name:
-        block["extras"] = {"filename": request.name}
-    return block
-
-
-# Request type -> the LangChain content block it becomes in the user message.
-_REQUEST_BLOCKS: dict[str, Callable[[Any], dict[str, Any]]] = {
-    "text": lambda r: {"type": "text", "text": r.prompt},
-    "image": _image_block,
-    "file": _file_block,
-    "any": lambda r: {"type": "text", "text": _stringify(r.content)},
-}
-
-
-def graph_input(requests: Sequence[AgentRequest]) -> tuple[HumanMessage, dict[str, Any]]:
-    """One user message from the requests, plus state keys from dict-valued ``any`` requests.
-
-    Text-only requests become a plain string message (what every chat model
-    takes); images and files make it a list of standard content blocks.
-    """
-    blocks: list[dict[str, Any]] = []
-    state: dict[str, Any] = {}
-    for request in requests:
-        if request.type == "any" and isinstance(request.content, Mapping):
-            state.update(request.content)
-            continue
-        blocks.append(_REQUEST_BLOCKS[request.type](request))
-    if not blocks and not state:
-        raise ValueError("a run needs at least one request")
-    if all(block["type"] == "text" for block in blocks):
-        return HumanMessage(content="\n".join(block["text"] for block in blocks)), state
-    return HumanMessage(content=blocks), state  # type: ignore[arg-type]
-
-
-def _image_data(message: BaseMessage) -> str | None:
-    if isinstance(message.content, str):
-        return None
-    for block in message.content:
-        if isinstance(block, Mapping) and block.get("type") == "image":
-            data = block.get("base64") or block.get("data")
-            if isinstance(data, str) and data:
-                return data
-    return None
-
-
-def _reply(result: Any, prompt: str) -> AgentReply:
-    if not isinstance(result, Mapping):
-        return reply_of(_stringify(result), prompt)
-    structured = result.get("structured_response")
-    if isinstance(structured, BaseModel | Mapping):
-        return reply_of(structured, prompt)
-    last = next((m for m in reversed(result.get(MESSAGES) or []) if isinstance(m, AIMessage)), None)
-    if last is None:
-        return reply_of("", prompt)
-    return reply_of(str(last.text), prompt, image=_image_data(last))
-
-
-def _declared_channels(graph: Graph) -> frozenset[str]:
-    """The state keys a graph declares (excluding LangGraph's internal channels)."""
-    builder_channels = getattr(getattr(graph, "builder", None), "channels", None)
-    if isinstance(builder_channels, Mapping):
-        return frozenset(builder_channels)
-    return frozenset(k for k in graph.channels if not k.startswith("__") and ":" not in k)
-
-
-# --------------------------------------------------------------------------------------
-# the runner
-# --------------------------------------------------------------------------------------
+# -- the run and the runner ------------------------------------------------------------------------
 class _Run(FrameworkRun[Any]):
     """One graph call: ``ainvoke`` (run mode) or ``astream`` (stream mode), whose
     result is the final state."""

@@ -157,7 +157,7 @@ _CONFIGURATION_KEYS: frozenset[str] = frozenset(
 )
 
 
-# -- requests -> messages ------------------------------------------------------------------------
+# -- requests -> native input ----------------------------------------------------------------------
 
 
 def _media(data: str, mime_type: str, name: str | None) -> Content:
@@ -182,7 +182,7 @@ def messages_of(requests: Sequence[AgentRequest]) -> list[Message]:
     return [Message(role="user", contents=[_REQUEST_CONTENTS[r.type](r) for r in requests])]
 
 
-# -- what a model request is sent ----------------------------------------------------------------
+# -- what a model call is sent ---------------------------------------------------------------------
 
 
 def _result_value(result: Any) -> Any:
@@ -266,7 +266,7 @@ def _provider_of(context: ChatContext) -> str | None:
     return str(provider) if provider and provider != "unknown" else None
 
 
-# -- native progress -> builder calls ------------------------------------------------------------
+# -- native progress -> builder calls (the mapping) ------------------------------------------------
 
 
 class _Mapper:
@@ -446,7 +446,7 @@ def _observers(mapper: _Mapper) -> list[Any]:
     return [_AgentObserver(mapper), _ChatObserver(mapper), _FunctionObserver(mapper)]
 
 
-# -- Agent Framework's own instrumentation -----------------------------------------------------
+# -- the framework's own instrumentation -----------------------------------------------------------
 
 
 class _ToolSpanOnly:
@@ -521,7 +521,7 @@ def _quiet_as(value: bool | _ToolSpanOnly) -> Iterator[None]:
         reset_var(_quiet, token)
 
 
-# -- the runner ---------------------------------------------------------------------------------
+# -- the run and the runner ------------------------------------------------------------------------
 
 
 def _with_configuration(native: MAFAgent[Any], declared: Mapping[str, Any]) -> MAFAgent[Any]:
@@ -679,13 +679,5 @@ class MAFModule(Module):
     ``function_invocation_configuration``, ...).
     """
 
+    naming = ("the Agent Framework agent", "Agent(client, name='assistant')")
     runner_class = MAFRunner
-
-    def agent_name(self, native: Any) -> str:
-        name = getattr(native, "name", None)
-        if not isinstance(name, str) or not name:
-            raise ValueError(
-                f"cannot register {native!r}: give the Agent Framework agent a name "
-                "(Agent(client, name='assistant'))"
-            )
-        return name

@@ -135,7 +135,7 @@ STATE_KEY = "openai"
 _boundary = MappingBoundary("openai")
 
 
-# -- requests -> native input -----------------------------------------------------------
+# -- requests -> native input ----------------------------------------------------------------------
 def _data_url(mime_type: str, data: str) -> str:
     """A base64 payload as a data URL; a payload that already is one is kept."""
     return data if data.startswith("data:") else f"data:{mime_type};base64,{data}"
@@ -221,7 +221,7 @@ def _model_of(agent: Any, run_config: Any) -> tuple[str | None, str | None]:
     return (name if isinstance(name, str) else None), provider
 
 
-# -- what a model call was sent --------------------------------------------------------
+# -- what a model call is sent ---------------------------------------------------------------------
 def _part(part: Any) -> Part:
     """One content part of an SDK input item as a semconv part (never image/file bytes)."""
     text = _field(part, "text") or _field(part, "refusal")
@@ -755,7 +755,7 @@ def _reply(result: RunResultBase, prompt: str) -> AgentReply:
     return reply_of(final, prompt, image=image, wrap_key="response")
 
 
-# -- the runner -----------------------------------------------------------------------------
+# -- the run and the runner ------------------------------------------------------------------------
 class _Run(FrameworkRun[RunResultBase]):
     """One SDK run: ``Runner.run`` (run mode) or ``Runner.run_streamed`` (stream mode)."""
 

@@ -149,7 +149,7 @@ STATE_KEY = "pydantic_ai"
 _boundary = MappingBoundary("pydantic_ai")
 
 
-# -- requests -> user_prompt -------------------------------------------------------------------
+# -- requests -> native input ----------------------------------------------------------------------
 
 
 def _media(data: str, mime_type: str, name: str | None, url_type: type[Any]) -> UserContent:
@@ -185,7 +185,7 @@ def user_prompt_of(requests: Sequence[AgentRequest]) -> str | list[UserContent]:
     return parts
 
 
-# -- what a model request is sent ----------------------------------------------------------------
+# -- what a model call is sent ---------------------------------------------------------------------
 
 
 @cache
@@ -235,7 +235,7 @@ def _request_fields(request_context: ModelRequestContext) -> dict[str, Any]:
     }
 
 
-# -- native progress -> builder calls ------------------------------------------------------------
+# -- native progress -> builder calls (the mapping) ------------------------------------------------
 
 
 def _args_text(args: str | dict[str, Any] | None) -> str:
@@ -631,7 +631,7 @@ class _UntracedStream(_StreamObserver):
     wrap_tool_execute = AbstractCapability.wrap_tool_execute
 
 
-# -- instrumentation suppression ---------------------------------------------------------------
+# -- the framework's own instrumentation -----------------------------------------------------------
 
 
 def _instrumentation_ids(native: AbstractAgent[Any, Any], options: Mapping[str, Any]) -> set[str]:
@@ -678,7 +678,7 @@ def _silenced_instrumentation(capability_id: str) -> AbstractCapability[Any]:
     return Instrumentation(settings=_no_op_settings(), id=capability_id)
 
 
-# -- the runner ---------------------------------------------------------------------------------
+# -- the run and the runner ------------------------------------------------------------------------
 
 
 class _Run(FrameworkRun[AgentRunResult[Any]]):
@@ -793,13 +793,5 @@ class PydanticAIModule(Module):
     ``agent.run`` keywords (``usage_limits``, ``model_settings``, ``capabilities``, ...).
     """
 
+    naming = ("the pydantic_ai agent", "Agent(..., name='assistant')")
     runner_class = PydanticAIRunner
-
-    def agent_name(self, native: Any) -> str:
-        name = getattr(native, "name", None)
-        if not isinstance(name, str) or not name:
-            raise ValueError(
-                f"cannot register {native!r}: give the pydantic_ai agent a name "
-                "(Agent(..., name='assistant'))"
-            )
-        return name

@@ -129,7 +129,7 @@ CODE_TOOL = "python_interpreter"  # the tool call a CodeAgent's code runs as (sm
 FINAL_ANSWER = "final_answer"  # the tool a ToolCallingAgent answers with
 
 
-# -- requests -> task and images -----------------------------------------------------------------
+# -- requests -> native input ----------------------------------------------------------------------
 
 
 def _image(request: Any) -> Any:
@@ -206,7 +206,7 @@ def _storable(step: MemoryStep) -> MemoryStep:
     return step
 
 
-# -- what a model call is sent (GenAI semconv shapes) ----------------------------------------------
+# -- what a model call is sent ---------------------------------------------------------------------
 
 _ROLES: dict[str, str] = {
     **{str(role.value): str(role.value) for role in MessageRole},
@@ -275,7 +275,7 @@ def _answer(arguments: Any) -> str:
     return genai.as_text(parsed)
 
 
-# -- one run's mapping ---------------------------------------------------------------------------
+# -- native progress -> builder calls (the mapping) ------------------------------------------------
 
 
 @dataclass
@@ -794,7 +794,7 @@ class _Call:
         return _Outcome()
 
 
-# -- the runner ---------------------------------------------------------------------------------
+# -- the run and the runner ------------------------------------------------------------------------
 
 
 class _Run(FrameworkRun[_Outcome]):
@@ -940,13 +940,5 @@ class SmolagentsModule(Module):
     ``agent.run`` keywords (``max_steps``, ...). An agent's name is its ``name``
     (``ToolCallingAgent(..., name="assistant")``)."""
 
+    naming = ("the smolagents agent", "ToolCallingAgent(..., name='assistant')")
     runner_class = SmolagentsRunner
-
-    def agent_name(self, native: Any) -> str:
-        name = getattr(native, "name", None)
-        if not isinstance(name, str) or not name:
-            raise ValueError(
-                f"cannot register {native!r}: give the smolagents agent a name "
-                "(ToolCallingAgent(..., name='assistant'))"
-            )
-        return name
