@@ -535,17 +535,22 @@ class FrameworkRunner(Runner, Generic[Native]):
             run = await self._start(
                 agent, native, session, requests, EventBuilder(observer), streaming=False
             )
-            try:
+
+            async def call() -> Any:
                 result = await run.call()
                 with boundary:
                     run.complete()
-            except Exception as exc:
-                with boundary:
-                    run.fail(exc)
-                raise
-            finally:
-                with boundary:
-                    run.end()
+                return result
+
+            result = await invoke(
+                agent,
+                session,
+                requests,
+                call,
+                on_failure=run.fail,
+                on_exit=run.end,
+                boundary=boundary,
+            )
         await run.save(result)
         return run.reply(result, prompt_of(requests))
 
