@@ -30,13 +30,12 @@ from tests.runner_cases import CASES, RunnerCase
 from tests.tracing_helpers import OpenSpanTracker
 
 from runnertrace import TracingRunner
-from runnertrace._internal.errors import tolerate_internal_errors
 from runnertrace.core import events as ev
 from runnertrace.core.agent import Agent
 from runnertrace.core.builder import EventBuilder
 from runnertrace.core.models import AgentRequestText
 from runnertrace.core.session import Session
-from runnertrace.testing import CapturedSpans
+from runnertrace.testing import CapturedSpans, tolerate_internal_errors
 
 # The LangGraph case drives the prebuilt agent, deprecated in favour of langchain's.
 pytestmark = pytest.mark.filterwarnings("ignore:create_react_agent has been moved")

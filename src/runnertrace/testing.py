@@ -6,7 +6,8 @@ touched). With ``deterministic=True`` (the default) trace and span ids count up
 from 1, so assertions and snapshots are stable.
 
 Also registered as a pytest plugin (``pytest11`` entry point) providing the
-``captured_spans`` fixture.
+``captured_spans`` fixture. ``tolerate_internal_errors()`` is here too: under
+pytest our own faults raise, and a test that injects one on purpose opts out.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
-__all__ = ["CapturedSpans", "SequentialIdGenerator", "capture_spans"]
+from runnertrace._internal.errors import tolerate_internal_errors
+
+__all__ = ["CapturedSpans", "SequentialIdGenerator", "capture_spans", "tolerate_internal_errors"]
 
 
 class SequentialIdGenerator(IdGenerator):
