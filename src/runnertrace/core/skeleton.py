@@ -278,8 +278,10 @@ async def relay(
                 if items_are_events:  # a loop that makes our events itself (the native agent)
                     yield item  # type: ignore[misc]
                 elif on_item is not None:
-                    with boundary:  # one boundary per native item, whatever it makes
+                    try:  # the boundary, inline: a try costs nothing until it catches
                         on_item(item)
+                    except Exception as exc:  # noqa: BLE001 - the mapping's error boundary
+                        report_internal_error(boundary.where, exc)
                 for event in builder.drain():
                     yield event
         except Exception as exc:
