@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from runnertrace.core import events as ev
-from runnertrace.core.builder import EventBuilder
 from runnertrace.core.observer import observing, stream_observer
+from runnertrace.runners._kit.builder import EventBuilder
 
 
 def shape(events: list[Any]) -> list[tuple[str, ...]]:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from runnertrace.core.genai import (
+from runnertrace.runners._kit.genai import (
     arguments_of,
     as_text,
     blob_part,

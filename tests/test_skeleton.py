@@ -10,7 +10,6 @@ import pytest
 from pydantic import BaseModel
 
 from runnertrace.core.agent import Agent
-from runnertrace.core.builder import EventBuilder
 from runnertrace.core.context import ToolContext
 from runnertrace.core.models import (
     AgentReplyAny,
@@ -19,7 +18,18 @@ from runnertrace.core.models import (
     AgentRequestText,
 )
 from runnertrace.core.session import Session
-from runnertrace.core.skeleton import invoke, native_of, prepare, relay, reply_of, save
+from runnertrace.runners._kit.builder import EventBuilder
+from runnertrace.runners._kit.skeleton import (
+    BoundedBuilder,
+    MappingBoundary,
+    invoke,
+    native_of,
+    prepare,
+    relay,
+    reply_of,
+    save,
+)
+from runnertrace.testing import tolerate_internal_errors
 
 
 class _Runner:
@@ -61,7 +71,7 @@ async def test_prepare_reads_options_context_and_state() -> None:
 def test_save_writes_state_and_merges_what_the_run_produced() -> None:
     session = Session("s")
     session.set_framework_context({"user": "ada", "n": 1})
-    from runnertrace.core.skeleton import Prepared
+    from runnertrace.runners._kit.skeleton import Prepared
 
     prepared = Prepared({}, {"user": "ada", "n": 1}, None)
     save(session, "fw", ["new"], prepared, {"n": 2})
@@ -185,3 +195,76 @@ class _Answer(BaseModel):
 )
 def test_reply_of(output: Any, image: str | None, expected: Any) -> None:
     assert reply_of(output, "p", image=image) == expected
+
+
+# -- the mapping boundary --------------------------------------------------------------------
+def _internal_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "internal error in" in r.getMessage()]
+
+
+async def test_relay_maps_on_past_a_faulty_item_and_logs_it_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    builder = EventBuilder(queue=True)
+    mid = builder.message_start("m")
+    boundary = MappingBoundary("test")
+
+    def on_item(item: str) -> None:
+        if item != "b":
+            raise KeyError(item)  # the mapping of every item but "b" is broken
+        builder.text(item, mid)
+
+    with tolerate_internal_errors():
+        got = [
+            e async for e in relay(builder, _native(["a", "b", "c"]), on_item, boundary=boundary)
+        ]
+    assert [getattr(e, "delta", None) for e in got] == [None, "b"]
+    assert len(_internal_errors(caplog)) == 1  # a, then c: one line, the rest counted
+    assert "test mapping" in _internal_errors(caplog)[0]
+
+
+async def test_relay_raises_a_mapping_fault_under_pytest() -> None:
+    builder = EventBuilder(queue=True)
+
+    def on_item(item: str) -> None:
+        raise KeyError(item)
+
+    with pytest.raises(KeyError):
+        async for _ in relay(builder, _native(["a"]), on_item, boundary=MappingBoundary("t")):
+            pass
+
+
+def test_an_entry_returns_none_on_a_fault_and_the_boundary_lets_cancellation_through(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    boundary = MappingBoundary("test")
+
+    @boundary.entry
+    def hook(value: int) -> int:
+        return 10 // value
+
+    with tolerate_internal_errors():
+        assert hook(5) == 2
+        assert hook(0) is None
+        assert boundary.detail(lambda: {"x": 1 // 0}) == {}
+        with pytest.raises(asyncio.CancelledError), boundary:
+            raise asyncio.CancelledError  # not a fault of ours: it goes on
+    assert len(_internal_errors(caplog)) == 1
+
+
+def test_a_bounded_builder_survives_a_fault_in_message_start(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[Any] = []
+    builder = BoundedBuilder(seen.append, MappingBoundary("test"), queue=True)  # type: ignore[arg-type]
+
+    def broken(*args: Any, **kwargs: Any) -> str:
+        raise KeyError("renamed")
+
+    monkeypatch.setattr(EventBuilder, "message_start", broken)
+    with tolerate_internal_errors():
+        message_id = builder.message_start("m1", model="x")
+        builder.step_start("s", 0)
+    assert message_id == "m1"
+    assert [e.type for e in seen] == ["step_start"]
+    assert len(_internal_errors(caplog)) == 1

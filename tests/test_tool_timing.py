@@ -295,9 +295,9 @@ class ScopedRunner:
         self.clock, self.captured, self.wait = clock, captured, wait
 
     async def run(self, agent: Any, session: Any, requests: Any) -> Any:
-        from runnertrace.core.builder import EventBuilder
         from runnertrace.core.models import AgentReplyText
         from runnertrace.core.observer import claim_observer
+        from runnertrace.runners._kit.builder import EventBuilder
 
         with claim_observer() as observer:
             builder = EventBuilder(observer)

@@ -6,11 +6,8 @@ touched). With ``deterministic=True`` (the default) trace and span ids count up
 from 1, so assertions and snapshots are stable.
 
 Also registered as a pytest plugin (``pytest11`` entry point) providing the
-``captured_spans`` fixture.
-
-Under pytest our internal faults raise, so a test sees them;
-:func:`tolerate_internal_errors` lets a block log them instead, as in production
-(for a test that injects a fault on purpose).
+``captured_spans`` fixture. ``tolerate_internal_errors()`` is here too: under
+pytest our own faults raise, and a test that injects one on purpose opts out.
 """
 
 from __future__ import annotations

@@ -22,6 +22,21 @@ def require(module: str, extra: str) -> ModuleType:
         ) from exc
 
 
+def missing_extra(error: ImportError, extra: str) -> MissingExtraError:
+    """The error for a module whose optional dependency failed to import: it names
+    the extra to install. A runner's framework imports sit in one ``try`` block::
+
+        try:
+            from pydantic_ai import Agent
+        except ImportError as exc:
+            raise missing_extra(exc, "pydantic-ai") from exc
+    """
+    module = error.name or str(error)
+    return MissingExtraError(
+        f"{module!r} is not installed; install it with: pip install 'runnertrace[{extra}]'"
+    )
+
+
 def import_dotted(path: str) -> object:
     """Resolve ``package.module.attr`` (or ``package.module:attr``) to the object."""
     module_name, sep, attr = path.replace(":", ".").rpartition(".")

@@ -24,6 +24,9 @@ class Module:
     """
 
     runner_class: ClassVar[type[Runner]]
+    #: How a user names one of the framework's agents, for the error about a nameless
+    #: one: ``("the pydantic_ai agent", "Agent(..., name='assistant')")``.
+    naming: ClassVar[tuple[str, str] | None] = None
 
     def __init__(self, agents: Iterable[Any], runtime: Runtime | None = None) -> None:
         from runnertrace.core.runtime import Runtime
@@ -40,7 +43,10 @@ class Module:
     def agent_name(self, native: Any) -> str:
         name = getattr(native, "name", None)
         if not isinstance(name, str) or not name:
-            raise ValueError(f"cannot register {native!r}: it has no usable 'name'")
+            if self.naming is None:
+                raise ValueError(f"cannot register {native!r}: it has no usable 'name'")
+            what, example = self.naming
+            raise ValueError(f"cannot register {native!r}: give {what} a name ({example})")
         return name
 
     def add(self, native: Any) -> Agent:

@@ -82,64 +82,59 @@ our run span). Untraced runs keep ADK's spans untouched.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterator, Mapping, Sequence
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    aclosing,
+    contextmanager,
+    suppress,
+)
 from typing import Any, ClassVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from pydantic import JsonValue
 
-from runnertrace._internal.errors import handle_internal_errors
-from runnertrace._internal.imports import require
+from runnertrace._internal.imports import missing_extra
 
-require("google.adk", "adk")
+try:
+    from google.adk.agents import BaseAgent, LlmAgent, RunConfig
+    from google.adk.agents.callback_context import CallbackContext
+    from google.adk.agents.invocation_context import InvocationContext
 
-from google.adk.agents import BaseAgent, LlmAgent, RunConfig  # noqa: E402
-from google.adk.agents.callback_context import CallbackContext  # noqa: E402
-from google.adk.agents.invocation_context import InvocationContext  # noqa: E402
+    # ADK documents this import path; mypy sees it as an implicit re-export.
+    from google.adk.agents.run_config import StreamingMode  # type: ignore[attr-defined]
+    from google.adk.apps import App
+    from google.adk.events import Event
+    from google.adk.models.llm_request import LlmRequest
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.plugins import BasePlugin
+    from google.adk.runners import Runner as ADKRunner
+    from google.adk.sessions import BaseSessionService, InMemorySessionService
+    from google.adk.sessions.base_session_service import GetSessionConfig
+    from google.adk.tools.base_tool import BaseTool
+    from google.adk.tools.tool_context import ToolContext
+    from google.genai import types
+except ImportError as exc:
+    raise missing_extra(exc, "adk") from exc
 
-# ADK documents this import path; mypy sees it as an implicit re-export.
-from google.adk.agents.run_config import StreamingMode  # type: ignore[attr-defined]  # noqa: E402
-from google.adk.apps import App  # noqa: E402
-from google.adk.events import Event  # noqa: E402
-from google.adk.models.llm_request import LlmRequest  # noqa: E402
-from google.adk.models.llm_response import LlmResponse  # noqa: E402
-from google.adk.plugins import BasePlugin  # noqa: E402
-from google.adk.runners import Runner as ADKRunner  # noqa: E402
-from google.adk.sessions import BaseSessionService, InMemorySessionService  # noqa: E402
-from google.adk.sessions.base_session_service import GetSessionConfig  # noqa: E402
-from google.adk.tools.base_tool import BaseTool  # noqa: E402
-from google.adk.tools.tool_context import ToolContext  # noqa: E402
-from google.genai import types  # noqa: E402
-
-from runnertrace.core.agent import Agent  # noqa: E402
-from runnertrace.core.context import ensure_tool_context  # noqa: E402
-from runnertrace.core.events import StreamEvent  # noqa: E402
-from runnertrace.core.models import AgentReply, AgentRequest, prompt_of  # noqa: E402
-from runnertrace.core.module import Module  # noqa: E402
-from runnertrace.core.observer import (  # noqa: E402
-    NULL_OBSERVER,
-    Observer,
-    claim_observer,
-    in_traced_run,
-    stream_observer,
-)
-from runnertrace.core.runner import Runner  # noqa: E402
-from runnertrace.core.session import Session  # noqa: E402
-from runnertrace.runners._kit.builder import EventBuilder  # noqa: E402
-from runnertrace.runners._kit.skeleton import (  # noqa: E402
-    Prepared,
-    invoke,
-    native_of,
-    prepare,
-    relay,
+from runnertrace.core.agent import Agent
+from runnertrace.core.models import AgentReply, AgentRequest
+from runnertrace.core.module import Module
+from runnertrace.core.observer import in_traced_run
+from runnertrace.runners._kit.builder import EventBuilder
+from runnertrace.runners._kit.skeleton import (
+    FrameworkRun,
+    FrameworkRunner,
+    MappingBoundary,
+    RunSetup,
+    is_url,
+    media_bytes,
     reply_of,
     save,
 )
@@ -149,6 +144,7 @@ __all__ = ["STATE_KEY", "GoogleADKModule", "GoogleADKRunner", "user_content_of"]
 logger = logging.getLogger("runnertrace")
 
 STATE_KEY = "adk"
+_boundary = MappingBoundary("google_adk")
 PLUGIN_NAME = "runnertrace"
 DEFAULT_USER_ID = "runnertrace"
 
@@ -174,23 +170,17 @@ _REQUEST_PARAMETERS = {
 }
 
 
-# -- requests -> the user's Content ------------------------------------------------------------
+# -- requests -> native input ----------------------------------------------------------------------
 
 
 def _blob(data: str, mime_type: str, name: str | None) -> types.Part:
     """An image or file: an http(s) URL stays a reference, anything else is inline bytes."""
-    if data.startswith(("http://", "https://")):
+    if is_url(data):
         return types.Part(file_data=types.FileData(file_uri=data, mime_type=mime_type))
     if data.startswith("data:"):
         header, _, data = data.partition(",")
         mime_type = header[5:].split(";")[0] or mime_type
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        label = f"{name!r} " if name else ""
-        raise ValueError(
-            f"request {label}({mime_type}) is neither base64 data, a data: URI nor an http(s) URL"
-        ) from exc
+    raw = media_bytes(data, mime_type, name)
     return types.Part(inline_data=types.Blob(data=raw, mime_type=mime_type, display_name=name))
 
 
@@ -211,7 +201,7 @@ def user_content_of(requests: Sequence[AgentRequest]) -> types.Content:
     return types.Content(role="user", parts=[_REQUEST_PARTS[r.type](r) for r in requests])
 
 
-# -- what a model call is sent ------------------------------------------------------------------
+# -- what a model call is sent ---------------------------------------------------------------------
 
 
 def _jsonable(value: Any) -> JsonValue:
@@ -341,7 +331,7 @@ def _result_text(result: Any) -> str:
 _FINISH_REASONS = {types.FinishReason.STOP: "stop", types.FinishReason.MAX_TOKENS: "length"}
 
 
-# -- native callbacks -> builder calls -----------------------------------------------------------
+# -- native progress -> builder calls (the mapping) ------------------------------------------------
 
 
 class _ModelCall:
@@ -398,7 +388,7 @@ class _Mapper:
     def model_started(self, agent_name: str, llm_request: LlmRequest) -> None:
         self._close(agent_name)
         self._start_step(agent_name)
-        fields = _request_fields(llm_request) if self._detailed else {}
+        fields = _boundary.detail(_request_fields, llm_request) if self._detailed else {}
         message = self.builder.message_start(
             model=llm_request.model, provider=_provider_of(llm_request.model), **fields
         )
@@ -539,26 +529,26 @@ class _ObserverPlugin(BasePlugin):
     async def before_model_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest
     ) -> None:
-        with handle_internal_errors("adk model start"):
+        with _boundary:
             self.mapper.model_started(callback_context.agent_name, llm_request)
 
     async def after_model_callback(
         self, *, callback_context: CallbackContext, llm_response: LlmResponse
     ) -> None:
-        with handle_internal_errors("adk model response"):
+        with _boundary:
             self.mapper.model_responded(callback_context.agent_name, llm_response)
 
     async def on_model_error_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception
     ) -> None:
-        with handle_internal_errors("adk model error"):
+        with _boundary:
             self.mapper.model_failed(callback_context.agent_name, error)
 
     async def before_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
     ) -> None:
         if tool_context.function_call_id:
-            with handle_internal_errors("adk tool start"):
+            with _boundary:
                 self.mapper.tool_started(tool_context.function_call_id)
 
     async def after_tool_callback(
@@ -570,7 +560,7 @@ class _ObserverPlugin(BasePlugin):
         result: dict[str, Any],
     ) -> None:
         if tool_context.function_call_id:
-            with handle_internal_errors("adk tool result"):
+            with _boundary:
                 self.mapper.tool_finished(tool_context.function_call_id, tool.name, result)
 
     async def on_tool_error_callback(
@@ -582,17 +572,17 @@ class _ObserverPlugin(BasePlugin):
         error: Exception,
     ) -> None:
         if tool_context.function_call_id:
-            with handle_internal_errors("adk tool error"):
+            with _boundary:
                 self.mapper.tool_failed(tool_context.function_call_id, tool.name, error)
 
     async def on_event_callback(
         self, *, invocation_context: InvocationContext, event: Event
     ) -> None:
-        with handle_internal_errors("adk event"):
+        with _boundary:
             self.mapper.settle(event)
 
 
-# -- ADK's own spans -------------------------------------------------------------------------------
+# -- the framework's own instrumentation -----------------------------------------------------------
 
 
 def _adk_spans_record() -> bool:
@@ -634,24 +624,27 @@ def _attached(context: otel_context.Context | None) -> Iterator[None]:
         otel_context.detach(token)
 
 
-# -- the runner ---------------------------------------------------------------------------------
+# -- the run and the runner ------------------------------------------------------------------------
 
 
-class _Call:
-    """One prepared native run: the per-run ADK runner, its ``run_async`` keywords,
-    and what the run produced so far (the final text)."""
+class _Run(FrameworkRun[None]):
+    """One ADK invocation on a per-run ADK runner; what it produced so far (the final
+    text) is the reply."""
 
     def __init__(
         self,
+        setup: RunSetup[BaseAgent],
+        runner: GoogleADKRunner,
         adk: ADKRunner,
         kwargs: dict[str, Any],
-        prepared: Prepared,
         mapper: _Mapper | None,
         quiet: otel_context.Context | None,
     ) -> None:
+        super().__init__(setup)
+        self.native = setup.native
+        self.runner = runner
         self.adk = adk
         self.kwargs = kwargs
-        self.prepared = prepared
         self.mapper = mapper
         self.quiet = quiet
         self.output: str | None = None
@@ -665,10 +658,10 @@ class _Call:
         if text:
             self.output = text
 
-    async def events(self) -> AsyncIterator[Event]:
+    async def events(self) -> AsyncGenerator[Event, None]:
         """ADK's events, each pulled under the quiet context in a traced run (never
-        across a ``yield``); at the end the mapper closes what is still open and the
-        per-run ADK runner is closed (its plugins and toolsets)."""
+        across a ``yield``); at the end the per-run ADK runner is closed (its plugins
+        and toolsets)."""
         native = self.adk.run_async(**self.kwargs)
         try:
             while True:
@@ -679,15 +672,40 @@ class _Call:
                         break
                 self.see(event)
                 yield event
-            if self.mapper is not None:
-                self.mapper.finish()
         finally:
             with _attached(self.quiet):
                 await native.aclose()
                 await self.adk.close()
 
+    async def call(self) -> None:
+        async with aclosing(self.events()) as events:
+            async for _ in events:
+                pass
 
-class GoogleADKRunner(Runner):
+    def native_stream(self) -> AbstractAsyncContextManager[AsyncIterable[Any]]:
+        # Closed at once when the consumer stops: ADK's per-run runner with it.
+        return aclosing(self.events())
+
+    def complete(self) -> None:
+        if self.mapper is not None:  # what is still open closes (the last step)
+            self.mapper.finish()
+
+    async def outcome(self) -> None:
+        return None
+
+    async def save(self, result: None) -> None:
+        await self.runner.save_run(self)
+
+    def reply(self, result: None, prompt: str) -> AgentReply:
+        output: Any = self.output
+        native = self.native
+        if isinstance(native, LlmAgent) and native.output_schema is not None and output:
+            with suppress(ValueError):  # not JSON after all: the text is the reply
+                output = json.loads(output)
+        return reply_of(output, prompt)
+
+
+class GoogleADKRunner(FrameworkRunner[BaseAgent]):
     """Runs a Google ADK agent (an ``LlmAgent``, or any ``BaseAgent``) in run or stream mode.
 
     ``session_service`` keeps the ADK sessions (default: an ``InMemorySessionService``
@@ -695,6 +713,10 @@ class GoogleADKRunner(Runner):
     """
 
     framework: ClassVar[str] = "google_adk"
+    state_key: ClassVar[str] = STATE_KEY
+    native_type: ClassVar[type[Any]] = BaseAgent
+    native_what: ClassVar[str] = "a Google ADK agent"
+    boundary: ClassVar[MappingBoundary] = _boundary
     RESERVED_RUN_OPTIONS: ClassVar[dict[str, str]] = {
         "agent": "the runner runs the registered agent",
         "app": "the runner builds a per-run App; declare plugins and App settings as options",
@@ -764,17 +786,13 @@ class GoogleADKRunner(Runner):
                 await service.append_event(created, event)
         self._known.add((app_name, session_id))
 
-    async def _prepare(
-        self,
-        agent: Agent,
-        native: BaseAgent,
-        session: Session,
-        requests: list[AgentRequest],
-        mapper: _Mapper | None,
-        *,
-        streaming: bool,
-    ) -> _Call:
-        prepared = await prepare(agent, session, requests, STATE_KEY)
+    async def start(self, setup: RunSetup[BaseAgent]) -> _Run:
+        # Untraced run mode adds no plugin: the run is the plain native call. Stream
+        # mode always maps (the events are the stream).
+        mapper: _Mapper | None = None
+        if setup.streaming or setup.observed:
+            mapper = _Mapper(setup.builder, model_scopes=not _adk_spans_record())
+        native, session, prepared = setup.native, setup.session, setup.prepared
         options = prepared.options
         app_options = {k: options.pop(k) for k in list(options) if k in _APP_OPTIONS}
         runner_options = {k: options.pop(k) for k in list(options) if k in _RUNNER_OPTIONS}
@@ -790,79 +808,33 @@ class GoogleADKRunner(Runner):
             **runner_options,
         )
         await self._ensure_session(native.name, session.id, prepared.state)
-        if streaming:
-            options["run_config"] = self._streaming_config(agent, options.get("run_config"))
+        if setup.streaming:
+            options["run_config"] = self._streaming_config(setup.agent, options.get("run_config"))
         # Owned keys last, so no declared option can displace them.
         options["user_id"] = self.user_id
         options["session_id"] = session.id
-        options["new_message"] = user_content_of(requests)
+        options["new_message"] = user_content_of(setup.requests)
         options["state_delta"] = dict(prepared.context) if prepared.context else None
         quiet = _quiet_context() if in_traced_run() else None
-        return _Call(adk, options, prepared, mapper, quiet)
+        return _Run(setup, self, adk, options, mapper, quiet)
 
-    async def _save(self, native: BaseAgent, session: Session, call: _Call) -> None:
+    async def save_run(self, run: _Run) -> None:
+        """Copy this run's events and state out of the session service into the session."""
+        native, session, prepared = run.native, run.setup.session, run.setup.prepared
         # Only this run's events are copied out of the service (the rest are saved already).
         found = await self.session_service.get_session(
             app_name=native.name,
             user_id=self.user_id,
             session_id=session.id,
-            config=GetSessionConfig(after_timestamp=call.started),
+            config=GetSessionConfig(after_timestamp=run.started),
         )
         if found is None:
             raise RuntimeError(f"the ADK session {session.id!r} is gone after the run")
-        earlier = call.prepared.state["events"] if call.prepared.state else []
+        earlier = prepared.state["events"] if prepared.state else []
         state = {"events": [*earlier, *found.events]}
         produced = {k: v for k, v in found.state.items() if not k.startswith(_SCOPED_PREFIXES)}
-        save(session, STATE_KEY, state, call.prepared, produced)
+        save(session, STATE_KEY, state, prepared, produced)
         self._known.add((native.name, session.id))
-
-    @staticmethod
-    def _reply(native: BaseAgent, call: _Call, prompt: str) -> AgentReply:
-        output: Any = call.output
-        if isinstance(native, LlmAgent) and native.output_schema is not None and output:
-            with suppress(ValueError):  # not JSON after all: the text is the reply
-                output = json.loads(output)
-        return reply_of(output, prompt)
-
-    @staticmethod
-    def _mapper(observer: Observer, *, queue: bool) -> _Mapper:
-        return _Mapper(EventBuilder(observer, queue=queue), model_scopes=not _adk_spans_record())
-
-    async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:
-        native = native_of(agent, BaseAgent, "a Google ADK agent")
-        with claim_observer() as observer:
-            # Untraced, no plugin is added: the run is the plain native call.
-            mapper = None if observer is NULL_OBSERVER else self._mapper(observer, queue=False)
-            call = await self._prepare(agent, native, session, requests, mapper, streaming=False)
-
-            async def drive() -> None:
-                async for _ in call.events():
-                    pass
-
-            await invoke(
-                agent,
-                session,
-                requests,
-                drive,
-                on_failure=mapper.builder.fail if mapper is not None else _ignore,
-            )
-        await self._save(native, session, call)
-        return self._reply(native, call, prompt_of(requests))
-
-    async def stream(
-        self, agent: Agent, session: Session, requests: list[AgentRequest]
-    ) -> AsyncIterator[StreamEvent]:
-        native = native_of(agent, BaseAgent, "a Google ADK agent")
-        mapper = self._mapper(stream_observer(), queue=True)
-        with ensure_tool_context(agent, session, requests):
-            call = await self._prepare(agent, native, session, requests, mapper, streaming=True)
-            async for event in relay(mapper.builder, call.events()):
-                yield event
-        await self._save(native, session, call)
-
-
-def _ignore(error: BaseException) -> None:
-    """Untraced run mode: nothing was opened, so nothing to close on failure."""
 
 
 class GoogleADKModule(Module):

@@ -21,14 +21,15 @@ from typing import Any, TypeAlias
 
 from pydantic import Field, PrivateAttr
 
-from runnertrace._internal.imports import require
+from runnertrace._internal.imports import missing_extra
 
-require("google.adk", "adk")
-
-from google.adk.models.base_llm import BaseLlm  # noqa: E402
-from google.adk.models.llm_request import LlmRequest  # noqa: E402
-from google.adk.models.llm_response import LlmResponse  # noqa: E402
-from google.genai import types  # noqa: E402
+try:
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_request import LlmRequest
+    from google.adk.models.llm_response import LlmResponse
+    from google.genai import types
+except ImportError as exc:
+    raise missing_extra(exc, "adk") from exc
 
 __all__ = ["ScriptedAdkLlm", "Turn", "answer", "call"]
 

@@ -63,26 +63,22 @@ import logging
 import sys
 import uuid
 from collections.abc import (
+    AsyncIterable,
     AsyncIterator,
     Callable,
     Iterable,
-    Iterator,
     Mapping,
     Sequence,
 )
-from contextlib import AbstractContextManager, aclosing, contextmanager, nullcontext
+from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from opentelemetry import baggage
 from opentelemetry import context as otel_context
 from pydantic import JsonValue
 
-from runnertrace._internal.errors import (
-    handle_internal_errors,
-    suppressed_instrumentation,
-    suppressing_context,
-)
-from runnertrace._internal.imports import require
+from runnertrace._internal.errors import suppressed_instrumentation, suppressing_context
+from runnertrace._internal.imports import missing_extra
 
 try:
     from crewai import Agent as CrewAgent
@@ -113,28 +109,19 @@ try:
     )
     from crewai.types.streaming import CrewStreamingOutput
 except ImportError as exc:
-    require(exc.name or "crewai", "crewai")  # raises, naming the extra to install
-    raise
+    raise missing_extra(exc, "crewai") from exc
 
-from runnertrace.core.context import ensure_tool_context
-from runnertrace.core.events import StreamEvent
 from runnertrace.core.models import AgentReply, AgentRequest, prompt_of
 from runnertrace.core.module import Module
-from runnertrace.core.observer import (
-    NULL_OBSERVER,
-    claim_observer,
-    in_traced_run,
-    stream_observer,
-)
-from runnertrace.core.runner import Runner
+from runnertrace.core.observer import in_traced_run
 from runnertrace.runners._kit import genai
 from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.runners._kit.skeleton import (
+    FrameworkRun,
+    FrameworkRunner,
+    MappingBoundary,
     Prepared,
-    invoke,
-    native_of,
-    prepare,
-    relay,
+    RunSetup,
     reply_of,
     save,
 )
@@ -142,13 +129,13 @@ from runnertrace.runners._kit.skeleton import (
 if TYPE_CHECKING:
     from runnertrace.core.agent import Agent
     from runnertrace.core.runtime import Runtime
-    from runnertrace.core.session import Session
 
 __all__ = ["STATE_KEY", "CrewAIModule", "CrewAIReportedError", "CrewAIRunner"]
 
 logger = logging.getLogger("runnertrace")
 
 STATE_KEY = "crewai"
+_boundary = MappingBoundary("crewai")
 EXPECTED_OUTPUT = "A complete answer to the current request."
 
 
@@ -156,7 +143,45 @@ class CrewAIReportedError(Exception):
     """A failure CrewAI reported only as text (the exception itself was not in reach)."""
 
 
-# -- what a model call was sent (GenAI semconv shapes) -----------------------------------------
+# -- requests -> native input ----------------------------------------------------------------------
+# Request type -> its text in the task description. A task is text: images and
+# files have no place in it (a CrewAI tool can take them).
+_REQUEST_TEXT: dict[str, Callable[[Any], str]] = {
+    "text": lambda r: str(r.prompt),
+    "any": lambda r: genai.as_text(r.content),
+}
+
+
+def _request_text(request: AgentRequest) -> str:
+    convert = _REQUEST_TEXT.get(request.type)
+    if convert is None:
+        raise ValueError(
+            f"CrewAIRunner takes 'text' and 'any' requests; got a {request.type!r} request "
+            "(pass files to a CrewAI tool instead)"
+        )
+    return convert(request)
+
+
+def task_description(requests: Sequence[AgentRequest], turns: Sequence[Mapping[str, str]]) -> str:
+    """The task for this run: the earlier turns of the session, then the request."""
+    request = "\n".join(_request_text(r) for r in requests)
+    if not request:
+        raise ValueError("a run needs at least one request")
+    if turns:
+        history = "\n".join(f"User: {t['request']}\nAssistant: {t['reply']}" for t in turns)
+        request = f"The conversation so far:\n{history}\n\nThe current request:\n{request}"
+    return request
+
+
+def _reply_value(output: Any) -> Any:
+    """A CrewOutput's most structured form: its Pydantic model, its JSON, its text."""
+    for value in (getattr(output, "pydantic", None), getattr(output, "json_dict", None)):
+        if value is not None:
+            return value
+    return getattr(output, "raw", output)
+
+
+# -- what a model call is sent ---------------------------------------------------------------------
 def _text_of(content: Any) -> str:
     """A message's content as text (CrewAI's content is text or a list of parts)."""
     if isinstance(content, str):
@@ -229,8 +254,8 @@ def _handled(text: str) -> BaseException:
     return CrewAIReportedError(text)
 
 
-# -- CrewAI events -> our events ------------------------------------------------------------------
-class _Mapping:
+# -- native progress -> builder calls (the mapping) ------------------------------------------------
+class _Mapper:
     """One run's sink: maps the crew's events, in emission order, onto the builder.
 
     Called in the crew's thread only (the bus calls sinks in the emitting thread),
@@ -267,7 +292,7 @@ class _Mapping:
         handler = _HANDLERS.get(type(event))
         if handler is None or self.closed:
             return
-        with handle_internal_errors("crewai event mapping"):
+        with _boundary:
             handler(self, source, event)
 
     def fail(self, error: BaseException) -> None:
@@ -326,7 +351,7 @@ class _Mapping:
         if self._nested:
             return
         self._settle_call()
-        request = _request(event, self._tools) if self.builder.observed else {}
+        request = _boundary.detail(_request, event, self._tools) if self.builder.observed else {}
         provider = getattr(source, "provider", None)
         message_id = self.builder.message_start(
             event.call_id,
@@ -510,26 +535,26 @@ def _same_tool(asked: str, ran: str) -> bool:
 
 
 # Event class -> what the mapping does with it. Everything else is not mapped.
-_HANDLERS: dict[type, Callable[[_Mapping, Any, Any], None]] = {
-    TaskStartedEvent: _Mapping.on_task_started,
-    TaskCompletedEvent: _Mapping.on_task_ended,
-    TaskFailedEvent: _Mapping.on_task_ended,
-    AgentExecutionStartedEvent: _Mapping.on_agent_started,
-    AgentExecutionCompletedEvent: _Mapping.on_agent_ended,
-    AgentExecutionErrorEvent: _Mapping.on_agent_ended,
-    LLMCallStartedEvent: _Mapping.on_llm_started,
-    LLMStreamChunkEvent: _Mapping.on_llm_chunk,
-    LLMThinkingChunkEvent: _Mapping.on_llm_thinking,
-    LLMCallCompletedEvent: _Mapping.on_llm_completed,
-    LLMCallFailedEvent: _Mapping.on_llm_failed,
-    ToolUsageStartedEvent: _Mapping.on_tool_started,
-    ToolUsageFinishedEvent: _Mapping.on_tool_finished,
-    ToolUsageErrorEvent: _Mapping.on_tool_error,
+_HANDLERS: dict[type, Callable[[_Mapper, Any, Any], None]] = {
+    TaskStartedEvent: _Mapper.on_task_started,
+    TaskCompletedEvent: _Mapper.on_task_ended,
+    TaskFailedEvent: _Mapper.on_task_ended,
+    AgentExecutionStartedEvent: _Mapper.on_agent_started,
+    AgentExecutionCompletedEvent: _Mapper.on_agent_ended,
+    AgentExecutionErrorEvent: _Mapper.on_agent_ended,
+    LLMCallStartedEvent: _Mapper.on_llm_started,
+    LLMStreamChunkEvent: _Mapper.on_llm_chunk,
+    LLMThinkingChunkEvent: _Mapper.on_llm_thinking,
+    LLMCallCompletedEvent: _Mapper.on_llm_completed,
+    LLMCallFailedEvent: _Mapper.on_llm_failed,
+    ToolUsageStartedEvent: _Mapper.on_tool_started,
+    ToolUsageFinishedEvent: _Mapper.on_tool_finished,
+    ToolUsageErrorEvent: _Mapper.on_tool_error,
 }
 
 
 # Crew id -> the mapping of the run that kicks that crew off (while the run lasts).
-_MAPPINGS: dict[str, _Mapping] = {}
+_MAPPINGS: dict[str, _Mapper] = {}
 
 
 def _attach(inputs: Any) -> Any:
@@ -553,50 +578,78 @@ def _attach(inputs: Any) -> Any:
     return inputs or None
 
 
-# -- requests -> task -----------------------------------------------------------------------------
-# Request type -> its text in the task description. A task is text: images and
-# files have no place in it (a CrewAI tool can take them).
-_REQUEST_TEXT: dict[str, Callable[[Any], str]] = {
-    "text": lambda r: str(r.prompt),
-    "any": lambda r: genai.as_text(r.content),
-}
+# -- the run and the runner ------------------------------------------------------------------------
+def _nothing() -> None:
+    """Giving back a copy of an agent: nothing to do."""
 
 
-def _request_text(request: AgentRequest) -> str:
-    convert = _REQUEST_TEXT.get(request.type)
-    if convert is None:
-        raise ValueError(
-            f"CrewAIRunner takes 'text' and 'any' requests; got a {request.type!r} request "
-            "(pass files to a CrewAI tool instead)"
-        )
-    return convert(request)
+class _Run(FrameworkRun[Any]):
+    """One one-task crew: ``kickoff_async`` (run mode), or its streaming output."""
+
+    def __init__(
+        self,
+        setup: RunSetup[CrewAgent],
+        crew: Crew,
+        mapper: _Mapper | None,
+        give_back: Callable[[], None],
+    ) -> None:
+        super().__init__(setup)
+        self.crew = crew
+        self.mapper = mapper
+        self.give_back = give_back
+        self.native: CrewStreamingOutput | None = None
+
+    def _quiet(self) -> AbstractContextManager[None]:
+        """A traced run silences CrewAI's own instrumentation around the crew."""
+        traced = self.mapper is not None and self.mapper.suppress
+        return suppressed_instrumentation() if traced else nullcontext()
+
+    async def call(self) -> Any:
+        with self._quiet():
+            return await self.crew.kickoff_async()
+
+    @asynccontextmanager
+    async def native_stream(self) -> AsyncIterator[AsyncIterable[Any]]:
+        native = self.native = cast(CrewStreamingOutput, await self.crew.kickoff_async())
+        # A consumer that stops early closes both at once: ours, then CrewAI's stream.
+        async with native:
+            yield native
+
+    def fail(self, error: BaseException) -> None:
+        if self.mapper is not None:
+            self.mapper.fail(error)
+
+    def close(self) -> None:
+        self.give_back()
+        if self.mapper is not None:
+            self.mapper.close()
+
+    async def outcome(self) -> Any:
+        assert self.native is not None  # set when the stream opened
+        return self.native.result
+
+    async def save(self, result: Any) -> None:
+        setup = self.setup
+        agent, prepared = setup.agent, setup.prepared
+        text = str(getattr(result, "raw", _reply_value(result)))
+        turn = {"request": prompt_of(setup.requests), "reply": text}
+        state = dict(prepared.state or {})
+        state[agent.name] = [*(state.get(agent.name) or []), turn]
+        save(setup.session, STATE_KEY, state, prepared)
+
+    def reply(self, result: Any, prompt: str) -> AgentReply:
+        return reply_of(_reply_value(result), prompt)
 
 
-def task_description(requests: Sequence[AgentRequest], turns: Sequence[Mapping[str, str]]) -> str:
-    """The task for this run: the earlier turns of the session, then the request."""
-    request = "\n".join(_request_text(r) for r in requests)
-    if not request:
-        raise ValueError("a run needs at least one request")
-    if turns:
-        history = "\n".join(f"User: {t['request']}\nAssistant: {t['reply']}" for t in turns)
-        request = f"The conversation so far:\n{history}\n\nThe current request:\n{request}"
-    return request
-
-
-def _reply_value(output: Any) -> Any:
-    """A CrewOutput's most structured form: its Pydantic model, its JSON, its text."""
-    for value in (getattr(output, "pydantic", None), getattr(output, "json_dict", None)):
-        if value is not None:
-            return value
-    return getattr(output, "raw", output)
-
-
-# -- the runner -----------------------------------------------------------------------------------
-class CrewAIRunner(Runner):
+class CrewAIRunner(FrameworkRunner[CrewAgent]):
     """Runs a CrewAI ``Agent`` as a one-task crew, in run (``kickoff_async``) or
     stream (``Crew(stream=True)``) mode."""
 
     framework: ClassVar[str] = "crewai"
+    state_key: ClassVar[str] = STATE_KEY
+    native_type: ClassVar[type[Any]] = CrewAgent
+    native_what: ClassVar[str] = "a CrewAI Agent"
+    boundary: ClassVar[MappingBoundary] = _boundary
     RESERVED_RUN_OPTIONS: ClassVar[dict[str, str]] = {
         "agents": "the runner builds the crew from the registered agent",
         "tasks": "the runner builds the task from the requests and the session",
@@ -608,9 +661,8 @@ class CrewAIRunner(Runner):
         self._warned_context = False
         self._busy: set[int] = set()  # native agents a run of this runner has taken over
 
-    @contextmanager
-    def _worker(self, agent: Agent) -> Iterator[CrewAgent]:
-        """The agent a run's crew takes over.
+    def _take(self, native: CrewAgent) -> tuple[CrewAgent, Callable[[], None]]:
+        """The agent a run's crew takes over, and how to give it back after the run.
 
         A crew sets its agents' crew and executor, so two crews running at once
         must not share an agent: a run takes the user's own agent when no other
@@ -618,16 +670,11 @@ class CrewAIRunner(Runner):
         nothing to copy), else a copy (``Agent.copy()``, a few milliseconds and
         a colder first run).
         """
-        native = native_of(agent, CrewAgent, "a CrewAI Agent")
         key = id(native)
         if key in self._busy:
-            yield native.copy()
-            return
+            return native.copy(), _nothing
         self._busy.add(key)
-        try:
-            yield native
-        finally:
-            self._busy.discard(key)
+        return native, lambda: self._busy.discard(key)
 
     def _warn_context(self, prepared: Prepared) -> None:
         if prepared.context is not None and not self._warned_context:
@@ -643,7 +690,7 @@ class CrewAIRunner(Runner):
         worker: CrewAgent,
         prepared: Prepared,
         requests: list[AgentRequest],
-        mapping: _Mapping | None,
+        mapping: _Mapper | None,
         *,
         stream: bool,
     ) -> Crew:
@@ -666,58 +713,22 @@ class CrewAIRunner(Runner):
             mapping.expect(crew)
         return crew
 
-    def _save(
-        self, agent: Agent, session: Session, prepared: Prepared, prompt: str, text: str
-    ) -> None:
-        state = dict(prepared.state or {})
-        state[agent.name] = [*(state.get(agent.name) or []), {"request": prompt, "reply": text}]
-        save(session, STATE_KEY, state, prepared)
-
-    async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:
-        with claim_observer() as observer, self._worker(agent) as worker:
-            prepared = await prepare(agent, session, requests, STATE_KEY)
-            self._warn_context(prepared)
-            if observer is NULL_OBSERVER:  # untraced: the plain crew, nothing installed
-                crew = self._crew(agent, worker, prepared, requests, None, stream=False)
-                output = await invoke(agent, session, requests, crew.kickoff_async)
-            else:
-                traced = in_traced_run()
-                mapping = _Mapping(EventBuilder(observer), suppress=traced)
-                crew = self._crew(agent, worker, prepared, requests, mapping, stream=False)
-                with suppressed_instrumentation() if traced else nullcontext():
-                    output = await invoke(
-                        agent,
-                        session,
-                        requests,
-                        crew.kickoff_async,
-                        on_failure=mapping.fail,
-                        on_exit=mapping.close,
-                    )
-        prompt = prompt_of(requests)
-        value = _reply_value(output)
-        self._save(agent, session, prepared, prompt, str(getattr(output, "raw", value)))
-        return reply_of(value, prompt)
-
-    async def stream(
-        self, agent: Agent, session: Session, requests: list[AgentRequest]
-    ) -> AsyncIterator[StreamEvent]:
-        observer = stream_observer()  # before the first yield
-        builder = EventBuilder(observer, queue=True)
-        mapping = _Mapping(builder, suppress=in_traced_run())
-        with ensure_tool_context(agent, session, requests), self._worker(agent) as worker:
-            prepared = await prepare(agent, session, requests, STATE_KEY)
-            self._warn_context(prepared)
-            crew = self._crew(agent, worker, prepared, requests, mapping, stream=True)
-            native = cast(CrewStreamingOutput, await crew.kickoff_async())  # stream=True
-            events = relay(builder, native, on_failure=mapping.fail, on_exit=mapping.close)
-            # A consumer that stops early closes both at once: ours, then CrewAI's stream.
-            async with native, aclosing(events):
-                async for event in events:
-                    yield event
-        output = native.result
-        prompt = prompt_of(requests)
-        value = _reply_value(output)
-        self._save(agent, session, prepared, prompt, str(getattr(output, "raw", value)))
+    async def start(self, setup: RunSetup[CrewAgent]) -> _Run:
+        self._warn_context(setup.prepared)
+        # Untraced run mode installs nothing: the plain crew. Stream mode always maps
+        # (the events are the stream).
+        mapper: _Mapper | None = None
+        if setup.streaming or setup.observed:
+            mapper = _Mapper(setup.builder, suppress=in_traced_run())
+        worker, give_back = self._take(setup.native)
+        try:
+            crew = self._crew(
+                setup.agent, worker, setup.prepared, setup.requests, mapper, stream=setup.streaming
+            )
+        except BaseException:
+            give_back()
+            raise
+        return _Run(setup, crew, mapper, give_back)
 
 
 class CrewAIModule(Module):

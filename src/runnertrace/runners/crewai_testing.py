@@ -15,14 +15,13 @@ from typing import Any
 
 from pydantic import Field, PrivateAttr
 
-from runnertrace._internal.imports import require
+from runnertrace._internal.imports import missing_extra
 
 try:
     from crewai.events.types.llm_events import LLMCallType
     from crewai.llms.base_llm import BaseLLM, llm_call_context
 except ImportError as exc:
-    require(exc.name or "crewai", "crewai")  # raises, naming the extra to install
-    raise
+    raise missing_extra(exc, "crewai") from exc
 
 __all__ = ["ScriptedLLM", "Turn", "action", "final"]
 

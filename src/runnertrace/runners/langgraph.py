@@ -21,7 +21,7 @@ How the contract maps onto LangGraph:
   state channels come back, and only after the run succeeded.
 - **Events.** One LangChain callback handler, first in ``config["callbacks"]``,
   turns the run's callbacks into events through the core
-  :class:`~runnertrace.core.builder.EventBuilder`, in both modes, with ids taken
+  :class:`~runnertrace.runners._kit.builder.EventBuilder`, in both modes, with ids taken
   from LangChain (a model call's run id is its ``message_id``; tool-call ids come
   from the model's tool calls). A chat span starts at ``on_chat_model_start``
   with what was sent: the messages (system messages become the system
@@ -30,7 +30,7 @@ How the contract maps onto LangGraph:
   ``on_tool_error``), so each ``RetryPolicy`` attempt is a span of its own.
 - **Run mode** untraced is a plain ``ainvoke``: no handler is installed. Traced,
   the handler reports to the observer and makes each tool's and model call's
-  span current while it runs (see :class:`_TracedHandler`).
+  span current while it runs (see :class:`_TracedMapper`).
 - **Stream mode** drives ``astream(stream_mode=["messages", "updates"],
   subgraphs=True)``: the "messages" mode makes chat models stream, and each item
   it yields is a moment to hand over the events the handler has made since.
@@ -54,6 +54,7 @@ import threading
 from abc import ABCMeta
 from collections.abc import (
     AsyncGenerator,
+    AsyncIterable,
     AsyncIterator,
     Awaitable,
     Callable,
@@ -61,23 +62,18 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import AbstractContextManager, aclosing
+from contextlib import AbstractContextManager, aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, cast
 from uuid import UUID
 
 from pydantic import BaseModel, JsonValue
 
-from runnertrace._internal.errors import handle_internal_errors, should_raise
-from runnertrace._internal.imports import require
+from runnertrace._internal.errors import should_raise
+from runnertrace._internal.imports import missing_extra
 from runnertrace.core.agent import Agent
-from runnertrace.core.context import ensure_tool_context
-from runnertrace.core.events import StreamEvent
-from runnertrace.core.models import AgentReply, AgentRequest, prompt_of
+from runnertrace.core.models import AgentReply, AgentRequest
 from runnertrace.core.module import Module
-from runnertrace.core.observer import NULL_OBSERVER, claim_observer, stream_observer
-from runnertrace.core.runner import Runner
-from runnertrace.core.session import Session
 from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.runners._kit.genai import (
     Message,
@@ -93,11 +89,10 @@ from runnertrace.runners._kit.genai import (
 )
 from runnertrace.runners._kit.genai import message as semconv_message
 from runnertrace.runners._kit.skeleton import (
-    Prepared,
-    invoke,
-    native_of,
-    prepare,
-    relay,
+    FrameworkRun,
+    FrameworkRunner,
+    MappingBoundary,
+    RunSetup,
     reply_of,
     save,
 )
@@ -114,8 +109,7 @@ try:
     from langgraph.checkpoint.base import BaseCheckpointSaver
     from langgraph.pregel import Pregel
 except ImportError as exc:
-    require(exc.name or "langgraph", "langgraph")  # raises, naming the extra to install
-    raise
+    raise missing_extra(exc, "langgraph") from exc
 
 __all__ = ["LangGraphModule", "LangGraphRunner", "merge_config"]
 
@@ -123,6 +117,7 @@ __all__ = ["LangGraphModule", "LangGraphRunner", "merge_config"]
 Graph: TypeAlias = "Pregel[Any, Any, Any, Any]"
 
 STATE_KEY = "langgraph"
+_boundary = MappingBoundary("langgraph")
 MESSAGES = "messages"
 
 # Every key a RunnableConfig may hold. Declared at the top level of the run
@@ -138,9 +133,83 @@ _RUNNER_OWNED_CHANNELS = frozenset({MESSAGES, "structured_response"})
 _STEP_TAG = re.compile(r"^graph:step:(\d+)$")
 
 
-# --------------------------------------------------------------------------------------
-# config merge
-# --------------------------------------------------------------------------------------
+# -- requests -> native input (and the reply) ------------------------------------------------------
+def _image_block(request: Any) -> dict[str, Any]:
+    return {"type": "image", "base64": request.image_data, "mime_type": request.mime_type}
+
+
+def _file_block(request: Any) -> dict[str, Any]:
+    block: dict[str, Any] = {
+        "type": "file",
+        "base64": request.file_data,
+        "mime_type": request.mime_type,
+    }
+    if request.name:
+        block["extras"] = {"filename": request.name}
+    return block
+
+
+# Request type -> the LangChain content block it becomes in the user message.
+_REQUEST_BLOCKS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "text": lambda r: {"type": "text", "text": r.prompt},
+    "image": _image_block,
+    "file": _file_block,
+    "any": lambda r: {"type": "text", "text": _stringify(r.content)},
+}
+
+
+def graph_input(requests: Sequence[AgentRequest]) -> tuple[HumanMessage, dict[str, Any]]:
+    """One user message from the requests, plus state keys from dict-valued ``any`` requests.
+
+    Text-only requests become a plain string message (what every chat model
+    takes); images and files make it a list of standard content blocks.
+    """
+    blocks: list[dict[str, Any]] = []
+    state: dict[str, Any] = {}
+    for request in requests:
+        if request.type == "any" and isinstance(request.content, Mapping):
+            state.update(request.content)
+            continue
+        blocks.append(_REQUEST_BLOCKS[request.type](request))
+    if not blocks and not state:
+        raise ValueError("a run needs at least one request")
+    if all(block["type"] == "text" for block in blocks):
+        return HumanMessage(content="\n".join(block["text"] for block in blocks)), state
+    return HumanMessage(content=blocks), state  # type: ignore[arg-type]
+
+
+def _image_data(message: BaseMessage) -> str | None:
+    if isinstance(message.content, str):
+        return None
+    for block in message.content:
+        if isinstance(block, Mapping) and block.get("type") == "image":
+            data = block.get("base64") or block.get("data")
+            if isinstance(data, str) and data:
+                return data
+    return None
+
+
+def _reply(result: Any, prompt: str) -> AgentReply:
+    if not isinstance(result, Mapping):
+        return reply_of(_stringify(result), prompt)
+    structured = result.get("structured_response")
+    if isinstance(structured, BaseModel | Mapping):
+        return reply_of(structured, prompt)
+    last = next((m for m in reversed(result.get(MESSAGES) or []) if isinstance(m, AIMessage)), None)
+    if last is None:
+        return reply_of("", prompt)
+    return reply_of(str(last.text), prompt, image=_image_data(last))
+
+
+def _declared_channels(graph: Graph) -> frozenset[str]:
+    """The state keys a graph declares (excluding LangGraph's internal channels)."""
+    builder_channels = getattr(getattr(graph, "builder", None), "channels", None)
+    if isinstance(builder_channels, Mapping):
+        return frozenset(builder_channels)
+    return frozenset(k for k in graph.channels if not k.startswith("__") and ":" not in k)
+
+
+# -- the run's config ------------------------------------------------------------------------------
 def _merge_callbacks(ours: Sequence[Any], theirs: Any) -> Any:
     """Our handlers first, then the caller's list or manager (handlers kept in order)."""
     if theirs is None:
@@ -176,9 +245,7 @@ def merge_config(ours: Mapping[str, Any], theirs: Mapping[str, Any] | None) -> d
     return merged
 
 
-# --------------------------------------------------------------------------------------
-# native -> our events
-# --------------------------------------------------------------------------------------
+# -- what LangChain messages hold ------------------------------------------------------------------
 def _summary_text(block: Mapping[str, Any]) -> str:
     summary = block.get("summary") or []
     return "".join(str(s.get("text", "")) for s in summary if isinstance(s, Mapping))
@@ -234,7 +301,7 @@ def _tool_message(output: Any) -> Any:
     return None
 
 
-# -- what a model call was sent (GenAI semconv shapes) ---------------------------------
+# -- what a model call is sent ---------------------------------------------------------------------
 def _parts(message: BaseMessage) -> list[Part]:
     parts = [
         reasoning_part(text) if kind == "reasoning" else text_part(text)
@@ -341,8 +408,9 @@ def _step_name(name: str, metadata: Mapping[str, Any]) -> str:
     return str(metadata.get("langgraph_node") or name)
 
 
+# -- native progress -> builder calls (the mapping) ------------------------------------------------
 # Set where a call's scope is entered: resetting it succeeds only in that same
-# context, which is where the scope may be left (see _TracedHandler).
+# context, which is where the scope may be left (see _TracedMapper).
 _entered: contextvars.ContextVar[UUID | None] = contextvars.ContextVar(
     "runnertrace_langgraph_call", default=None
 )
@@ -355,7 +423,7 @@ class _Model:
     call_ids: set[str] = field(default_factory=set)
 
 
-class _Handler(BaseCallbackHandler):
+class _Mapper(BaseCallbackHandler):
     """Turns one run's LangChain callbacks into events, through an :class:`EventBuilder`.
 
     - A node run tagged ``graph:step:N`` is a step; concurrent runs of one node in
@@ -419,7 +487,7 @@ class _Handler(BaseCallbackHandler):
     ) -> None:
         name = str(kwargs.get("name") or (serialized or {}).get("name") or "")
         index = next((int(m.group(1)) for t in tags or () if (m := _STEP_TAG.match(t))), None)
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             if self.root is None:
                 self.root = run_id
             self._chains[run_id] = name
@@ -450,10 +518,17 @@ class _Handler(BaseCallbackHandler):
         self._end_chain(run_id)
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        if run_id in self._steps:
+            # A failed or cancelled step: LangChain may report its model call's error
+            # only later (from a shielded task), so the call ends here, inside its step.
+            with self._lock, _boundary:
+                for model in self._models.values():
+                    self.builder.message_end(model.message_id, error=error)
+                self._models.clear()
         self._end_chain(run_id)
 
     def _end_chain(self, run_id: UUID) -> None:
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             self._chains.pop(run_id, None)
             key = self._steps.pop(run_id, None)
             if key is None:
@@ -478,11 +553,13 @@ class _Handler(BaseCallbackHandler):
         metadata = metadata or {}
         model, provider = metadata.get("ls_model_name"), metadata.get("ls_provider")
         request = (
-            _request(messages[0] if messages else [], invocation_params or {}, metadata)
+            _boundary.detail(
+                _request, messages[0] if messages else [], invocation_params or {}, metadata
+            )
             if self.traced
             else {}
         )
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             message_id = self.builder.message_start(
                 str(run_id),
                 model=str(model) if model else None,
@@ -498,7 +575,7 @@ class _Handler(BaseCallbackHandler):
         model = self._models.get(run_id)
         if model is None or not isinstance(chunk, ChatGenerationChunk):
             return
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             model.streamed = True
             self._content(model, chunk.message)
             for piece in getattr(chunk.message, "tool_call_chunks", None) or ():
@@ -525,7 +602,7 @@ class _Handler(BaseCallbackHandler):
         generations = response.generations[0] if response.generations else []
         first = generations[0] if generations else None
         final = first.message if isinstance(first, ChatGeneration) else None
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             model = self._models.pop(run_id, None)
             if model is None:
                 return
@@ -545,7 +622,7 @@ class _Handler(BaseCallbackHandler):
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self._leave(run_id)
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             model = self._models.pop(run_id, None)
             if model is not None:
                 self.builder.message_end(model.message_id, error=error)
@@ -561,7 +638,7 @@ class _Handler(BaseCallbackHandler):
     ) -> None:
         name = str(kwargs.get("name") or (serialized or {}).get("name") or "unknown")
         call_id = str(kwargs.get("tool_call_id") or run_id)
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             self._tools[run_id] = (call_id, name)
             self._enter(run_id, self.builder.tool_scope(call_id))
 
@@ -570,14 +647,14 @@ class _Handler(BaseCallbackHandler):
         message = _tool_message(output)
         content = _stringify(output if message is None else message.content)
         failed = message is not None and getattr(message, "status", None) == "error"
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             call = self._tools.pop(run_id, None)
             if call is not None:
                 self.builder.tool_result(call[0], content, name=call[1], is_error=failed)
 
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self._leave(run_id)
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             call = self._tools.pop(run_id, None)
             if call is not None:
                 text = f"{type(error).__name__}: {error}"
@@ -586,7 +663,7 @@ class _Handler(BaseCallbackHandler):
     # -- failure ------------------------------------------------------------------------
     def fail(self, error: BaseException) -> None:
         """The run failed: end what LangChain left open (innermost first)."""
-        with self._lock, handle_internal_errors("langgraph callbacks"):
+        with self._lock, _boundary:
             self.builder.fail(error)
             for key in reversed(list(self._open_steps)):
                 self.builder.step_end(*key)
@@ -594,7 +671,7 @@ class _Handler(BaseCallbackHandler):
             self._steps.clear()
 
 
-class _TracedHandler(_Handler):
+class _TracedMapper(_Mapper):
     """The handler of a traced run: each model or tool call's span is current while
     it runs, so spans opened inside it (HTTP, database, the user's) nest under it.
 
@@ -677,101 +754,78 @@ def _stand_ins() -> list[BaseCallbackHandler]:
     return [_STAND_IN] if any(isinstance(_STAND_IN, kind) for kind in injected) else []
 
 
-# --------------------------------------------------------------------------------------
-# requests -> input, output -> reply
-# --------------------------------------------------------------------------------------
-def _image_block(request: Any) -> dict[str, Any]:
-    return {"type": "image", "base64": request.image_data, "mime_type": request.mime_type}
+# -- the run and the runner ------------------------------------------------------------------------
+class _Run(FrameworkRun[Any]):
+    """One graph call: ``ainvoke`` (run mode) or ``astream`` (stream mode), whose
+    result is the final state."""
+
+    def __init__(
+        self,
+        setup: RunSetup[Graph],
+        native_input: dict[str, Any],
+        config: dict[str, Any],
+        mapper: _Mapper | None,
+    ) -> None:
+        super().__init__(setup)
+        self.graph = setup.native
+        self.input = native_input
+        self.config = config
+        self.mapper = mapper
+
+    async def call(self) -> Any:
+        # Through a plain callable: the overloads cannot type **options.
+        ainvoke: Callable[..., Awaitable[Any]] = self.graph.ainvoke
+        return await ainvoke(self.input, self.config, **self.setup.prepared.options)
+
+    @asynccontextmanager
+    async def native_stream(self) -> AsyncIterator[AsyncIterable[Any]]:
+        # Through a plain callable: the overloads cannot type **options.
+        astream = cast(Callable[..., AsyncGenerator[Any, None]], self.graph.astream)
+        native = astream(
+            self.input,
+            self.config,
+            stream_mode=["messages", "updates"],
+            subgraphs=True,
+            **self.setup.prepared.options,
+        )
+        async with aclosing(native):
+            yield native
+
+    def fail(self, error: BaseException) -> None:
+        if self.mapper is not None:
+            self.mapper.fail(error)
+
+    def close(self) -> None:
+        if self.mapper is not None:
+            self.mapper.close()
+
+    async def outcome(self) -> Any:
+        assert self.mapper is not None  # stream mode always maps
+        return self.mapper.output
+
+    async def save(self, result: Any) -> None:
+        if not isinstance(result, Mapping):
+            return
+        setup = self.setup
+        state = dict(setup.prepared.state or {})
+        messages = list(result.get(MESSAGES) or [])
+        state[setup.agent.name] = {"thread_id": setup.session.id, MESSAGES: messages}
+        declared = _declared_channels(self.graph) - _RUNNER_OWNED_CHANNELS
+        produced = {k: v for k, v in result.items() if k in declared}
+        save(setup.session, STATE_KEY, state, setup.prepared, produced)
+
+    def reply(self, result: Any, prompt: str) -> AgentReply:
+        return _reply(result, prompt)
 
 
-def _file_block(request: Any) -> dict[str, Any]:
-    block: dict[str, Any] = {
-        "type": "file",
-        "base64": request.file_data,
-        "mime_type": request.mime_type,
-    }
-    if request.name:
-        block["extras"] = {"filename": request.name}
-    return block
-
-
-# Request type -> the LangChain content block it becomes in the user message.
-_REQUEST_BLOCKS: dict[str, Callable[[Any], dict[str, Any]]] = {
-    "text": lambda r: {"type": "text", "text": r.prompt},
-    "image": _image_block,
-    "file": _file_block,
-    "any": lambda r: {"type": "text", "text": _stringify(r.content)},
-}
-
-
-def graph_input(requests: Sequence[AgentRequest]) -> tuple[HumanMessage, dict[str, Any]]:
-    """One user message from the requests, plus state keys from dict-valued ``any`` requests.
-
-    Text-only requests become a plain string message (what every chat model
-    takes); images and files make it a list of standard content blocks.
-    """
-    blocks: list[dict[str, Any]] = []
-    state: dict[str, Any] = {}
-    for request in requests:
-        if request.type == "any" and isinstance(request.content, Mapping):
-            state.update(request.content)
-            continue
-        blocks.append(_REQUEST_BLOCKS[request.type](request))
-    if not blocks and not state:
-        raise ValueError("a run needs at least one request")
-    if all(block["type"] == "text" for block in blocks):
-        return HumanMessage(content="\n".join(block["text"] for block in blocks)), state
-    return HumanMessage(content=blocks), state  # type: ignore[arg-type]
-
-
-def _image_data(message: BaseMessage) -> str | None:
-    if isinstance(message.content, str):
-        return None
-    for block in message.content:
-        if isinstance(block, Mapping) and block.get("type") == "image":
-            data = block.get("base64") or block.get("data")
-            if isinstance(data, str) and data:
-                return data
-    return None
-
-
-def _reply(result: Any, prompt: str) -> AgentReply:
-    if not isinstance(result, Mapping):
-        return reply_of(_stringify(result), prompt)
-    structured = result.get("structured_response")
-    if isinstance(structured, BaseModel | Mapping):
-        return reply_of(structured, prompt)
-    last = next((m for m in reversed(result.get(MESSAGES) or []) if isinstance(m, AIMessage)), None)
-    if last is None:
-        return reply_of("", prompt)
-    return reply_of(str(last.text), prompt, image=_image_data(last))
-
-
-def _declared_channels(graph: Graph) -> frozenset[str]:
-    """The state keys a graph declares (excluding LangGraph's internal channels)."""
-    builder_channels = getattr(getattr(graph, "builder", None), "channels", None)
-    if isinstance(builder_channels, Mapping):
-        return frozenset(builder_channels)
-    return frozenset(k for k in graph.channels if not k.startswith("__") and ":" not in k)
-
-
-@dataclass
-class _Call:
-    """One graph call: the graph, its input and config, and the shared preparation."""
-
-    graph: Graph
-    input: dict[str, Any]
-    config: dict[str, Any]
-    prepared: Prepared
-
-
-# --------------------------------------------------------------------------------------
-# the runner
-# --------------------------------------------------------------------------------------
-class LangGraphRunner(Runner):
+class LangGraphRunner(FrameworkRunner[Graph]):
     """Runs compiled LangGraph graphs in run (``ainvoke``) or stream (``astream_events``) mode."""
 
     framework: ClassVar[str] = "langgraph"
+    state_key: ClassVar[str] = STATE_KEY
+    native_type: ClassVar[type[Any]] = Pregel
+    native_what: ClassVar[str] = "a compiled LangGraph graph"
+    boundary: ClassVar[MappingBoundary] = _boundary
     RESERVED_RUN_OPTIONS: ClassVar[dict[str, str]] = {
         "input": "the runner builds the graph input from the requests",
         "version": "the runner picks the astream_events/ainvoke output version it maps",
@@ -815,89 +869,31 @@ class LangGraphRunner(Runner):
         config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
         return await checkpointer.aget_tuple(config) is not None
 
-    async def _prepare(
-        self,
-        agent: Agent,
-        session: Session,
-        requests: list[AgentRequest],
-        callbacks: list[BaseCallbackHandler],
-    ) -> _Call:
-        graph: Graph = native_of(agent, Pregel, "a compiled LangGraph graph")
-        message, request_state = graph_input(requests)
-        prepared = await prepare(agent, session, requests, STATE_KEY)
+    async def start(self, setup: RunSetup[Graph]) -> _Run:
+        # Untraced run mode installs nothing: a plain ainvoke with no handler of ours.
+        # Stream mode always maps (the events are the stream).
+        mapper: _Mapper | None = None
+        callbacks: list[BaseCallbackHandler] = []
+        if setup.observed:
+            mapper = _TracedMapper(setup.builder, setup.agent.name)
+            callbacks = [mapper, *_stand_ins()]
+        elif setup.streaming:
+            mapper = _Mapper(setup.builder, setup.agent.name)
+            callbacks = [mapper]
+        graph, session, prepared = setup.native, setup.session, setup.prepared
+        message, request_state = graph_input(setup.requests)
         caller_config = prepared.options.pop("config", None)
         ours: dict[str, Any] = {"configurable": {"thread_id": session.id}}
         if callbacks:
             ours["callbacks"] = callbacks
-        saved = (prepared.state or {}).get(agent.name) or {}
+        saved = (prepared.state or {}).get(setup.agent.name) or {}
         messages: list[BaseMessage] = [message]
         if saved.get(MESSAGES) and not await self._thread_exists(graph, session.id):
             messages = [*saved[MESSAGES], message]
         # The framework context first, so neither it nor a request can replace
         # the messages the runner writes last.
         native_input = {**(prepared.context or {}), **request_state, MESSAGES: messages}
-        return _Call(graph, native_input, merge_config(ours, caller_config), prepared)
-
-    def _save(self, agent: Agent, session: Session, call: _Call, final: Any) -> None:
-        if not isinstance(final, Mapping):
-            return
-        state = dict(call.prepared.state or {})
-        state[agent.name] = {"thread_id": session.id, MESSAGES: list(final.get(MESSAGES) or [])}
-        declared = _declared_channels(call.graph) - _RUNNER_OWNED_CHANNELS
-        produced = {k: v for k, v in final.items() if k in declared}
-        save(session, STATE_KEY, state, call.prepared, produced)
-
-    # -- run / stream ------------------------------------------------------------------
-    async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:
-        with claim_observer() as report:
-            # Untraced, nothing to observe: a plain ainvoke with no handler of ours.
-            if report is NULL_OBSERVER:
-                call = await self._prepare(agent, session, requests, [])
-                hooks: dict[str, Any] = {}
-            else:
-                handler = _TracedHandler(EventBuilder(report), agent.name)
-                call = await self._prepare(agent, session, requests, [handler, *_stand_ins()])
-                hooks = {"on_failure": handler.fail, "on_exit": handler.close}
-            # Through a plain callable: the overloads cannot type **options.
-            ainvoke: Callable[..., Awaitable[Any]] = call.graph.ainvoke
-            final = await invoke(
-                agent,
-                session,
-                requests,
-                lambda: ainvoke(call.input, call.config, **call.prepared.options),
-                **hooks,
-            )
-        self._save(agent, session, call, final)
-        return _reply(final, prompt_of(requests))
-
-    async def stream(
-        self, agent: Agent, session: Session, requests: list[AgentRequest]
-    ) -> AsyncIterator[StreamEvent]:
-        observer = stream_observer()  # before the first yield
-        builder = EventBuilder(observer, queue=True)
-        traced = observer is not NULL_OBSERVER
-        handler = (_TracedHandler if traced else _Handler)(builder, agent.name)
-        with ensure_tool_context(agent, session, requests):
-            callbacks: list[BaseCallbackHandler] = [handler, *(_stand_ins() if traced else ())]
-            call = await self._prepare(agent, session, requests, callbacks)
-            # Through a plain callable: the overloads cannot type **options.
-            astream = cast(Callable[..., AsyncGenerator[Any, None]], call.graph.astream)
-            native = astream(
-                call.input,
-                call.config,
-                stream_mode=["messages", "updates"],
-                subgraphs=True,
-                **call.prepared.options,
-            )
-            async with (
-                aclosing(native),
-                aclosing(
-                    relay(builder, native, on_failure=handler.fail, on_exit=handler.close)
-                ) as events,
-            ):
-                async for event in events:
-                    yield event
-        self._save(agent, session, call, handler.output)
+        return _Run(setup, native_input, merge_config(ours, caller_config), mapper)
 
 
 class LangGraphModule(Module):

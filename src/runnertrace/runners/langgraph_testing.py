@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import Field, PrivateAttr
 
-from runnertrace._internal.imports import require
+from runnertrace._internal.imports import missing_extra
 
 try:
     from langchain_core.language_models.chat_models import BaseChatModel
@@ -25,8 +25,7 @@ try:
     from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
     from langchain_core.utils.function_calling import convert_to_openai_tool
 except ImportError as exc:
-    require(exc.name or "langchain_core", "langgraph")  # raises, naming the extra to install
-    raise
+    raise missing_extra(exc, "langgraph") from exc
 
 __all__ = ["ScriptedChatModel", "Turn"]
 

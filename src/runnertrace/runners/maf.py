@@ -70,58 +70,56 @@ tool's own span is the quiet one (see :class:`_ToolSpanOnly`).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextvars
 import copy
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import aclosing, contextmanager
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from typing import Any, ClassVar
 
-from runnertrace._internal.errors import handle_internal_errors, internal_log
-from runnertrace._internal.imports import require
+from runnertrace._internal.errors import internal_log
+from runnertrace._internal.imports import missing_extra
 
-require("agent_framework", "maf")
+try:
+    from agent_framework import (
+        Agent as MAFAgent,
+    )
+    from agent_framework import (
+        AgentContext,
+        AgentMiddleware,
+        AgentResponse,
+        AgentSession,
+        ChatContext,
+        ChatMiddleware,
+        ChatResponse,
+        ChatResponseUpdate,
+        Content,
+        FunctionInvocationContext,
+        FunctionMiddleware,
+        Message,
+        ResponseStream,
+        normalize_function_invocation_configuration,
+    )
+    from agent_framework import observability as maf_observability
+except ImportError as exc:
+    raise missing_extra(exc, "maf") from exc
 
-from agent_framework import (  # noqa: E402
-    Agent as MAFAgent,
-)
-from agent_framework import (  # noqa: E402
-    AgentContext,
-    AgentMiddleware,
-    AgentResponse,
-    AgentSession,
-    ChatContext,
-    ChatMiddleware,
-    ChatResponse,
-    ChatResponseUpdate,
-    Content,
-    FunctionInvocationContext,
-    FunctionMiddleware,
-    Message,
-    ResponseStream,
-    normalize_function_invocation_configuration,
-)
-from agent_framework import observability as maf_observability  # noqa: E402
-
-from runnertrace.core import events as ev  # noqa: E402
-from runnertrace.core.agent import Agent  # noqa: E402
-from runnertrace.core.context import ensure_tool_context, reset_var  # noqa: E402
-from runnertrace.core.models import AgentReply, AgentRequest, prompt_of  # noqa: E402
-from runnertrace.core.module import Module  # noqa: E402
-from runnertrace.core.observer import (  # noqa: E402
-    NULL_OBSERVER,
-    claim_observer,
-    in_traced_run,
-    stream_observer,
-)
-from runnertrace.core.runner import Runner  # noqa: E402
-from runnertrace.core.session import Session  # noqa: E402
-from runnertrace.runners._kit.builder import EventBuilder  # noqa: E402
-from runnertrace.runners._kit.genai import Message as SemconvMessage  # noqa: E402
-from runnertrace.runners._kit.genai import (  # noqa: E402
+from runnertrace.core.context import reset_var
+from runnertrace.core.models import AgentReply, AgentRequest
+from runnertrace.core.module import Module
+from runnertrace.core.observer import in_traced_run
+from runnertrace.runners._kit.builder import EventBuilder
+from runnertrace.runners._kit.genai import Message as SemconvMessage
+from runnertrace.runners._kit.genai import (
     Part,
     as_text,
     blob_part,
@@ -133,13 +131,14 @@ from runnertrace.runners._kit.genai import (  # noqa: E402
     tool_definition,
     tool_response_part,
 )
-from runnertrace.runners._kit.genai import message as semconv_message  # noqa: E402
-from runnertrace.runners._kit.skeleton import (  # noqa: E402
-    Prepared,
-    invoke,
-    native_of,
-    prepare,
-    relay,
+from runnertrace.runners._kit.genai import message as semconv_message
+from runnertrace.runners._kit.skeleton import (
+    FrameworkRun,
+    FrameworkRunner,
+    MappingBoundary,
+    RunSetup,
+    is_url,
+    media_bytes,
     reply_of,
     save,
 )
@@ -149,6 +148,7 @@ __all__ = ["CONTEXT_KEY", "STATE_KEY", "MAFModule", "MAFRunner", "messages_of"]
 logger = logging.getLogger("runnertrace")
 
 STATE_KEY = "maf"
+_boundary = MappingBoundary("maf")
 CONTEXT_KEY = "runnertrace_context"
 """Where the framework context sits in the native session's ``state`` during a run."""
 
@@ -158,21 +158,14 @@ _CONFIGURATION_KEYS: frozenset[str] = frozenset(
 )
 
 
-# -- requests -> messages ------------------------------------------------------------------------
+# -- requests -> native input ----------------------------------------------------------------------
 
 
 def _media(data: str, mime_type: str, name: str | None) -> Content:
     """One image or file: a URL or ``data:`` URI stays a URI, anything else is base64 bytes."""
-    if data.startswith(("http://", "https://", "data:")):
+    if is_url(data) or data.startswith("data:"):
         return Content.from_uri(data, media_type=mime_type, name=name)
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        label = f"{name!r} " if name else ""
-        raise ValueError(
-            f"request {label}({mime_type}) is neither base64 data, a data: URI nor an http(s) URL"
-        ) from exc
-    return Content.from_data(raw, mime_type, name=name)
+    return Content.from_data(media_bytes(data, mime_type, name), mime_type, name=name)
 
 
 _REQUEST_CONTENTS: dict[str, Callable[[Any], Content]] = {
@@ -190,7 +183,7 @@ def messages_of(requests: Sequence[AgentRequest]) -> list[Message]:
     return [Message(role="user", contents=[_REQUEST_CONTENTS[r.type](r) for r in requests])]
 
 
-# -- what a model request is sent ----------------------------------------------------------------
+# -- what a model call is sent ---------------------------------------------------------------------
 
 
 def _result_value(result: Any) -> Any:
@@ -274,10 +267,10 @@ def _provider_of(context: ChatContext) -> str | None:
     return str(provider) if provider and provider != "unknown" else None
 
 
-# -- native progress -> builder calls ------------------------------------------------------------
+# -- native progress -> builder calls (the mapping) ------------------------------------------------
 
 
-class _Run:
+class _ContentRun:
     """One run of text or reasoning contents (its type and id), and what it reported."""
 
     __slots__ = ("occurrence", "reported")
@@ -305,12 +298,12 @@ class _Streamed:
     __slots__ = ("arguments", "last_call", "runs", "snapshot")
 
     def __init__(self) -> None:
-        self.runs: list[_Run] = []  # in message order
+        self.runs: list[_ContentRun] = []  # in message order
         self.arguments: dict[str, str] = {}  # call id -> arguments reported
         self.last_call: str | None = None  # the call id the last call chunk named
         self.snapshot: int | None = None  # in a replace-mode update: the next run to match
 
-    def run(self, kind: str, content_id: str | None) -> _Run:
+    def run(self, kind: str, content_id: str | None) -> _ContentRun:
         """The run a content of this type and id continues (or a new one)."""
         occurrence = (kind, content_id)
         if self.snapshot is not None:
@@ -321,7 +314,7 @@ class _Streamed:
             self.snapshot = len(self.runs) + 1
         elif self.runs and self.runs[-1].occurrence == occurrence:
             return self.runs[-1]
-        run = _Run(occurrence)
+        run = _ContentRun(occurrence)
         self.runs.append(run)
         return run
 
@@ -369,7 +362,7 @@ class _Mapper:
         self._step = self._steps
         self._steps += 1
         self.builder.step_start(self._agent_name, self._step)
-        fields = _request_fields(context) if self._detailed else {}
+        fields = _boundary.detail(_request_fields, context) if self._detailed else {}
         return self.builder.message_start(
             model=_model_of(context), provider=_provider_of(context), **fields
         )
@@ -381,7 +374,7 @@ class _Mapper:
 
     def run_finished(self, _: Any = None) -> None:
         """The run ended (the agent middleware, or the agent stream's result hook)."""
-        with handle_internal_errors("maf run end"):
+        with _boundary:
             self._end_step()
 
     def _content(self, message_id: str, content: Content) -> None:
@@ -421,7 +414,7 @@ class _Mapper:
     def update(self, message_id: str, update: ChatResponseUpdate) -> ChatResponseUpdate:
         """Stream mode: one update of the model stream (a transform hook that passes
         the update on unchanged)."""
-        with handle_internal_errors("maf stream update"):
+        with _boundary:
             streamed = self._streamed.setdefault(message_id, _Streamed())
             if update.merge_mode == "replace":  # the whole message so far: match from the start
                 streamed.snapshot = 0
@@ -434,7 +427,7 @@ class _Mapper:
 
     def response(self, message_id: str, response: ChatResponse[Any]) -> None:
         """Run mode: the whole response, then the message's end."""
-        with handle_internal_errors("maf response"):
+        with _boundary:
             for message in response.messages:
                 for content in message.contents:
                     self._content(message_id, content)
@@ -442,7 +435,7 @@ class _Mapper:
 
     def finished(self, message_id: str, response: ChatResponse[Any]) -> None:
         """The message ends with the response's usage (stream mode: a result hook)."""
-        with handle_internal_errors("maf message end"):
+        with _boundary:
             usage = response.usage_details or {}
             reason = response.finish_reason
             self._streamed.pop(message_id, None)
@@ -456,17 +449,17 @@ class _Mapper:
             )
 
     def failed(self, message_id: str, error: BaseException) -> None:
-        with handle_internal_errors("maf message failure"):
+        with _boundary:
             self._streamed.pop(message_id, None)
             self.builder.message_end(message_id, error=error)
 
     # tools ---------------------------------------------------------------------------------
     def tool_returned(self, call_id: str, name: str, result: Any) -> None:
-        with handle_internal_errors("maf tool result"):
+        with _boundary:
             self.builder.tool_result(call_id, as_text(_result_value(result)), name=name)
 
     def tool_failed(self, call_id: str, name: str, error: BaseException) -> None:
-        with handle_internal_errors("maf tool failure"):
+        with _boundary:
             self.builder.tool_result(
                 call_id, f"{type(error).__name__}: {error}", name=name, error=error
             )
@@ -481,7 +474,7 @@ class _ChatObserver(ChatMiddleware):
     async def process(self, context: ChatContext, call_next: Callable[[], Awaitable[None]]) -> None:
         mapper = self.mapper
         message_id = ""
-        with handle_internal_errors("maf message start"):
+        with _boundary:
             message_id = mapper.chat_started(context)
         try:
             with mapper.builder.model_scope(message_id):
@@ -544,7 +537,7 @@ def _observers(mapper: _Mapper) -> list[Any]:
     return [_AgentObserver(mapper), _ChatObserver(mapper), _FunctionObserver(mapper)]
 
 
-# -- Agent Framework's own instrumentation -----------------------------------------------------
+# -- the framework's own instrumentation -----------------------------------------------------------
 
 
 class _ToolSpanOnly:
@@ -619,7 +612,7 @@ def _quiet_as(value: bool | _ToolSpanOnly) -> Iterator[None]:
         reset_var(_quiet, token)
 
 
-# -- the runner ---------------------------------------------------------------------------------
+# -- the run and the runner ------------------------------------------------------------------------
 
 
 def _with_configuration(native: MAFAgent[Any], declared: Mapping[str, Any]) -> MAFAgent[Any]:
@@ -642,19 +635,70 @@ def _listed(middleware: Any) -> list[Any]:
     return list(middleware) if isinstance(middleware, list | tuple) else [middleware]
 
 
-def _ignore(error: BaseException) -> None:
-    """``on_failure`` of an untraced run: there is nothing open to close."""
-
-
 def _reply_output(response: AgentResponse[Any]) -> Any:
     """The structured value when the run asked for one, else the text."""
     return response.value if response.value is not None else response.text
 
 
-class MAFRunner(Runner):
+class _Run(FrameworkRun["AgentResponse[Any] | None"]):
+    """One Agent Framework run: ``agent.run()`` or ``agent.run(stream=True)``, with
+    the framework's own instrumentation quiet in a traced run."""
+
+    def __init__(
+        self,
+        setup: RunSetup[MAFAgent[Any]],
+        target: MAFAgent[Any],
+        kwargs: dict[str, Any],
+        native_session: AgentSession,
+        quiet: bool,
+    ) -> None:
+        super().__init__(setup)
+        self.target = target
+        self.kwargs = kwargs
+        self.native_session = native_session
+        self.quiet = quiet
+
+    async def call(self) -> AgentResponse[Any]:
+        with _quiet_as(self.quiet):
+            response: AgentResponse[Any] = await self.target.run(**self.kwargs)
+        return response
+
+    @asynccontextmanager
+    async def native_stream(self) -> AsyncIterator[AsyncIterable[Any]]:
+        quiet = self.quiet
+        with _quiet_as(quiet):
+            native_stream = self.target.run(stream=True, **self.kwargs)
+        if _quiet.get() is not quiet:  # every pull runs with the run's own setting
+            native_stream.with_pull_context_manager(partial(_quiet_as, quiet))
+        # Closing the native stream too: a consumer that stops early leaves no
+        # suspended provider stream behind.
+        async with native_stream:
+            yield native_stream
+            await native_stream.get_final_response()
+
+    async def outcome(self) -> None:
+        return None
+
+    async def save(self, result: AgentResponse[Any] | None) -> None:
+        setup, native_session = self.setup, self.native_session
+        produced = native_session.state.pop(CONTEXT_KEY, None)
+        if not isinstance(produced, Mapping):
+            produced = setup.prepared.context
+        save(setup.session, STATE_KEY, native_session.to_dict(), setup.prepared, produced)
+
+    def reply(self, result: AgentResponse[Any] | None, prompt: str) -> AgentReply:
+        assert result is not None  # run mode
+        return reply_of(_reply_output(result), prompt)
+
+
+class MAFRunner(FrameworkRunner[MAFAgent[Any]]):
     """Runs an ``agent_framework.Agent`` in run or stream mode."""
 
     framework: ClassVar[str] = "maf"
+    state_key: ClassVar[str] = STATE_KEY
+    native_type: ClassVar[type[Any]] = MAFAgent
+    native_what: ClassVar[str] = "an agent_framework.Agent"
+    boundary: ClassVar[MappingBoundary] = _boundary
     RESERVED_RUN_OPTIONS: ClassVar[dict[str, str]] = {
         "messages": "the runner builds the input messages from the requests",
         "session": (
@@ -690,19 +734,17 @@ class MAFRunner(Runner):
                 f"run option {_CONFIGURATION_OPTION!r}: {exc} (got {config!r})"
             ) from exc
 
-    @staticmethod
-    def _native(agent: Agent) -> MAFAgent[Any]:
-        return native_of(agent, MAFAgent, "an agent_framework.Agent")
-
-    @staticmethod
-    def _call(
-        native: MAFAgent[Any],
-        session: Session,
-        requests: list[AgentRequest],
-        prepared: Prepared,
-        observers: list[Any],
-    ) -> tuple[MAFAgent[Any], dict[str, Any], AgentSession]:
-        """The agent to call, its keyword arguments, and the run's native session."""
+    async def start(self, setup: RunSetup[MAFAgent[Any]]) -> _Run:
+        quiet = in_traced_run()
+        if quiet:
+            _allow_quiet()
+        # Untraced run mode installs nothing: the run is the plain native call. Stream
+        # mode always maps (the events are the stream).
+        observers: list[Any] = []
+        if setup.streaming or setup.observed:
+            mapper = _Mapper(setup.builder, setup.agent.name, detailed=setup.observed)
+            observers = _observers(mapper)
+        native, prepared = setup.native, setup.prepared
         options = prepared.options
         declared = options.pop(_CONFIGURATION_OPTION, None)
         target = native if declared is None else _with_configuration(native, declared)
@@ -710,73 +752,15 @@ class MAFRunner(Runner):
         native_session = (
             AgentSession.from_dict(stored)
             if isinstance(stored, dict)
-            else native.create_session(session_id=session.id)
+            else native.create_session(session_id=setup.session.id)
         )
         native_session.state[CONTEXT_KEY] = prepared.context if prepared.context is not None else {}
         if observers:  # the caller's middleware first: ours are innermost
             options["middleware"] = [*_listed(options.get("middleware")), *observers]
         # Owned keys last, so no declared option can displace them.
-        options["messages"] = messages_of(requests)
+        options["messages"] = messages_of(setup.requests)
         options["session"] = native_session
-        return target, options, native_session
-
-    @staticmethod
-    def _save(session: Session, prepared: Prepared, native_session: AgentSession) -> None:
-        produced = native_session.state.pop(CONTEXT_KEY, None)
-        if not isinstance(produced, Mapping):
-            produced = prepared.context
-        save(session, STATE_KEY, native_session.to_dict(), prepared, produced)
-
-    async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:
-        native = self._native(agent)
-        quiet = in_traced_run()
-        if quiet:
-            _allow_quiet()
-        with claim_observer() as observer:
-            prepared = await prepare(agent, session, requests, STATE_KEY)
-            # Untraced, nothing is installed: the run is the plain native call.
-            builder = EventBuilder(observer) if observer is not NULL_OBSERVER else None
-            mapper = _Mapper(builder, agent.name, detailed=True) if builder is not None else None
-            target, kwargs, native_session = self._call(
-                native, session, requests, prepared, _observers(mapper) if mapper else []
-            )
-            with _quiet_as(quiet):
-                response: AgentResponse[Any] = await invoke(
-                    agent,
-                    session,
-                    requests,
-                    lambda: target.run(**kwargs),
-                    on_failure=builder.fail if builder is not None else _ignore,
-                )
-        self._save(session, prepared, native_session)
-        return reply_of(_reply_output(response), prompt_of(requests))
-
-    async def stream(
-        self, agent: Agent, session: Session, requests: list[AgentRequest]
-    ) -> AsyncIterator[ev.StreamEvent]:
-        native = self._native(agent)
-        observer = stream_observer()
-        quiet = in_traced_run()
-        if quiet:
-            _allow_quiet()
-        builder = EventBuilder(observer, queue=True)
-        mapper = _Mapper(builder, agent.name, detailed=builder.observed)
-        with ensure_tool_context(agent, session, requests):
-            prepared = await prepare(agent, session, requests, STATE_KEY)
-            target, kwargs, native_session = self._call(
-                native, session, requests, prepared, _observers(mapper)
-            )
-            with _quiet_as(quiet):
-                native_stream = target.run(stream=True, **kwargs)
-            if _quiet.get() is not quiet:  # every pull runs with the run's own setting
-                native_stream.with_pull_context_manager(partial(_quiet_as, quiet))
-            # Closing the native stream too: a consumer that stops early leaves no
-            # suspended provider stream behind.
-            async with native_stream, aclosing(relay(builder, native_stream)) as events:
-                async for event in events:
-                    yield event
-                await native_stream.get_final_response()
-        self._save(session, prepared, native_session)
+        return _Run(setup, target, options, native_session, quiet)
 
 
 class MAFModule(Module):
@@ -786,13 +770,5 @@ class MAFModule(Module):
     ``function_invocation_configuration``, ...).
     """
 
+    naming = ("the Agent Framework agent", "Agent(client, name='assistant')")
     runner_class = MAFRunner
-
-    def agent_name(self, native: Any) -> str:
-        name = getattr(native, "name", None)
-        if not isinstance(name, str) or not name:
-            raise ValueError(
-                f"cannot register {native!r}: give the Agent Framework agent a name "
-                "(Agent(client, name='assistant'))"
-            )
-        return name

@@ -16,22 +16,23 @@ import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal, cast
 
-from runnertrace._internal.imports import require
+from runnertrace._internal.imports import missing_extra
 
-require("agent_framework", "maf")
-
-from agent_framework import (  # noqa: E402
-    BaseChatClient,
-    ChatMiddlewareLayer,
-    ChatResponse,
-    ChatResponseUpdate,
-    Content,
-    FunctionInvocationLayer,
-    Message,
-    ResponseStream,
-    UsageDetails,
-)
-from agent_framework.observability import ChatTelemetryLayer  # noqa: E402
+try:
+    from agent_framework import (
+        BaseChatClient,
+        ChatMiddlewareLayer,
+        ChatResponse,
+        ChatResponseUpdate,
+        Content,
+        FunctionInvocationLayer,
+        Message,
+        ResponseStream,
+        UsageDetails,
+    )
+    from agent_framework.observability import ChatTelemetryLayer
+except ImportError as exc:
+    raise missing_extra(exc, "maf") from exc
 
 __all__ = ["ScriptedChatClient", "Turn", "call", "say"]
 

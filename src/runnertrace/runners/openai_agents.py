@@ -74,24 +74,21 @@ import inspect
 import json
 import time
 from asyncio import current_task
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
-from contextlib import AbstractContextManager, aclosing
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+)
+from contextlib import AbstractContextManager, aclosing, asynccontextmanager
 from typing import Any, ClassVar, cast
 
-from runnertrace._internal.imports import require
-from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.context import ensure_tool_context
-from runnertrace.core.events import StreamEvent
-from runnertrace.core.models import AgentReply, AgentRequest, prompt_of
+from runnertrace._internal.imports import missing_extra
+from runnertrace.core.models import AgentReply, AgentRequest
 from runnertrace.core.module import Module
-from runnertrace.core.observer import (
-    NULL_OBSERVER,
-    claim_observer,
-    in_traced_run,
-    stream_observer,
-)
-from runnertrace.core.runner import Runner
-from runnertrace.core.session import Session
+from runnertrace.core.observer import claim_observer, in_traced_run
 from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.runners._kit.genai import (
     Message,
@@ -107,38 +104,39 @@ from runnertrace.runners._kit.genai import (
     tool_response_part,
 )
 from runnertrace.runners._kit.skeleton import (
-    Prepared,
-    invoke,
-    native_of,
-    prepare,
-    relay,
+    FrameworkRun,
+    FrameworkRunner,
+    MappingBoundary,
+    RunSetup,
     reply_of,
     save,
 )
 
-require("agents", "openai-agents")
-
-from agents import (  # noqa: E402 - after the missing-extra check above
-    Agent,
-    ModelRetrySettings,
-    ModelSettings,
-    OpenAIChatCompletionsModel,
-    OpenAIResponsesModel,
-    RunConfig,
-    RunHooks,
-)
-from agents import Runner as SdkRunner  # noqa: E402
-from agents.lifecycle import RunHooksBase  # noqa: E402
-from agents.models import get_default_model  # noqa: E402
-from agents.models.fake_id import FAKE_RESPONSES_ID  # noqa: E402
-from agents.result import RunResultBase  # noqa: E402
+try:
+    from agents import (
+        Agent,
+        ModelRetrySettings,
+        ModelSettings,
+        OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
+        RunConfig,
+        RunHooks,
+    )
+    from agents import Runner as SdkRunner
+    from agents.lifecycle import RunHooksBase
+    from agents.models import get_default_model
+    from agents.models.fake_id import FAKE_RESPONSES_ID
+    from agents.result import RunResultBase, RunResultStreaming
+except ImportError as exc:
+    raise missing_extra(exc, "openai-agents") from exc
 
 __all__ = ["OpenAIModule", "OpenAIRunner", "native_input"]
 
 STATE_KEY = "openai"
+_boundary = MappingBoundary("openai")
 
 
-# -- requests -> native input -----------------------------------------------------------
+# -- requests -> native input ----------------------------------------------------------------------
 def _data_url(mime_type: str, data: str) -> str:
     """A base64 payload as a data URL; a payload that already is one is kept."""
     return data if data.startswith("data:") else f"data:{mime_type};base64,{data}"
@@ -224,7 +222,7 @@ def _model_of(agent: Any, run_config: Any) -> tuple[str | None, str | None]:
     return (name if isinstance(name, str) else None), provider
 
 
-# -- what a model call was sent --------------------------------------------------------
+# -- what a model call is sent ---------------------------------------------------------------------
 def _part(part: Any) -> Part:
     """One content part of an SDK input item as a semconv part (never image/file bytes)."""
     text = _field(part, "text") or _field(part, "refusal")
@@ -306,6 +304,16 @@ def _tool_definitions(agent: Any) -> list[dict[str, Any]] | None:
     return definitions or None
 
 
+def _request_fields(agent: Any, instructions: Any, items: Any, run_config: Any) -> dict[str, Any]:
+    """The optional ``MessageStart`` fields: what the model call is sent."""
+    return {
+        "input_messages": _semconv_messages(items) if items is not None else None,
+        "system_instructions": instructions if isinstance(instructions, str) else None,
+        "request_parameters": _request_parameters(agent, run_config) if items else None,
+        "tool_definitions": _tool_definitions(agent) if items else None,
+    }
+
+
 def _handoff_tool_names(from_agent: Any, to_agent: Any) -> set[str]:
     """Tool names under which ``from_agent`` can hand off to ``to_agent``."""
     from agents.handoffs import Handoff
@@ -324,7 +332,7 @@ async def _done() -> None:
     return None
 
 
-class _Observation(RunHooks[Any]):
+class _Mapper(RunHooks[Any]):
     """One observed run, made into events through an :class:`EventBuilder`.
 
     It is the run's ``RunHooks``. Each callback does its work when the SDK *calls*
@@ -384,14 +392,8 @@ class _Observation(RunHooks[Any]):
         """The step's (next) request is sent: its message opens."""
         self._request = (agent, instructions, items)
         model, provider = _model_of(agent, self._run_config)
-        self._message = self.builder.message_start(
-            model=model,
-            provider=provider,
-            input_messages=_semconv_messages(items) if items is not None else None,
-            system_instructions=instructions if isinstance(instructions, str) else None,
-            request_parameters=_request_parameters(agent, self._run_config) if items else None,
-            tool_definitions=_tool_definitions(agent) if items else None,
-        )
+        fields = _boundary.detail(_request_fields, agent, instructions, items, self._run_config)
+        self._message = self.builder.message_start(model=model, provider=provider, **fields)
         self._calls.clear()
         self._streamed.clear()
         self._done.clear()
@@ -498,12 +500,13 @@ class _Observation(RunHooks[Any]):
     def on_llm_start(
         self, context: Any, agent: Any, system_prompt: Any, input_items: Any
     ) -> Coroutine[Any, Any, None]:
-        handoff_from, self._handoff_from = self._handoff_from, None
-        if self._streaming and (self._message is not None or self._waiting or self._pending):
-            self._pending = (agent, system_prompt, input_items, handoff_from)
-            return _done()  # the consumer is behind: it opens this request in order
-        self._pending = None
-        self._enter_model_scope(self._open(agent, system_prompt, input_items, handoff_from))
+        with _boundary:
+            handoff_from, self._handoff_from = self._handoff_from, None
+            if self._streaming and (self._message is not None or self._waiting or self._pending):
+                self._pending = (agent, system_prompt, input_items, handoff_from)
+                return _done()  # the consumer is behind: it opens this request in order
+            self._pending = None
+            self._enter_model_scope(self._open(agent, system_prompt, input_items, handoff_from))
         return _done()
 
     def policy_of(self, agent: Any) -> Any:
@@ -526,7 +529,9 @@ class _Observation(RunHooks[Any]):
         the same step. (A retry the SDK vetoes after the policy said yes ends that
         next span with the run's error.)
         """
-        policy = self.policy_of(self._request[0] if self._request is not None else None)
+        policy = None
+        with _boundary:
+            policy = self.policy_of(self._request[0] if self._request is not None else None)
         if policy is None:
             return False
         decision = policy(context)
@@ -534,15 +539,17 @@ class _Observation(RunHooks[Any]):
             decision = await decision
         retry = decision if isinstance(decision, bool) else getattr(decision, "retry", False)
         if retry and self._message is not None and self._pending is None and self._request:
-            self.exit_model_scope()
-            self.builder.message_end(self._message, error=context.error)
-            self._enter_model_scope(self._send(*self._request))
+            with _boundary:
+                self.exit_model_scope()
+                self.builder.message_end(self._message, error=context.error)
+                self._enter_model_scope(self._send(*self._request))
         return decision
 
     def on_llm_end(self, context: Any, agent: Any, response: Any) -> Coroutine[Any, Any, None]:
-        self.exit_model_scope()
-        if not self._streaming:
-            self._end_message(list(response.output), response.usage, response.response_id)
+        with _boundary:
+            self.exit_model_scope()
+            if not self._streaming:
+                self._end_message(list(response.output), response.usage, response.response_id)
         return _done()
 
     def on_tool_start(self, context: Any, agent: Any, tool: Any) -> Coroutine[Any, Any, None]:
@@ -550,11 +557,12 @@ class _Observation(RunHooks[Any]):
         # tool's body in a child task: the scope reaches it. The SDK ends the tool
         # in yet another task, so the scope is left with its own task, never exited
         # elsewhere.
-        call_id = getattr(context, "tool_call_id", None)
-        if call_id:
-            if self._streaming:  # its result is read off the stream, maybe well after
-                self._ran[call_id] = [time.time_ns()]
-            self.builder.tool_scope(call_id).__enter__()
+        with _boundary:
+            call_id = getattr(context, "tool_call_id", None)
+            if call_id:
+                if self._streaming:  # its result is read off the stream, maybe well after
+                    self._ran[call_id] = [time.time_ns()]
+                self.builder.tool_scope(call_id).__enter__()
         return _done()
 
     def on_tool_end(
@@ -562,27 +570,30 @@ class _Observation(RunHooks[Any]):
     ) -> Coroutine[Any, Any, None]:
         call_id = getattr(context, "tool_call_id", None)
         if not self._streaming:
-            self.tool_result(call_id, result, tool.name)
+            with _boundary:
+                self.tool_result(call_id, result, tool.name)
         elif call_id in self._ran:
             self._ran[call_id].append(time.time_ns())
         return _done()
 
     def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> Coroutine[Any, Any, None]:
-        self._handoff_from, self._handed_off = from_agent.name, True
-        if not self._streaming:
-            # The hook has no call id: answer the pending transfer call to this agent.
-            names = _handoff_tool_names(from_agent, to_agent)
-            for call_id, name in list(self._waiting.items()):
-                if name in names:
-                    self.tool_result(call_id, json.dumps({"assistant": to_agent.name}))
-                    break
+        with _boundary:
+            self._handoff_from, self._handed_off = from_agent.name, True
+            if not self._streaming:
+                # The hook has no call id: answer the pending transfer call to this agent.
+                names = _handoff_tool_names(from_agent, to_agent)
+                for call_id, name in list(self._waiting.items()):
+                    if name in names:
+                        self.tool_result(call_id, json.dumps({"assistant": to_agent.name}))
+                        break
         return _done()
 
     def format_tool_error(self, args: Any) -> Any:
         """``RunConfig.tool_error_formatter``: the SDK hands over a tool's exception here
         before it tells the model; the user's own formatter, if any, still decides the text."""
-        if args.kind == "tool_exception" and args.error is not None:
-            self.errors[args.call_id] = args.error
+        with _boundary:
+            if args.kind == "tool_exception" and args.error is not None:
+                self.errors[args.call_id] = args.error
         return None
 
     # -- stream events -----------------------------------------------------------------
@@ -646,7 +657,7 @@ class _Observation(RunHooks[Any]):
         raw = item.raw_item
         self.tool_result(_field(raw, "call_id"), _field(raw, "output"))
 
-    _RAW: ClassVar[dict[str, Callable[[_Observation, Any], None]]] = {
+    _RAW: ClassVar[dict[str, Callable[[_Mapper, Any], None]]] = {
         "response.created": _on_created,
         "response.output_item.added": _on_item_added,
         "response.output_text.delta": _on_text_delta,
@@ -658,7 +669,7 @@ class _Observation(RunHooks[Any]):
         "response.completed": _on_completed,
         "response.incomplete": _on_completed,
     }
-    _ITEMS: ClassVar[dict[str, Callable[[_Observation, Any], None]]] = {
+    _ITEMS: ClassVar[dict[str, Callable[[_Mapper, Any], None]]] = {
         "tool_output": _on_tool_output,
         "handoff_occured": _on_handoff_output,
     }
@@ -705,7 +716,7 @@ def _compose(ours: RunHooksBase[Any, Any], declared: Any) -> Any:
 
 
 def _observed_options(
-    options: dict[str, Any], observation: _Observation, keep_sdk_tracing: bool
+    options: dict[str, Any], observation: _Mapper, keep_sdk_tracing: bool
 ) -> dict[str, Any]:
     """The run options of an observed run: our hooks composed with the user's, our
     tool error formatter in front of theirs, the SDK's own tracing off in a traced
@@ -759,8 +770,79 @@ def _reply(result: RunResultBase, prompt: str) -> AgentReply:
     return reply_of(final, prompt, image=image, wrap_key="response")
 
 
-# -- the runner -----------------------------------------------------------------------------
-class OpenAIRunner(Runner):
+# -- the run and the runner ------------------------------------------------------------------------
+class _Run(FrameworkRun[RunResultBase]):
+    """One SDK run: ``Runner.run`` (run mode) or ``Runner.run_streamed`` (stream mode)."""
+
+    def __init__(
+        self,
+        setup: RunSetup[Agent[Any]],
+        sdk_input: list[Any],
+        options: dict[str, Any],
+        mapper: _Mapper | None,
+    ) -> None:
+        super().__init__(setup)
+        self.native = setup.native
+        self.sdk_input = sdk_input
+        self.options = options
+        self.mapper = mapper
+        self.result: RunResultStreaming | None = None
+        self.completed = False
+
+    async def call(self) -> RunResultBase:
+        context = self.setup.prepared.context
+        return await SdkRunner.run(self.native, self.sdk_input, context=context, **self.options)
+
+    @asynccontextmanager
+    async def native_stream(self) -> AsyncIterator[AsyncIterable[Any]]:
+        # The SDK runs the loop in a task created right here; claiming the
+        # observer around its creation hides any run-mode sink from the tools,
+        # so a nested untraced run never reports into an outer run's trace.
+        context = self.setup.prepared.context
+        with claim_observer():
+            self.result = SdkRunner.run_streamed(
+                self.native, self.sdk_input, context=context, **self.options
+            )
+        # stream_events() is an async generator; typed as an iterator by the SDK.
+        events = cast("AsyncGenerator[Any, None]", self.result.stream_events())
+        async with aclosing(events):
+            yield events
+
+    def map(self, item: Any) -> None:
+        if self.mapper is not None:
+            self.mapper.on_stream_event(item)
+
+    def fail(self, error: BaseException) -> None:
+        if self.mapper is not None:
+            self.mapper.fail(error)
+
+    def complete(self) -> None:
+        self.completed = True
+        if self.mapper is not None:
+            self.mapper.finish()
+
+    def close(self) -> None:
+        if self.mapper is not None:  # cancelled too: the caller's context never keeps the chat span
+            self.mapper.exit_model_scope()
+        if self.result is not None and not self.completed:
+            # The consumer stopped or the run failed: stop the SDK's background
+            # loop instead of letting it run on unobserved.
+            self.result.cancel()
+
+    async def outcome(self) -> RunResultBase:
+        assert self.result is not None  # set when the stream opened
+        return self.result
+
+    async def save(self, result: RunResultBase) -> None:
+        # The context is the very object the tools mutated, in full (the fidelity table).
+        setup = self.setup
+        save(setup.session, STATE_KEY, result.to_input_list(mode="normalized"), setup.prepared)
+
+    def reply(self, result: RunResultBase, prompt: str) -> AgentReply:
+        return _reply(result, prompt)
+
+
+class OpenAIRunner(FrameworkRunner[Agent[Any]]):
     """Runs an ``agents.Agent`` in run or stream mode.
 
     See the module docstring for session state, framework context, run options,
@@ -768,6 +850,10 @@ class OpenAIRunner(Runner):
     """
 
     framework: ClassVar[str] = "openai"
+    state_key: ClassVar[str] = STATE_KEY
+    native_type: ClassVar[type[Any]] = Agent
+    native_what: ClassVar[str] = "an agents.Agent"
+    boundary: ClassVar[MappingBoundary] = _boundary
     RESERVED_RUN_OPTIONS: ClassVar[dict[str, str]] = {
         "starting_agent": "the runner starts the registered agent",
         "input": "the runner builds the input from the session history and the requests",
@@ -793,101 +879,19 @@ class OpenAIRunner(Runner):
     def __init__(self, *, keep_sdk_tracing: bool = False) -> None:
         self.keep_sdk_tracing = keep_sdk_tracing
 
-    @staticmethod
-    async def _prepare(
-        agent: CoreAgent, session: Session, requests: list[AgentRequest]
-    ) -> tuple[Agent[Any], Prepared, list[Any]]:
-        """The SDK agent, the run's options and context, and its input: history, then requests."""
-        native = native_of(agent, Agent, "an agents.Agent")
-        prepared = await prepare(agent, session, requests, STATE_KEY)
-        return native, prepared, [*copy.deepcopy(prepared.state or []), *native_input(requests)]
-
-    @staticmethod
-    def _save(session: Session, prepared: Prepared, result: RunResultBase) -> None:
-        # The context is the very object the tools mutated, in full (the fidelity table).
-        save(session, STATE_KEY, result.to_input_list(mode="normalized"), prepared)
-
-    async def run(
-        self, agent: CoreAgent, session: Session, requests: list[AgentRequest]
-    ) -> AgentReply:
-        native, prepared, sdk_input = await self._prepare(agent, session, requests)
-        with claim_observer() as observer:
-            if observer is NULL_OBSERVER:  # untraced: the SDK's own call, nothing added
-                result = await invoke(
-                    agent,
-                    session,
-                    requests,
-                    lambda: SdkRunner.run(
-                        native, sdk_input, context=prepared.context, **prepared.options
-                    ),
-                )
-            else:
-                observation = _Observation(
-                    EventBuilder(observer),
-                    prepared.options.get("run_config"),
-                    native,
-                    streaming=False,
-                )
-                options = _observed_options(prepared.options, observation, self.keep_sdk_tracing)
-                result = await invoke(
-                    agent,
-                    session,
-                    requests,
-                    lambda: SdkRunner.run(native, sdk_input, context=prepared.context, **options),
-                    on_failure=observation.fail,
-                    # Cancelled too: the caller's context never keeps the chat span.
-                    on_exit=observation.exit_model_scope,
-                )
-                observation.finish()
-        self._save(session, prepared, result)
-        return _reply(result, prompt_of(requests))
-
-    async def stream(
-        self, agent: CoreAgent, session: Session, requests: list[AgentRequest]
-    ) -> AsyncIterator[StreamEvent]:
-        native, prepared, sdk_input = await self._prepare(agent, session, requests)
-        observer = stream_observer()
-        builder = EventBuilder(observer, queue=True)
-        run_config = prepared.options.get("run_config")
-        observation = _Observation(builder, run_config, native, streaming=True)
+    async def start(self, setup: RunSetup[Agent[Any]]) -> _Run:
+        prepared = setup.prepared
+        sdk_input = [*copy.deepcopy(prepared.state or []), *native_input(setup.requests)]
+        # Untraced run mode installs nothing: the SDK's own call, nothing added. Stream
+        # mode always maps (the events are the stream), observed or not.
+        mapper: _Mapper | None = None
         options = prepared.options
-        if observer is not NULL_OBSERVER:
-            options = _observed_options(options, observation, self.keep_sdk_tracing)
-        # The SDK runs the loop in a task created right here; claiming the
-        # observer around its creation hides any run-mode sink from the tools,
-        # so a nested untraced run never reports into an outer run's trace.
-        with claim_observer(), ensure_tool_context(agent, session, requests):
-            result = SdkRunner.run_streamed(native, sdk_input, context=prepared.context, **options)
-        completed: list[bool] = []
-
-        def complete() -> None:
-            observation.finish()
-            completed.append(True)
-
-        def stop_unless_completed() -> None:
-            # The consumer stopped or the run failed: stop the SDK's background
-            # loop instead of letting it run on unobserved.
-            if not completed:
-                result.cancel()
-
-        # stream_events() is an async generator; typed as an iterator by the SDK.
-        native_events = cast("AsyncGenerator[Any, None]", result.stream_events())
-        async with (
-            aclosing(native_events),
-            aclosing(
-                relay(
-                    builder,
-                    native_events,
-                    observation.on_stream_event,
-                    on_failure=observation.fail,
-                    on_complete=complete,
-                    on_exit=stop_unless_completed,
-                )
-            ) as events,
-        ):
-            async for event in events:
-                yield event
-        self._save(session, prepared, result)
+        if setup.streaming or setup.observed:
+            run_config = options.get("run_config")
+            mapper = _Mapper(setup.builder, run_config, setup.native, streaming=setup.streaming)
+            if setup.observed:
+                options = _observed_options(options, mapper, self.keep_sdk_tracing)
+        return _Run(setup, sdk_input, options, mapper)
 
 
 class OpenAIModule(Module):

@@ -29,7 +29,7 @@ What the runner does, per run:
   non-object value sits under ``"output"``).
 
 **Events** come from one run-time capability (``_Observer``) that maps the run
-onto the core :class:`~runnertrace.core.builder.EventBuilder` (which owns the
+onto the core :class:`~runnertrace.runners._kit.builder.EventBuilder` (which owns the
 pairing rules and reports each event to the observer as it is made). It only
 wraps hooks and calls each handler exactly once, so the agent's own
 capabilities, hooks and ``event_stream_handler`` fire exactly once, unchanged.
@@ -76,78 +76,67 @@ ours). An ``Instrumentation`` with ``id=None`` has no id to take over and emits.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
-from contextlib import aclosing
+from collections.abc import AsyncIterable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, ClassVar
 
-from runnertrace._internal.errors import handle_internal_errors
-from runnertrace._internal.imports import require
+from runnertrace._internal.imports import missing_extra
 
-require("pydantic_ai", "pydantic-ai")
+try:
+    import pydantic_core
+    from pydantic_ai import Agent as PydanticAgent
+    from pydantic_ai.agent import AbstractAgent
+    from pydantic_ai.capabilities.abstract import (
+        AbstractCapability,
+        AgentNode,
+        CapabilityOrdering,
+        NodeResult,
+        RawToolArgs,
+        ValidatedToolArgs,
+        WrapModelRequestHandler,
+        WrapNodeRunHandler,
+        WrapToolExecuteHandler,
+        WrapToolValidateHandler,
+    )
+    from pydantic_ai.exceptions import (
+        ApprovalRequired,
+        CallDeferred,
+        SkipToolExecution,
+        SkipToolValidation,
+    )
+    from pydantic_ai.messages import (
+        ERROR_OUTCOMES,
+        AgentStreamEvent,
+        BinaryContent,
+        DocumentUrl,
+        ImageUrl,
+        InstructionPart,
+        ModelResponse,
+        ToolCallPart,
+        ToolReturnPart,
+        UserContent,
+    )
+    from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.run import AgentRunResult, AgentRunResultEvent
+    from pydantic_ai.tools import RunContext
+except ImportError as exc:
+    raise missing_extra(exc, "pydantic-ai") from exc
 
-import pydantic_core  # noqa: E402
-from pydantic_ai import Agent as PydanticAgent  # noqa: E402
-from pydantic_ai.agent import AbstractAgent  # noqa: E402
-from pydantic_ai.capabilities.abstract import (  # noqa: E402
-    AbstractCapability,
-    AgentNode,
-    CapabilityOrdering,
-    NodeResult,
-    RawToolArgs,
-    ValidatedToolArgs,
-    WrapModelRequestHandler,
-    WrapNodeRunHandler,
-    WrapToolExecuteHandler,
-    WrapToolValidateHandler,
-)
-from pydantic_ai.exceptions import (  # noqa: E402
-    ApprovalRequired,
-    CallDeferred,
-    SkipToolExecution,
-    SkipToolValidation,
-)
-from pydantic_ai.messages import (  # noqa: E402
-    ERROR_OUTCOMES,
-    AgentStreamEvent,
-    BinaryContent,
-    DocumentUrl,
-    ImageUrl,
-    InstructionPart,
-    ModelResponse,
-    ToolCallPart,
-    ToolReturnPart,
-    UserContent,
-)
-from pydantic_ai.models import ModelRequestContext  # noqa: E402
-from pydantic_ai.run import AgentRunResult, AgentRunResultEvent  # noqa: E402
-from pydantic_ai.tools import RunContext  # noqa: E402
-
-from runnertrace.core import events as ev  # noqa: E402
-from runnertrace.core.agent import Agent  # noqa: E402
-from runnertrace.core.context import ensure_tool_context  # noqa: E402
-from runnertrace.core.models import AgentReply, AgentRequest, prompt_of  # noqa: E402
-from runnertrace.core.module import Module  # noqa: E402
-from runnertrace.core.observer import (  # noqa: E402
-    NULL_OBSERVER,
-    claim_observer,
-    in_traced_run,
-    stream_observer,
-)
-from runnertrace.core.runner import Runner  # noqa: E402
-from runnertrace.core.session import Session  # noqa: E402
-from runnertrace.runners._kit.builder import EventBuilder  # noqa: E402
-from runnertrace.runners._kit.genai import as_text, request_parameters, tool_definition  # noqa: E402
-from runnertrace.runners._kit.skeleton import (  # noqa: E402
-    Prepared,
-    invoke,
-    native_of,
-    prepare,
-    relay,
+from runnertrace.core.models import AgentReply, AgentRequest
+from runnertrace.core.module import Module
+from runnertrace.core.observer import in_traced_run
+from runnertrace.runners._kit.builder import EventBuilder
+from runnertrace.runners._kit.genai import as_text, request_parameters, tool_definition
+from runnertrace.runners._kit.skeleton import (
+    FrameworkRun,
+    FrameworkRunner,
+    MappingBoundary,
+    RunSetup,
+    is_url,
+    media_bytes,
     reply_of,
     save,
 )
@@ -157,25 +146,21 @@ __all__ = ["STATE_KEY", "PydanticAIModule", "PydanticAIRunner", "user_prompt_of"
 logger = logging.getLogger("runnertrace")
 
 STATE_KEY = "pydantic_ai"
+_boundary = MappingBoundary("pydantic_ai")
 
 
-# -- requests -> user_prompt -------------------------------------------------------------------
+# -- requests -> native input ----------------------------------------------------------------------
 
 
 def _media(data: str, mime_type: str, name: str | None, url_type: type[Any]) -> UserContent:
     """One image or file: a URL stays a URL, anything else is base64 bytes."""
-    if data.startswith(("http://", "https://")):
+    if is_url(data):
         return url_type(url=data, media_type=mime_type)  # type: ignore[no-any-return]
     if data.startswith("data:"):
         return BinaryContent.from_data_uri(data)
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        label = f"{name!r} " if name else ""
-        raise ValueError(
-            f"request {label}({mime_type}) is neither base64 data, a data: URI nor an http(s) URL"
-        ) from exc
-    return BinaryContent(data=raw, media_type=mime_type, identifier=name)
+    return BinaryContent(
+        data=media_bytes(data, mime_type, name), media_type=mime_type, identifier=name
+    )
 
 
 _REQUEST_CONVERTERS: dict[str, Callable[[Any], UserContent]] = {
@@ -200,7 +185,7 @@ def user_prompt_of(requests: Sequence[AgentRequest]) -> str | list[UserContent]:
     return parts
 
 
-# -- what a model request is sent ----------------------------------------------------------------
+# -- what a model call is sent ---------------------------------------------------------------------
 
 
 @cache
@@ -250,7 +235,7 @@ def _request_fields(request_context: ModelRequestContext) -> dict[str, Any]:
     }
 
 
-# -- native progress -> builder calls ------------------------------------------------------------
+# -- native progress -> builder calls (the mapping) ------------------------------------------------
 
 
 def _args_text(args: str | dict[str, Any] | None) -> str:
@@ -352,7 +337,7 @@ class _Mapper:
         parameters = request_context.model_request_parameters
         self._output_tools = frozenset(tool.name for tool in parameters.output_tools)
         model = request_context.model
-        fields = _request_fields(request_context) if self._detailed else {}
+        fields = _boundary.detail(_request_fields, request_context) if self._detailed else {}
         self.builder.message_start(
             message_id, model=model.model_name, provider=getattr(model, "system", None), **fields
         )
@@ -530,11 +515,11 @@ class _Observer(AbstractCapability[Any]):
         handler: WrapNodeRunHandler[Any],
     ) -> NodeResult[Any]:
         if PydanticAgent.is_model_request_node(node):
-            with handle_internal_errors("pydantic_ai step start"):
+            with _boundary:
                 self.mapper.step_started(ctx)
         result = await handler(node)
         if PydanticAgent.is_call_tools_node(node):
-            with handle_internal_errors("pydantic_ai step end"):
+            with _boundary:
                 self.mapper.step_finished(ctx, result)
         return result
 
@@ -547,7 +532,7 @@ class _Observer(AbstractCapability[Any]):
     ) -> ModelResponse:
         mapper = self.mapper
         message_id = ""
-        with handle_internal_errors("pydantic_ai message start"):
+        with _boundary:
             message_id = mapper.message_started(ctx, request_context)
         try:
             with mapper.builder.model_scope(message_id):
@@ -555,10 +540,10 @@ class _Observer(AbstractCapability[Any]):
         except Exception as exc:
             # The message ends with the error, so the chat span fails where it
             # happened even when the run recovers; the exception goes on unchanged.
-            with handle_internal_errors("pydantic_ai message end"):
+            with _boundary:
                 mapper.message_finished(None, exc)
             raise
-        with handle_internal_errors("pydantic_ai message end"):
+        with _boundary:
             mapper.message_finished(response)
         return response
 
@@ -576,7 +561,7 @@ class _Observer(AbstractCapability[Any]):
         except _CONTROL_FLOW:
             raise
         except Exception as exc:
-            with handle_internal_errors("pydantic_ai tool validation"):
+            with _boundary:
                 self.mapper.tool_failed(call, exc)
             raise
 
@@ -596,10 +581,10 @@ class _Observer(AbstractCapability[Any]):
         except _CONTROL_FLOW:
             raise
         except Exception as exc:
-            with handle_internal_errors("pydantic_ai tool failure"):
+            with _boundary:
                 mapper.tool_failed(call, exc)
             raise
-        with handle_internal_errors("pydantic_ai tool result"):
+        with _boundary:
             mapper.tool_returned(call, result)
         return result
 
@@ -622,13 +607,13 @@ class _StreamObserver(_Observer):
         mapper = self.mapper
         try:
             async for event in stream:
-                with handle_internal_errors("pydantic_ai stream event"):
+                with _boundary:
                     mapper.native(event)
                 yield event
         except Exception as exc:
             # A streamed response fails here (its request handler is then cancelled):
             # the open message ends with the error.
-            with handle_internal_errors("pydantic_ai message end"):
+            with _boundary:
                 mapper.message_finished(None, exc)
             raise
         finally:
@@ -646,7 +631,7 @@ class _UntracedStream(_StreamObserver):
     wrap_tool_execute = AbstractCapability.wrap_tool_execute
 
 
-# -- instrumentation suppression ---------------------------------------------------------------
+# -- the framework's own instrumentation -----------------------------------------------------------
 
 
 def _instrumentation_ids(native: AbstractAgent[Any, Any], options: Mapping[str, Any]) -> set[str]:
@@ -693,13 +678,49 @@ def _silenced_instrumentation(capability_id: str) -> AbstractCapability[Any]:
     return Instrumentation(settings=_no_op_settings(), id=capability_id)
 
 
-# -- the runner ---------------------------------------------------------------------------------
+# -- the run and the runner ------------------------------------------------------------------------
 
 
-class PydanticAIRunner(Runner):
+class _Run(FrameworkRun[AgentRunResult[Any]]):
+    """One Pydantic AI run: ``agent.run`` (run mode) or ``run_stream_events`` (stream mode)."""
+
+    def __init__(self, setup: RunSetup[AbstractAgent[Any, Any]], options: dict[str, Any]) -> None:
+        super().__init__(setup)
+        self.native = setup.native
+        self.options = options
+        self.results: list[AgentRunResult[Any]] = []
+
+    async def call(self) -> AgentRunResult[Any]:
+        return await self.native.run(**self.options)
+
+    def native_stream(self) -> AbstractAsyncContextManager[AsyncIterable[Any]]:
+        return self.native.run_stream_events(**self.options)
+
+    def map(self, item: Any) -> None:
+        if isinstance(item, AgentRunResultEvent):  # the hooks map everything else
+            self.results.append(item.result)
+
+    async def outcome(self) -> AgentRunResult[Any]:
+        if not self.results:
+            raise RuntimeError("the Pydantic AI event stream ended without a run result")
+        return self.results[-1]
+
+    async def save(self, result: AgentRunResult[Any]) -> None:
+        setup = self.setup
+        save(setup.session, STATE_KEY, result.all_messages(), setup.prepared, self.options["deps"])
+
+    def reply(self, result: AgentRunResult[Any], prompt: str) -> AgentReply:
+        return _reply(result, prompt)
+
+
+class PydanticAIRunner(FrameworkRunner[AbstractAgent[Any, Any]]):
     """Runs a ``pydantic_ai.Agent`` (any ``AbstractAgent``) in run or stream mode."""
 
     framework: ClassVar[str] = "pydantic_ai"
+    state_key: ClassVar[str] = STATE_KEY
+    native_type: ClassVar[type[Any]] = AbstractAgent
+    native_what: ClassVar[str] = "a pydantic_ai agent"
+    boundary: ClassVar[MappingBoundary] = _boundary
     RESERVED_RUN_OPTIONS: ClassVar[dict[str, str]] = {
         "user_prompt": "the runner builds the prompt from the requests",
         "message_history": (
@@ -718,79 +739,42 @@ class PydanticAIRunner(Runner):
     def __init__(self) -> None:
         self._warned_stream_handler = False
 
-    async def _call_options(
-        self,
-        agent: Agent,
-        prepared: Prepared,
-        requests: list[AgentRequest],
-        observer: _Observer | None,
-        *,
-        streaming: bool,
-    ) -> dict[str, Any]:
+    async def start(self, setup: RunSetup[AbstractAgent[Any, Any]]) -> _Run:
+        # Untraced run mode installs nothing: the run is the plain native call. Stream
+        # mode always needs the capability (the events are the stream).
+        observer: _Observer | None = None
+        if setup.streaming:
+            mapper = _Mapper(setup.builder, setup.agent.name, detailed=setup.observed)
+            observer = _StreamObserver(mapper) if setup.observed else _UntracedStream(mapper)
+        elif setup.observed:
+            observer = _Observer(_Mapper(setup.builder, setup.agent.name, detailed=True))
+        return _Run(setup, self._call_options(setup, observer))
+
+    def _call_options(self, setup: RunSetup[Any], observer: _Observer | None) -> dict[str, Any]:
         """The native call's keyword arguments (``deps`` is the loaded framework context)."""
+        prepared = setup.prepared
         options = prepared.options
-        dropped = streaming and options.pop("event_stream_handler", None) is not None
+        dropped = setup.streaming and options.pop("event_stream_handler", None) is not None
         if dropped and not self._warned_stream_handler:
             self._warned_stream_handler = True
             logger.warning(
                 "runnertrace: run option 'event_stream_handler' of agent %r is ignored in "
                 "stream mode (the runner consumes the event stream itself); "
                 "use a capability to observe events in both modes",
-                agent.name,
+                setup.agent.name,
             )
         capabilities = list(options.get("capabilities") or [])
         if in_traced_run():
-            ids = _instrumentation_ids(agent.native, options)
+            ids = _instrumentation_ids(setup.native, options)
             capabilities.extend(_silenced_instrumentation(i) for i in sorted(ids))
         if observer is not None:
             capabilities.append(observer)
         # Owned keys last, so no declared option can displace them.
-        options["user_prompt"] = user_prompt_of(requests)
+        options["user_prompt"] = user_prompt_of(setup.requests)
         options["message_history"] = list(prepared.state or [])
         options["deps"] = prepared.context if prepared.context is not None else {}
         options["capabilities"] = capabilities
         return options
-
-    async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:
-        native = native_of(agent, AbstractAgent, "a pydantic_ai agent")
-        with claim_observer() as report:
-            # Untraced, nothing is installed: the run is the plain native call.
-            observer = None
-            if report is not NULL_OBSERVER:
-                observer = _Observer(_Mapper(EventBuilder(report), agent.name, detailed=True))
-            prepared = await prepare(agent, session, requests, STATE_KEY)
-            options = await self._call_options(agent, prepared, requests, observer, streaming=False)
-            result = await invoke(agent, session, requests, lambda: native.run(**options))
-        save(session, STATE_KEY, result.all_messages(), prepared, options["deps"])
-        return _reply(result, prompt_of(requests))
-
-    async def stream(
-        self, agent: Agent, session: Session, requests: list[AgentRequest]
-    ) -> AsyncIterator[ev.StreamEvent]:
-        native = native_of(agent, AbstractAgent, "a pydantic_ai agent")
-        reporter = stream_observer()
-        builder = EventBuilder(reporter, queue=True)
-        traced = reporter is not NULL_OBSERVER
-        mapper = _Mapper(builder, agent.name, detailed=traced)
-        observer = _StreamObserver(mapper) if traced else _UntracedStream(mapper)
-        results: list[AgentRunResult[Any]] = []
-
-        def keep_result(item: Any) -> None:
-            if isinstance(item, AgentRunResultEvent):
-                results.append(item.result)
-
-        with ensure_tool_context(agent, session, requests):
-            prepared = await prepare(agent, session, requests, STATE_KEY)
-            options = await self._call_options(agent, prepared, requests, observer, streaming=True)
-            async with (
-                native.run_stream_events(**options) as native_events,
-                aclosing(relay(builder, native_events, keep_result)) as events,
-            ):
-                async for event in events:
-                    yield event
-        if not results:
-            raise RuntimeError("the Pydantic AI event stream ended without a run result")
-        save(session, STATE_KEY, results[-1].all_messages(), prepared, options["deps"])
 
 
 def _reply(result: AgentRunResult[Any], prompt: str) -> AgentReply:
@@ -809,13 +793,5 @@ class PydanticAIModule(Module):
     ``agent.run`` keywords (``usage_limits``, ``model_settings``, ``capabilities``, ...).
     """
 
+    naming = ("the pydantic_ai agent", "Agent(..., name='assistant')")
     runner_class = PydanticAIRunner
-
-    def agent_name(self, native: Any) -> str:
-        name = getattr(native, "name", None)
-        if not isinstance(name, str) or not name:
-            raise ValueError(
-                f"cannot register {native!r}: give the pydantic_ai agent a name "
-                "(Agent(..., name='assistant'))"
-            )
-        return name

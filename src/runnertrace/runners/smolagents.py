@@ -67,65 +67,69 @@ import io
 import json
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import aclosing, nullcontext
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from contextlib import aclosing, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, ClassVar
 
-from runnertrace._internal.errors import (
-    handle_internal_errors,
-    internal_log,
-    suppressed_instrumentation,
-)
-from runnertrace._internal.imports import require
+from runnertrace._internal.errors import internal_log, suppressed_instrumentation
+from runnertrace._internal.imports import missing_extra
 
-require("smolagents", "smolagents")
+try:
+    from smolagents import MultiStepAgent, Tool, ToolCallingAgent
+    from smolagents.memory import (
+        ActionStep,
+        CallbackRegistry,
+        FinalAnswerStep,
+        MemoryStep,
+        PlanningStep,
+        ToolCall,
+    )
+    from smolagents.models import (
+        ChatMessage,
+        ChatMessageStreamDelta,
+        MessageRole,
+        get_tool_json_schema,
+        tool_role_conversions,
+    )
+    from smolagents.monitoring import AgentLogger, LogLevel
+    from smolagents.utils import AgentError
+except ImportError as exc:
+    raise missing_extra(exc, "smolagents") from exc
 
-from smolagents import MultiStepAgent, Tool, ToolCallingAgent  # noqa: E402
-from smolagents.memory import (  # noqa: E402
-    ActionStep,
-    CallbackRegistry,
-    FinalAnswerStep,
-    MemoryStep,
-    PlanningStep,
-    ToolCall,
+from runnertrace.core.models import AgentReply, AgentRequest
+from runnertrace.core.module import Module
+from runnertrace.core.observer import in_traced_run
+from runnertrace.runners._kit import genai
+from runnertrace.runners._kit.builder import EventBuilder
+from runnertrace.runners._kit.skeleton import (
+    FrameworkRun,
+    FrameworkRunner,
+    MappingBoundary,
+    Prepared,
+    RunSetup,
+    reply_of,
+    save,
 )
-from smolagents.models import (  # noqa: E402
-    ChatMessage,
-    ChatMessageStreamDelta,
-    MessageRole,
-    get_tool_json_schema,
-    tool_role_conversions,
-)
-from smolagents.monitoring import AgentLogger, LogLevel  # noqa: E402
-from smolagents.utils import AgentError  # noqa: E402
-
-from runnertrace.core import events as ev  # noqa: E402
-from runnertrace.core.agent import Agent  # noqa: E402
-from runnertrace.core.context import ensure_tool_context  # noqa: E402
-from runnertrace.core.models import AgentReply, AgentRequest, prompt_of  # noqa: E402
-from runnertrace.core.module import Module  # noqa: E402
-from runnertrace.core.observer import (  # noqa: E402
-    NULL_OBSERVER,
-    claim_observer,
-    in_traced_run,
-    stream_observer,
-)
-from runnertrace.core.runner import Runner  # noqa: E402
-from runnertrace.core.session import Session  # noqa: E402
-from runnertrace.runners._kit import genai  # noqa: E402
-from runnertrace.runners._kit.builder import EventBuilder  # noqa: E402
-from runnertrace.runners._kit.skeleton import Prepared, native_of, prepare, relay, reply_of, save  # noqa: E402
 
 __all__ = ["STATE_KEY", "SmolagentsModule", "SmolagentsRunner", "StoredAgentError"]
 
 STATE_KEY = "smolagents"
+_boundary = MappingBoundary("smolagents")
 CODE_TOOL = "python_interpreter"  # the tool call a CodeAgent's code runs as (smolagents' name)
 FINAL_ANSWER = "final_answer"  # the tool a ToolCallingAgent answers with
 
 
-# -- requests -> task and images -----------------------------------------------------------------
+# -- requests -> native input ----------------------------------------------------------------------
 
 
 def _image(request: Any) -> Any:
@@ -202,7 +206,7 @@ def _storable(step: MemoryStep) -> MemoryStep:
     return step
 
 
-# -- what a model call is sent (GenAI semconv shapes) ----------------------------------------------
+# -- what a model call is sent ---------------------------------------------------------------------
 
 _ROLES: dict[str, str] = {
     **{str(role.value): str(role.value) for role in MessageRole},
@@ -296,7 +300,7 @@ def _answer(arguments: Any) -> str:
     return genai.as_text(parsed)
 
 
-# -- one run's mapping ---------------------------------------------------------------------------
+# -- native progress -> builder calls (the mapping) ------------------------------------------------
 
 
 @dataclass
@@ -331,7 +335,7 @@ class _Mapper:
         self._made_up = 0
 
     def _report(self, what: str, action: Callable[[], None]) -> None:
-        with self.lock, handle_internal_errors(f"smolagents {what}"):
+        with self.lock, _boundary:  # ``what``: the caller's name for the report
             if not self.closed:
                 action()
 
@@ -374,7 +378,11 @@ class _Mapper:
         def start() -> None:
             nonlocal message_id
             self._open_step()
-            fields = _request(self._model, messages, stop, tools) if self.builder.observed else {}
+            fields = (
+                _boundary.detail(_request, self._model, messages, stop, tools)
+                if self.builder.observed
+                else {}
+            )
             message_id = self.builder.message_start(
                 model=getattr(self._model, "model_id", None),
                 provider=_provider_of(self._model),
@@ -815,13 +823,88 @@ class _Call:
         return _Outcome()
 
 
-# -- the runner ---------------------------------------------------------------------------------
+# -- the run and the runner ------------------------------------------------------------------------
 
 
-class SmolagentsRunner(Runner):
+class _Run(FrameworkRun[_Outcome]):
+    """One smolagents run, in a worker thread: ``agent.run`` (run mode, or untraced) or
+    its ``stream=True`` items (mapped), with a tick per item to wake the stream."""
+
+    def __init__(self, setup: RunSetup[MultiStepAgent], call: _Call, lock: threading.Lock):
+        super().__init__(setup)
+        self.native_call = call
+        self.lock = lock
+        self.worker: asyncio.Future[_Outcome] | None = None
+        self.completed = False
+
+    async def call(self) -> _Outcome:
+        return await asyncio.to_thread(self.native_call.execute, self.lock, None)
+
+    @asynccontextmanager
+    async def native_stream(self) -> AsyncIterator[AsyncIterable[Any]]:
+        call = self.native_call
+        ticks: asyncio.Queue[Any] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        waking = threading.Event()  # a tick is on its way: later items need none
+
+        def tick() -> None:
+            # After the item's events are queued; the consumer clears the flag before
+            # it drains, so an event queued before a skipped tick is drained anyway.
+            if not waking.is_set():
+                waking.set()
+                loop.call_soon_threadsafe(ticks.put_nowait, None)
+
+        worker = self.worker = asyncio.ensure_future(
+            asyncio.to_thread(call.execute, self.lock, tick)
+        )
+        worker.add_done_callback(lambda _: ticks.put_nowait(_END))
+
+        async def progress() -> AsyncGenerator[None, None]:
+            while await ticks.get() is not _END:
+                waking.clear()
+                yield None
+            worker.result()  # the run's failure, if it failed
+
+        try:
+            async with aclosing(progress()) as items:
+                yield items
+        finally:
+            if not worker.done():
+                call.cancel()  # the thread finishes the current step, reporting nothing
+                # nobody waits for it now: its outcome (or failure) is dropped
+                worker.add_done_callback(_dropped)
+
+    def fail(self, error: BaseException) -> None:
+        if self.native_call.mapper is not None:
+            self.native_call.mapper.fail(error)
+
+    def complete(self) -> None:
+        self.completed = True
+
+    def close(self) -> None:
+        if not self.completed and not self.setup.streaming:
+            self.native_call.cancel()  # cancelled: the thread finishes the step, reporting nothing
+
+    async def outcome(self) -> _Outcome:
+        assert self.worker is not None  # set when the stream opened
+        return self.worker.result()
+
+    async def save(self, result: _Outcome) -> None:
+        setup = self.setup
+        save(setup.session, STATE_KEY, result.steps, setup.prepared, result.state)
+
+    def reply(self, result: _Outcome, prompt: str) -> AgentReply:
+        return reply_of(_plain(result.output), prompt)
+
+
+class SmolagentsRunner(FrameworkRunner[MultiStepAgent]):
     """Runs a smolagents ``ToolCallingAgent`` or ``CodeAgent`` in run or stream mode."""
 
     framework: ClassVar[str] = "smolagents"
+    state_key: ClassVar[str] = STATE_KEY
+    native_type: ClassVar[type[Any]] = MultiStepAgent
+    native_what: ClassVar[str] = "a smolagents agent (ToolCallingAgent, CodeAgent)"
+    boundary: ClassVar[MappingBoundary] = _boundary
     RESERVED_RUN_OPTIONS: ClassVar[dict[str, str]] = {
         "task": "the runner builds the task from the requests",
         "images": "the runner passes the image requests as images",
@@ -847,90 +930,18 @@ class SmolagentsRunner(Runner):
                 lock = self._locks[native] = threading.Lock()
             return lock
 
-    @staticmethod
-    def _native(agent: Agent) -> MultiStepAgent:
-        return native_of(agent, MultiStepAgent, "a smolagents agent (ToolCallingAgent, CodeAgent)")
-
-    async def _call(
-        self,
-        agent: Agent,
-        session: Session,
-        requests: list[AgentRequest],
-        builder: EventBuilder | None,
-        *,
-        streaming: bool,
-    ) -> _Call:
-        native = self._native(agent)
-        task, images = task_of(requests)
-        prepared = await prepare(agent, session, requests, STATE_KEY)
-        mapper = None if builder is None else _Mapper(builder, agent.name, native)
-        suppress = builder is not None and in_traced_run() and _instrumented()
-        return _Call(native, task, images, prepared.options, prepared, mapper, streaming, suppress)
-
-    def _save(self, session: Session, call: _Call, outcome: _Outcome) -> None:
-        save(session, STATE_KEY, outcome.steps, call.prepared, outcome.state)
-
-    async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:
-        with claim_observer() as observer, ensure_tool_context(agent, session, requests):
-            # Untraced, nothing is installed: the plain agent.run in a worker thread.
-            builder = None if observer is NULL_OBSERVER else EventBuilder(observer)
-            call = await self._call(agent, session, requests, builder, streaming=False)
-            lock = self._lock(call.native)
-            try:
-                outcome = await asyncio.to_thread(call.execute, lock, None)
-            except asyncio.CancelledError:
-                call.cancel()  # the thread finishes the current step, reporting nothing
-                raise
-            except Exception as exc:
-                if call.mapper is not None:
-                    call.mapper.fail(exc)
-                raise
-        self._save(session, call, outcome)
-        return reply_of(_plain(outcome.output), prompt_of(requests))
-
-    async def stream(
-        self, agent: Agent, session: Session, requests: list[AgentRequest]
-    ) -> AsyncIterator[ev.StreamEvent]:
-        builder = EventBuilder(stream_observer(), queue=True)  # before the first yield
-        with ensure_tool_context(agent, session, requests):
-            call = await self._call(agent, session, requests, builder, streaming=True)
-            mapper = call.mapper
-            assert mapper is not None
-            ticks: asyncio.Queue[Any] = asyncio.Queue()
-            loop = asyncio.get_running_loop()
-
-            waking = threading.Event()  # a tick is on its way: later items need none
-
-            def tick() -> None:
-                # After the item's events are queued; the consumer clears the flag before
-                # it drains, so an event queued before a skipped tick is drained anyway.
-                if not waking.is_set():
-                    waking.set()
-                    loop.call_soon_threadsafe(ticks.put_nowait, None)
-
-            worker = asyncio.ensure_future(
-                asyncio.to_thread(call.execute, self._lock(call.native), tick)
-            )
-            worker.add_done_callback(lambda _: ticks.put_nowait(_END))
-
-            async def progress() -> AsyncIterator[None]:
-                while await ticks.get() is not _END:
-                    waking.clear()
-                    yield None
-                worker.result()  # the run's failure, if it failed
-
-            def on_exit() -> None:
-                if not worker.done():
-                    call.cancel()
-                    # nobody waits for it now: its outcome (or failure) is dropped
-                    worker.add_done_callback(_dropped)
-
-            relayed = relay(builder, progress(), on_failure=mapper.fail, on_exit=on_exit)
-            async with aclosing(relayed):
-                async for event in relayed:
-                    yield event
-            outcome = worker.result()
-        self._save(session, call, outcome)
+    async def start(self, setup: RunSetup[MultiStepAgent]) -> _Run:
+        # Untraced run mode installs nothing: the plain agent.run in a worker thread.
+        # Stream mode always maps (the events are the stream).
+        native, prepared = setup.native, setup.prepared
+        task, images = task_of(setup.requests)
+        mapped = setup.streaming or setup.observed
+        mapper = _Mapper(setup.builder, setup.agent.name, native) if mapped else None
+        suppress = mapped and in_traced_run() and _instrumented()
+        call = _Call(
+            native, task, images, prepared.options, prepared, mapper, setup.streaming, suppress
+        )
+        return _Run(setup, call, self._lock(native))
 
 
 def _dropped(worker: asyncio.Future[Any]) -> None:
@@ -958,13 +969,5 @@ class SmolagentsModule(Module):
     ``agent.run`` keywords (``max_steps``, ...). An agent's name is its ``name``
     (``ToolCallingAgent(..., name="assistant")``)."""
 
+    naming = ("the smolagents agent", "ToolCallingAgent(..., name='assistant')")
     runner_class = SmolagentsRunner
-
-    def agent_name(self, native: Any) -> str:
-        name = getattr(native, "name", None)
-        if not isinstance(name, str) or not name:
-            raise ValueError(
-                f"cannot register {native!r}: give the smolagents agent a name "
-                "(ToolCallingAgent(..., name='assistant'))"
-            )
-        return name

@@ -12,20 +12,21 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeAlias
 
-from runnertrace._internal.imports import require
+from runnertrace._internal.imports import missing_extra
 
-require("smolagents", "smolagents")
-
-from smolagents.models import (  # noqa: E402
-    ChatMessage,
-    ChatMessageStreamDelta,
-    ChatMessageToolCall,
-    ChatMessageToolCallFunction,
-    ChatMessageToolCallStreamDelta,
-    MessageRole,
-    Model,
-)
-from smolagents.monitoring import TokenUsage  # noqa: E402
+try:
+    from smolagents.models import (
+        ChatMessage,
+        ChatMessageStreamDelta,
+        ChatMessageToolCall,
+        ChatMessageToolCallFunction,
+        ChatMessageToolCallStreamDelta,
+        MessageRole,
+        Model,
+    )
+    from smolagents.monitoring import TokenUsage
+except ImportError as exc:
+    raise missing_extra(exc, "smolagents") from exc
 
 __all__ = ["ScriptedModel", "Turn", "calls", "code", "text"]
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from runnertrace.core import events as ev
 from runnertrace.runners._kit.builder import EventBuilder
+from runnertrace.runners._kit.skeleton import MappingBoundary
 from runnertrace.runners.native.llm import LlmClient, parts_of
 from runnertrace.runners.native.tools import BaseTool, FunctionTool
 from runnertrace.runners.native.types import (
@@ -32,7 +33,10 @@ from runnertrace.runners.native.types import (
     new_id,
 )
 
-__all__ = ["Agent"]
+__all__ = ["Agent", "boundary"]
+
+boundary = MappingBoundary("native")
+"""The native loop's mapping boundary (the runner's too): the loop makes its events itself."""
 
 EventSink = Callable[[ev.StreamEvent], None]
 
@@ -196,16 +200,11 @@ class Agent:
         runs in the model scope, one chunk at a time in stream mode, so the
         scope never spans a ``yield``.
         """
-        if builder.observed:  # what the model is sent, for the trace: built only if traced
-            message_id = builder.message_start(
-                model=self.model.model,
-                provider=self.model.provider,
-                input_messages=_semconv_messages(request.contents),
-                system_instructions="\n\n".join(request.instructions) or None,
-                tool_definitions=[_semconv_tool(tool) for tool in request.tools] or None,
-            )
-        else:
-            message_id = builder.message_start(model=self.model.model, provider=self.model.provider)
+        # What the model is sent, for the trace: built only if traced.
+        fields = boundary.detail(_request_fields, request) if builder.observed else {}
+        message_id = builder.message_start(
+            model=self.model.model, provider=self.model.provider, **fields
+        )
         for event in builder.drain():
             yield event
         response: LlmResponse | None = None
@@ -331,6 +330,15 @@ def _semconv_messages(contents: Sequence[Any]) -> list[dict[str, Any]]:
         messages.append(message)
         turn = message if message["role"] == "assistant" else None
     return messages
+
+
+def _request_fields(request: LlmRequest) -> dict[str, Any]:
+    """The optional ``MessageStart`` fields: what the model call is sent."""
+    return {
+        "input_messages": _semconv_messages(request.contents),
+        "system_instructions": "\n\n".join(request.instructions) or None,
+        "tool_definitions": [_semconv_tool(tool) for tool in request.tools] or None,
+    }
 
 
 def _semconv_message(item: Any) -> dict[str, Any]:

@@ -3,27 +3,26 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from typing import Any, ClassVar
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
+from contextlib import aclosing, asynccontextmanager
+from typing import Any, ClassVar, cast
 
 from pydantic import BaseModel
 
-from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.events import StreamEvent
-from runnertrace.core.models import (
-    AgentReply,
-    AgentReplyAny,
-    AgentReplyText,
-    AgentRequest,
-    prompt_of,
-)
+from runnertrace.core.models import AgentReply, AgentReplyAny, AgentReplyText, AgentRequest
 from runnertrace.core.module import Module
-from runnertrace.core.observer import claim_observer, stream_observer
-from runnertrace.core.runner import Runner
-from runnertrace.core.session import Session
-from runnertrace.runners._kit.builder import EventBuilder
+from runnertrace.runners._kit.skeleton import (
+    BoundedBuilder,
+    FrameworkRun,
+    FrameworkRunner,
+    MappingBoundary,
+    RunSetup,
+    save,
+)
 from runnertrace.runners.native.agent import Agent as NativeAgent
-from runnertrace.runners.native.types import AgentResult, Event, ExecutionContext
+from runnertrace.runners.native.agent import boundary
+from runnertrace.runners.native.types import AgentResult, ExecutionContext
 
 __all__ = ["NativeModule", "NativeRunner"]
 
@@ -51,7 +50,69 @@ def native_input(requests: list[AgentRequest]) -> str:
     return "\n".join(parts)
 
 
-class NativeRunner(Runner):
+def _reply(result: AgentResult, prompt: str, max_steps: int) -> AgentReply:
+    output = result.output
+    if isinstance(output, BaseModel):
+        return AgentReplyAny(content=output.model_dump(mode="json"), prompt=prompt)
+    if output is None:
+        text = f"Stopped after {max_steps} steps without a final answer."
+        return AgentReplyText(text=text, prompt=prompt)
+    return AgentReplyText(text=str(output), prompt=prompt)
+
+
+class _Run(FrameworkRun[AgentResult]):
+    """One run of the native loop. The loop calls the builder itself, so it gets one
+    that carries the boundary (:class:`BoundedBuilder`); in stream mode the events it
+    drains and yields are the stream."""
+
+    items_are_events: ClassVar[bool] = True
+
+    def __init__(self, setup: RunSetup[NativeAgent], max_steps: int) -> None:
+        super().__init__(setup)
+        self.native = setup.native
+        self.max_steps = max_steps
+        self.user_input = native_input(setup.requests)
+        loaded = setup.prepared.context
+        # The agent edits its own top-level dict, so keys it deletes survive the
+        # write-back, which merges what it produced over ``loaded``.
+        self.context = ExecutionContext(
+            events=list(setup.prepared.state or []),
+            state=dict(loaded) if loaded is not None else {},
+        )
+        self.builder = BoundedBuilder(setup.builder.observer, boundary, queue=True)
+
+    def _events(self, *, streaming: bool) -> AsyncIterator[StreamEvent]:
+        return self.native.execute(
+            self.user_input,
+            self.context,
+            streaming=streaming,
+            max_steps=self.max_steps,
+            builder=self.builder,
+        )
+
+    async def call(self) -> AgentResult:
+        async for _ in self._events(streaming=False):
+            pass  # each event was reported as the builder made it
+        return self.native.result_of(self.context)
+
+    @asynccontextmanager
+    async def native_stream(self) -> AsyncIterator[AsyncIterable[Any]]:
+        events = cast("AsyncGenerator[StreamEvent, None]", self._events(streaming=True))
+        async with aclosing(events):
+            yield events
+
+    async def outcome(self) -> AgentResult:
+        return self.native.result_of(self.context)
+
+    async def save(self, result: AgentResult) -> None:
+        setup = self.setup
+        save(setup.session, STATE_KEY, self.context.events, setup.prepared, self.context.state)
+
+    def reply(self, result: AgentResult, prompt: str) -> AgentReply:
+        return _reply(result, prompt, self.max_steps)
+
+
+class NativeRunner(FrameworkRunner[NativeAgent]):
     """Runs :class:`runnertrace.runners.native.Agent` in run or stream mode.
 
     Session state (the execution history) is kept under ``"native"``; the
@@ -61,87 +122,22 @@ class NativeRunner(Runner):
     """
 
     framework: ClassVar[str] = "native"
+    state_key: ClassVar[str] = STATE_KEY
+    native_type: ClassVar[type[Any]] = NativeAgent
+    native_what: ClassVar[str] = "a native agent"
+    boundary: ClassVar[MappingBoundary] = boundary
     RESERVED_RUN_OPTIONS: ClassVar[dict[str, str]] = {
         "user_input": "the runner builds the input from the requests",
         "context": "the runner restores the execution context from the session",
         "on_event": "the runner reports events through the observer channel",
     }
 
-    def _native(self, agent: CoreAgent) -> NativeAgent:
-        native = agent.native
-        if not isinstance(native, NativeAgent):
-            raise TypeError(
-                f"agent {agent.name!r} is not a native agent (got {type(native).__name__})"
-            )
-        return native
-
-    def _prepare(self, session: Session) -> tuple[ExecutionContext, dict[str, Any] | None]:
-        history: list[Event] = list(session.get(STATE_KEY) or [])
-        loaded = session.load_framework_context()
-        # The agent edits its own top-level dict, so keys it deletes survive the
-        # write-back, which merges what it produced over ``loaded``.
-        state = dict(loaded) if loaded is not None else {}
-        context = ExecutionContext(events=history, state=state)
-        return context, loaded
-
-    def _save(
-        self, session: Session, context: ExecutionContext, loaded: dict[str, Any] | None
-    ) -> None:
-        session.set(STATE_KEY, context.events)
-        if loaded is not None:
-            session.write_back_framework_context(loaded, context.state)
-
-    def _reply(self, result: AgentResult, prompt: str, max_steps: int) -> AgentReply:
-        output = result.output
-        if isinstance(output, BaseModel):
-            return AgentReplyAny(content=output.model_dump(mode="json"), prompt=prompt)
-        if output is None:
-            text = f"Stopped after {max_steps} steps without a final answer."
-            return AgentReplyText(text=text, prompt=prompt)
-        return AgentReplyText(text=str(output), prompt=prompt)
-
-    async def _options(
-        self, agent: CoreAgent, session: Session, requests: list[AgentRequest]
-    ) -> dict[str, Any]:
-        options = await agent.resolve_run_options(session, requests)
+    async def start(self, setup: RunSetup[NativeAgent]) -> _Run:
+        options = setup.prepared.options
         unknown = set(options) - {"max_steps"}
         if unknown:
             raise TypeError(f"NativeRunner got unexpected run options: {sorted(unknown)}")
-        return options
-
-    async def run(
-        self, agent: CoreAgent, session: Session, requests: list[AgentRequest]
-    ) -> AgentReply:
-        native = self._native(agent)
-        user_input = native_input(requests)
-        options = await self._options(agent, session, requests)
-        max_steps = options.get("max_steps", native.max_steps)
-        context, loaded = self._prepare(session)
-        with claim_observer() as report:
-            builder = EventBuilder(report, queue=True)
-            async for _ in native.execute(
-                user_input, context, streaming=False, max_steps=max_steps, builder=builder
-            ):
-                pass  # each event was reported as the builder made it
-        self._save(session, context, loaded)
-        return self._reply(native.result_of(context), prompt_of(requests), max_steps)
-
-    async def stream(
-        self, agent: CoreAgent, session: Session, requests: list[AgentRequest]
-    ) -> AsyncIterator[StreamEvent]:
-        native = self._native(agent)
-        user_input = native_input(requests)
-        options = await self._options(agent, session, requests)
-        max_steps = options.get("max_steps", native.max_steps)
-        context, loaded = self._prepare(session)
-        # Each event is reported as it is made, then yielded: the observer sees a
-        # model call start when it is sent, whenever the consumer reads the event.
-        builder = EventBuilder(stream_observer(), queue=True)
-        async for event in native.execute(
-            user_input, context, streaming=True, max_steps=max_steps, builder=builder
-        ):
-            yield event
-        self._save(session, context, loaded)
+        return _Run(setup, options.get("max_steps", setup.native.max_steps))
 
 
 class NativeModule(Module):
