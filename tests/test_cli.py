@@ -141,6 +141,7 @@ def test_show_by_prefix_in_process(demo: Demo, capsys: pytest.CaptureFixture[str
 
 
 def test_report_last_writes_a_page(demo: Demo) -> None:
+    (demo.cwd / "out").mkdir(exist_ok=True)
     result = cli("report", "last", "-o", "out/run.html", cwd=demo.cwd, env=demo.env)
     assert result.returncode == 0, result.stderr
     page = demo.cwd / "out" / "run.html"
