@@ -7,6 +7,12 @@ sent, so tests can check what reached ADK.
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip("google.adk", reason="needs the adk extra: pip install -e '.[dev,adk]'")
+
 import asyncio
 import base64
 import logging
@@ -15,7 +21,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 from google.adk.agents import LlmAgent, ParallelAgent, RunConfig
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.agents.invocation_context import InvocationContext, LlmCallsLimitExceededError

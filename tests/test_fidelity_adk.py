@@ -14,6 +14,12 @@ can be set only once per process.
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip("google.adk", reason="needs the adk extra: pip install -e '.[dev,adk]'")
+
 import asyncio
 import json
 import logging
@@ -23,7 +29,6 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import pytest
 from google.adk.agents import LlmAgent
 from google.adk.models.llm_request import LlmRequest
 from google.adk.tools.base_tool import BaseTool

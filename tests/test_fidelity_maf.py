@@ -16,6 +16,12 @@ vocabularies land.
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip("agent_framework", reason="needs the maf extra: pip install -e '.[dev,maf]'")
+
 import json
 import os
 import subprocess
@@ -24,7 +30,6 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import pytest
 from agent_framework import Agent, Message, MiddlewareFailure, tool
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan

@@ -7,6 +7,12 @@ client records the messages and options of every request, so tests can check
 what reached the native call.
 """
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip("agent_framework", reason="needs the maf extra: pip install -e '.[dev,maf]'")
+
 import asyncio
 import logging
 import os
@@ -17,7 +23,6 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
-import pytest
 from agent_framework import (
     Agent,
     AgentContext,

@@ -6,6 +6,14 @@ this file fails to collect instead of passing silently.
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip(
+    "agents", reason="needs the openai-agents extra: pip install -e '.[dev,openai-agents]'"
+)
+
 import base64
 import os
 import subprocess
@@ -15,7 +23,6 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
-import pytest
 from agents import (
     Agent,
     MaxTurnsExceeded,

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip("openai", reason="needs the openai extra: pip install -e '.[dev,openai]'")
+
 import json
 import sys
 from typing import Any
 
 import openai
-import pytest
 from pydantic import BaseModel
 
 from fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply

@@ -8,6 +8,14 @@ reached the native call.
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip(
+    "pydantic_ai", reason="needs the pydantic-ai extra: pip install -e '.[dev,pydantic-ai]'"
+)
+
 import asyncio
 import base64
 import logging
@@ -19,7 +27,6 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
-import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

@@ -9,6 +9,14 @@ console, cancellation and the missing extra.
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip(
+    "smolagents", reason="needs the smolagents extra: pip install -e '.[dev,smolagents]'"
+)
+
 import asyncio
 import io
 import subprocess
@@ -18,7 +26,6 @@ from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
-import pytest
 from smolagents import CodeAgent, ToolCallingAgent, tool
 from smolagents.memory import ActionStep, MemoryStep
 from smolagents.monitoring import LogLevel, Timing

@@ -8,6 +8,12 @@ the page makes is recorded, and any to another host fails the test.
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip("uvicorn", reason="needs the ui extra: pip install -e '.[dev,ui]'")
+
 import os
 import threading
 import time
@@ -15,7 +21,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import pytest
 import uvicorn
 from tests.browser import chromium
 
