@@ -106,7 +106,7 @@ def _store_path(db: str | None) -> str:
     if db is not None:
         return db
     try:
-        path = load_cli_settings().trace.local.path
+        path: str = load_cli_settings().trace.local.path
     except ConfigError as exc:
         path = default_store_path()
         _console(stderr=True).print(
