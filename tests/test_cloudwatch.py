@@ -25,7 +25,6 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from moto_server import MotoServer, moto_fixture, moto_process_fixture  # noqa: F401 - fixtures
 from runnertrace._internal.errors import tolerate_internal_errors
-from runnertrace._internal.imports import MissingExtraError
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.config import ConfigError, TraceConfig, load_settings
@@ -650,10 +649,17 @@ def test_malformed_endpoints_name_the_key(monkeypatch: pytest.MonkeyPatch) -> No
         CloudWatchBackend(config())
 
 
-def test_missing_boto3_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_boto3_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setitem(sys.modules, "boto3", None)
-    with pytest.raises(MissingExtraError, match=r"pip install 'runnertrace\[cloudwatch\]'"):
-        get_tracing_setup(config())
+    # A missing extra is the user's to fix: one warning naming the pip line, no traceback,
+    # and runs go untraced (issue 22).
+    with caplog.at_level("WARNING", logger="runnertrace"):
+        assert get_tracing_setup(config()).disabled
+    (warning,) = [r for r in caplog.records if r.name == "runnertrace"]
+    assert "pip install 'runnertrace[cloudwatch]'" in warning.getMessage()
+    assert warning.exc_info is None
     checks = {c.name: c for c in cloudwatch_checks(config(), probe=False)}
     assert checks["boto3"].status == "fail"
     assert checks["boto3"].fix == "pip install 'runnertrace[cloudwatch]'"
