@@ -2,10 +2,11 @@
 
 Subcommands:
 
-* ``demo [--stream]``: runs the native agent on a few tasks, offline, traced to
-  the configured backends (``local`` by default), then shows each run's span
-  tree and writes an HTML report.
-* ``traces``, ``show``, ``report``: read the ``local`` backend's SQLite store.
+* ``demo [--stream] [--db PATH]``: runs the native agent on a few tasks, offline,
+  traced to the configured backends (``local`` by default, into ``--db`` when
+  given), then shows each run's span tree and writes an HTML report.
+* ``traces``, ``show``, ``report``: read the ``local`` backend's SQLite store,
+  opened read-only: a viewer never creates, upgrades or rewrites a file.
 * ``doctor``: builds the configured backends and prints their ``check()`` findings.
 * ``dashboards cloudwatch``: deploys the CloudWatch dashboard.
 * ``ui``: serves the local dashboard over the store (the ``ui`` extra).
