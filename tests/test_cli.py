@@ -300,6 +300,9 @@ def test_viewers_on_a_bad_store_say_why_in_one_line_and_write_nothing(
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), (command, result.stderr)
         assert str(bad_store) in lines[0]
+        assert lines[0].endswith(
+            f"move {bad_store} aside; runnertrace creates a new store on the next run"
+        ), command
         assert _snapshot(bad_store.parent) == before, command
     assert not (tmp_path / "out" / "r.html").exists()
 

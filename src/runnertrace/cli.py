@@ -22,7 +22,8 @@ import asyncio
 import os
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -116,6 +117,26 @@ def _store_path(db: str | None) -> str:
             soft_wrap=True,
         )
     return path
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """A store that turns out unreadable while a viewer reads it: doctor's message and fix."""
+    from runnertrace.exporters.local import is_busy, unreadable_fix
+    from runnertrace.exporters.local_store import (
+        StoreError,
+        StoreNotFoundError,
+        StoreVersionError,
+    )
+
+    try:
+        yield
+    except (StoreNotFoundError, StoreVersionError):
+        raise  # their messages say what to do
+    except StoreError as exc:
+        if is_busy(exc.__cause__):
+            raise
+        raise CommandError(f"{exc}; {unreadable_fix(path)}") from None
 
 
 def _check_readable(path: Path) -> None:
@@ -216,7 +237,8 @@ def _runs_table(runs: Sequence[RunSummary], title: str) -> Table:
 # -- traces / show / report ------------------------------------------------------------------
 def cmd_traces(args: argparse.Namespace, out: Console) -> int:
     store = _open_store(args.db)
-    runs = store.list_runs(args.n)
+    with _reading(store.path):
+        runs = store.list_runs(args.n)
     if not runs:
         out.print(Text(f"No traces in {_display_path(store.path)} yet."))
         return 0
@@ -226,8 +248,10 @@ def cmd_traces(args: argparse.Namespace, out: Console) -> int:
 
 def cmd_show(args: argparse.Namespace, out: Console) -> int:
     store = _open_store(args.db)
-    trace_id = store.resolve(args.trace)
-    out.print(render_trace_tree(store.get_trace(trace_id), store.get_run(trace_id)))
+    with _reading(store.path):
+        trace_id = store.resolve(args.trace)
+        tree = render_trace_tree(store.get_trace(trace_id), store.get_run(trace_id))
+    out.print(tree)
     return 0
 
 
@@ -235,14 +259,16 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
     from runnertrace.report import write_report
 
     store = _open_store(args.db)
-    trace_id = store.resolve(args.trace)
+    with _reading(store.path):
+        trace_id = store.resolve(args.trace)
     target = Path(args.output or f"report-{trace_id[:8]}.html")
     if not target.parent.is_dir():  # a typo in -o must not create directories
         raise CommandError(
             f"cannot write {target}: the directory {target.parent} does not exist; "
             "create it first, or choose another -o"
         )
-    path = write_report(store, trace_id, target)
+    with _reading(store.path):
+        path = write_report(store, trace_id, target)
     out.print(Text(f"Wrote {path.resolve()}"))
     return 0
 

@@ -25,7 +25,7 @@ from runnertrace.exporters.local_store import (
 )
 from runnertrace.tracing.backend import Backend, BackendSettings, Check
 
-__all__ = ["LocalBackend", "LocalConfig", "readable", "writable"]
+__all__ = ["LocalBackend", "LocalConfig", "is_busy", "readable", "unreadable_fix", "writable"]
 
 
 class LocalConfig(BackendSettings):
@@ -84,7 +84,7 @@ def readable(path: Path) -> Check:
     except StoreVersionError as exc:  # the data is fine: the message says how to read it
         return Check("local", "store", "fail", str(exc), fix="see the message")
     except StoreError as exc:
-        if _is_busy(exc.__cause__):  # held by another program: nothing is wrong with it
+        if is_busy(exc.__cause__):  # held by another program: nothing is wrong with it
             return Check(
                 "local",
                 "store",
@@ -93,19 +93,19 @@ def readable(path: Path) -> Check:
                 fix="close the program that holds it, or choose another store with "
                 "trace.local.path",
             )
-        return Check(
-            "local",
-            "store",
-            "fail",
-            str(exc),
-            fix=f"move {path} aside; runnertrace creates a new store on the next run",
-        )
+        return Check("local", "store", "fail", str(exc), fix=unreadable_fix(path))
     finally:
         store.close()
     return Check("local", "store", "ok", f"{traces} traces, {spans} spans in {path}")
 
 
-def _is_busy(error: BaseException | None) -> bool:
+def unreadable_fix(path: Path) -> str:
+    """What to do with a file that is not a readable store (``doctor`` and the CLI say the same)."""
+    return f"move {path} aside; runnertrace creates a new store on the next run"
+
+
+def is_busy(error: BaseException | None) -> bool:
+    """Is this SQLite error another connection holding the file (not a fault of the file)?"""
     return isinstance(error, sqlite3.Error) and getattr(error, "sqlite_errorname", "") in {
         "SQLITE_BUSY",
         "SQLITE_LOCKED",
