@@ -194,11 +194,11 @@ def traced_tight_loop(path: Path, seconds: float) -> tuple[int, int, float]:
     import asyncio
 
     from runnertrace.core.agent import Agent as CoreAgent
-    from runnertrace.core.config import TraceConfig
     from runnertrace.core.models import AgentRequestText
     from runnertrace.core.session import Session
     from runnertrace.runners.native import Agent, NativeRunner, ScriptedLlm, calculator
     from runnertrace.tracing import TracingRunner, drops
+    from runnertrace.tracing.config import TraceConfig
 
     runner = TracingRunner(NativeRunner(), settings=TraceConfig(local={"path": str(path)}))
     agent = CoreAgent("math", runner, Agent(ScriptedLlm(), tools=[calculator], name="math"))

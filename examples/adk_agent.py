@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
+import uuid
 
 from google.adk.agents import LlmAgent, RunConfig
 from google.adk.models.llm_request import LlmRequest
@@ -77,7 +78,7 @@ async def main(prompt: str) -> None:
     runtime = Runtime()
     build(runtime)
     agent = runtime.agents().get("calculator")
-    session = runtime.sessions().new("example-session")
+    session = runtime.sessions().new(f"adk-example-{uuid.uuid4().hex[:8]}")
     session.set_framework_context({"multiplications": 0})
 
     reply = await runtime.run(agent, session, [AgentRequestText(prompt=prompt)])

@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import os
 import sys
+import uuid
 import warnings
 from typing import Any
 
@@ -74,7 +75,7 @@ async def main(stream: bool, trace: bool) -> None:
     module.run_options(calculator, max_rpm=60)
 
     agent = runtime.agents().get("calculator")
-    session = runtime.sessions().get_or_new("example-session")
+    session = runtime.sessions().get_or_new(f"crewai-example-{uuid.uuid4().hex[:8]}")
     requests = [AgentRequestText(prompt=QUESTION)]
     print(f"user: {QUESTION}")
     if stream:

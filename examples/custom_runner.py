@@ -80,13 +80,13 @@ async def main() -> None:
     print("stream mode:")
     words = [
         e.delta
-        async for e in runner.stream(agent, Session("s1"), requests)
+        async for e in runner.stream(agent, Session("custom-runner-stream"), requests)
         if e.type == "text_delta"
     ]
     print(f"  answer: {''.join(words).strip()}")
 
     print("run mode:")
-    reply = await runner.run(agent, Session("s2"), requests)
+    reply = await runner.run(agent, Session("custom-runner-run"), requests)
     print(f"  answer: {reply.text}")
 
     runner.setup.flush()  # spans are exported in the background; make the store complete

@@ -23,6 +23,7 @@ import asyncio
 import importlib.util
 import os
 import sys
+import uuid
 import warnings
 from typing import Any
 
@@ -98,7 +99,7 @@ async def main(stream: bool, trace: bool) -> None:
     module.run_options(graph, config={"recursion_limit": 10, "tags": ["example"]})
 
     agent = runtime.agents().get("calculator")
-    session = runtime.sessions().get_or_new("example-session")
+    session = runtime.sessions().get_or_new(f"langgraph-example-{uuid.uuid4().hex[:8]}")
     requests = [AgentRequestText(prompt=QUESTION)]
     print(f"user: {QUESTION}")
     if stream:

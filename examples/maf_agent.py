@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
+import uuid
 from typing import Any
 
 from agent_framework import Agent, FunctionInvocationContext, Message, tool
@@ -79,7 +80,7 @@ async def main(prompt: str) -> None:
     runtime = Runtime()
     build(runtime)
     agent = runtime.agents().get("calculator")
-    session = runtime.sessions().new("example-session")
+    session = runtime.sessions().new(f"maf-example-{uuid.uuid4().hex[:8]}")
     session.set_framework_context({"multiplications": 0})
 
     reply = await runtime.run(agent, session, [AgentRequestText(prompt=prompt)])

@@ -23,6 +23,7 @@ import itertools
 import os
 import re
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -89,7 +90,7 @@ async def main(prompt: str) -> None:
     runtime = Runtime()
     build(runtime)
     agent = runtime.agents().get("calculator")
-    session = runtime.sessions().new("example-session")
+    session = runtime.sessions().new(f"openai-agents-example-{uuid.uuid4().hex[:8]}")
 
     reply = await runtime.run(agent, session, [AgentRequestText(prompt=prompt)])
     print(f"run:    {reply}")

@@ -28,6 +28,7 @@ import asyncio
 import os
 import re
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -96,7 +97,7 @@ async def main(prompt: str) -> None:
     runtime = Runtime()
     build(runtime)
     agent = runtime.agents().get("calculator")
-    session = runtime.sessions().new("example-session")
+    session = runtime.sessions().new(f"pydantic-ai-example-{uuid.uuid4().hex[:8]}")
     session.set_framework_context({"multiplications": 0})
 
     reply = await runtime.run(agent, session, [AgentRequestText(prompt=prompt)])

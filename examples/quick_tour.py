@@ -25,7 +25,7 @@ async def main() -> None:
     agent.runner = traced(agent.runner)  # or trace.enabled: true in runnertrace.yaml
     reply = await runtime.run(
         agent,
-        runtime.sessions().new("s1"),
+        runtime.sessions().new("quick-tour"),
         [AgentRequestText(prompt="What is 1234 * 5678, plus 17?")],
     )
     print(reply)

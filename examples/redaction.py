@@ -26,7 +26,9 @@ model output and the reply. The reply the app gets back is untouched
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import uuid
 
 from runnertrace import load_settings
 from runnertrace.core import Runtime, Session
@@ -49,6 +51,18 @@ def redact(text: str) -> str:
     return _CUSTOMER_NUMBER.sub("[REDACTED_CUSTOMER]", redact_secrets_and_emails(text))
 
 
+def message_text(recorded: object) -> str:
+    """The text parts of a recorded ``gen_ai.*.messages`` value (a JSON list of messages)."""
+    if not isinstance(recorded, str):
+        return f"(not recorded: {recorded!r})"
+    return " ".join(
+        part["content"]
+        for message in json.loads(recorded)
+        for part in message.get("parts", [])
+        if part.get("type") == "text"
+    )
+
+
 async def main() -> None:
     settings = load_settings(
         trace={
@@ -64,16 +78,18 @@ async def main() -> None:
     native = Agent(ScriptedLlm(), tools=[calculator], name="redaction-demo")
     agent = NativeModule([native], runtime=runtime).get(native)
 
-    reply = await runtime.run(agent, Session("redaction"), [AgentRequestText(prompt=PROMPT)])
+    session = Session(f"redaction-example-{uuid.uuid4().hex[:8]}")
+    reply = await runtime.run(agent, session, [AgentRequestText(prompt=PROMPT)])
     print(f"reply to the app (not redacted): {reply}")
 
     get_tracing_setup(settings.trace).flush()
-    store = SpanStore(settings.trace.local.path)
-    run = store.list_runs(1)[0]
+    store = SpanStore(settings.trace.local.path, read_only=True)
+    run = next(r for r in store.list_runs(20) if r.session_id == session.id)
     spans = store.get_trace(run.trace_id)
     run_span = next(s for s in spans if s.span_type == "run")
-    print(f"recorded input.value:  {run_span.attributes.get('input.value')}")
-    print(f"recorded output.value: {run_span.attributes.get('output.value')}")
+    # What the run span recorded, in the GenAI semconv keys every span carries.
+    for key in ("gen_ai.input.messages", "gen_ai.output.messages"):
+        print(f"recorded {key}: {message_text(run_span.attributes.get(key))}")
 
     # Search everything stored for this trace: names, attributes, events, statuses.
     stored = repr([(s.name, s.attributes, s.events, s.status_description) for s in spans])

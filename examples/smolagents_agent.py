@@ -14,6 +14,7 @@ framework context round-trips through ``agent.state``.
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 from smolagents import ToolCallingAgent, tool
 from smolagents.monitoring import LogLevel
@@ -58,7 +59,7 @@ async def main() -> None:
     SmolagentsModule([native], runtime=runtime).run_options(native, max_steps=4)
 
     agent = runtime.agents().get("calculator")
-    session = runtime.sessions().get_or_new("example-session")
+    session = runtime.sessions().get_or_new(f"smolagents-example-{uuid.uuid4().hex[:8]}")
     session.set_framework_context({"unit": "cm"})
     requests = [AgentRequestText(prompt=QUESTION)]
 

@@ -34,11 +34,11 @@ import time
 
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.config import TraceConfig
 from runnertrace.core.models import AgentRequestText
 from runnertrace.exporters.local_store import SpanStore
 from runnertrace.runners.native import Agent, NativeRunner, ScriptedLlm, calculator
 from runnertrace.tracing import TracingRunner, drops
+from runnertrace.tracing.config import TraceConfig
 
 SPANS_PER_RUN = 9
 PROMPT = [AgentRequestText(prompt="What is 1234 * 5678, plus 17?")]

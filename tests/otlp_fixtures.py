@@ -18,10 +18,10 @@ import pytest
 from otlp_receiver import Mode, OtlpReceiver
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.config import TraceConfig
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.native import Agent, NativeRunner, ScriptedLlm, calculator
 from runnertrace.tracing import TracingRunner
+from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.export import BoundedBatchSpanProcessor
 from runnertrace.tracing.setup import get_tracing_setup
 

@@ -7,6 +7,12 @@ sent, so tests can check what reached ADK.
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip("google.adk", reason="needs the adk extra: pip install -e '.[dev,adk]'")
+
 import asyncio
 import base64
 import logging
@@ -15,7 +21,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 from google.adk.agents import LlmAgent, ParallelAgent, RunConfig
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.agents.invocation_context import InvocationContext, LlmCallsLimitExceededError
@@ -34,7 +39,6 @@ from runnertrace.core import Runtime, SqliteSessionStore, observing
 from runnertrace.core import ToolContext as CoreToolContext
 from runnertrace.core import events as ev
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.config import Settings, TraceConfig
 from runnertrace.core.models import (
     AgentReplyAny,
     AgentReplyText,
@@ -48,6 +52,7 @@ from runnertrace.core.session import Session
 from runnertrace.runners.adk import STATE_KEY, GoogleADKModule, GoogleADKRunner, user_content_of
 from runnertrace.runners.adk_testing import ScriptedAdkLlm, answer, call
 from runnertrace.testing import CapturedSpans
+from runnertrace.tracing.config import Settings, TraceConfig
 
 REPO = Path(__file__).resolve().parents[1]
 QUESTION: list[AgentRequest] = [AgentRequestText(prompt="What is 6 times 7?")]

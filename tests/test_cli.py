@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from runnertrace.cli import main
+from runnertrace.exporters.local_store import SpanStore
 
 ANSWERS = (
     "The answer is 7006669.",
@@ -141,6 +142,7 @@ def test_show_by_prefix_in_process(demo: Demo, capsys: pytest.CaptureFixture[str
 
 
 def test_report_last_writes_a_page(demo: Demo) -> None:
+    (demo.cwd / "out").mkdir(exist_ok=True)
     result = cli("report", "last", "-o", "out/run.html", cwd=demo.cwd, env=demo.env)
     assert result.returncode == 0, result.stderr
     page = demo.cwd / "out" / "run.html"
@@ -250,3 +252,158 @@ def test_dashboards_cloudwatch_deploys_through_the_api(
         assert "dashboard name" in capsys.readouterr().err
     finally:
         server.stop()
+
+
+# -- bad stores: one line, the real cause, nothing written (issue 22) -----------------------------
+def _snapshot(directory: Path) -> dict[str, bytes]:
+    """Every file under ``directory`` and its bytes: what a read-only command must not change.
+
+    Reading a WAL-mode file (the truncated store) makes SQLite add its empty ``-wal``
+    and its ``-shm`` index beside it, as any reader does; those are not the store.
+    """
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in directory.rglob("*")
+        if p.is_file() and not p.name.endswith(("-wal", "-shm"))
+    }
+
+
+@pytest.fixture(params=["empty", "random-bytes", "truncated"])
+def bad_store(request: pytest.FixtureRequest, demo: Demo, tmp_path: Path) -> Path:
+    """A ``traces.db`` that is not a readable store, alone in a directory of its own."""
+    db = tmp_path / "bad" / "traces.db"
+    db.parent.mkdir()
+    if request.param == "empty":
+        db.write_bytes(b"")
+    elif request.param == "random-bytes":
+        db.write_bytes(os.urandom(8192))
+    else:  # a real store cut short: its header is fine, its pages are not all there
+        whole = demo.db.read_bytes()
+        db.write_bytes(whole[: len(whole) // 3])
+    return db
+
+
+def test_viewers_on_a_bad_store_say_why_in_one_line_and_write_nothing(
+    bad_store: Path, tmp_path: Path
+) -> None:
+    before = _snapshot(bad_store.parent)
+    (tmp_path / "out").mkdir()
+    for command in (
+        ["traces"],
+        ["show", "last"],
+        ["report", "last", "-o", str(tmp_path / "out" / "r.html")],
+        ["ui", "--no-open"],
+    ):
+        result = cli(*command, "--db", str(bad_store), cwd=tmp_path)
+        assert result.returncode == 1, (command, result.stdout, result.stderr)
+        assert result.stdout == "", command  # ui: no URL printed, no server started
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), (command, result.stderr)
+        assert str(bad_store) in lines[0]
+        assert lines[0].endswith(
+            f"move {bad_store} aside; runnertrace creates a new store on the next run"
+        ), command
+        assert _snapshot(bad_store.parent) == before, command
+    assert not (tmp_path / "out" / "r.html").exists()
+
+
+def test_ui_on_a_bad_store_gives_doctors_message_and_fix(bad_store: Path, tmp_path: Path) -> None:
+    env = {**clean_env(), "RUNNERTRACE_TRACE__LOCAL__PATH": str(bad_store), "COLUMNS": "1000"}
+    doctor = cli("doctor", cwd=tmp_path, env=env)
+    assert doctor.returncode == 1
+    finding = next(line for line in doctor.stdout.splitlines() if "│ store" in line)
+    detail, fix = (cell.strip() for cell in finding.split("│")[4:6])
+    assert fix == f"move {bad_store} aside; runnertrace creates a new store on the next run"
+    ui = cli("ui", "--no-open", cwd=tmp_path, env=env)
+    assert ui.returncode == 1 and ui.stdout == ""
+    assert ui.stderr.strip() == f"error: {detail}; {fix}"
+
+
+def test_the_demo_into_a_bad_store_names_the_cause_and_leaves_it_alone(
+    bad_store: Path, tmp_path: Path
+) -> None:
+    before = _snapshot(bad_store.parent)
+    result = cli("demo", "--db", str(bad_store), cwd=tmp_path)
+    assert result.returncode == 1, result.stdout
+    assert "locked" not in result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(bad_store) in lines[0] and "aside" in lines[0], result.stderr
+    assert "task 1/3" not in result.stdout  # refused before any run
+    assert _snapshot(bad_store.parent) == before
+
+
+def test_read_only_commands_never_create_a_store(tmp_path: Path) -> None:
+    db = tmp_path / "nowhere" / "traces.db"
+    for command in (["traces"], ["show", "last"], ["report", "last"]):
+        result = cli(*command, "--db", str(db), cwd=tmp_path)
+        assert result.returncode == 1 and "no trace store at" in result.stderr, command
+    env = {**clean_env(), "RUNNERTRACE_TRACE__LOCAL__PATH": str(db)}
+    assert cli("doctor", cwd=tmp_path, env=env).returncode == 0
+    assert not db.parent.exists()
+
+
+def test_the_demo_traces_into_the_store_db_names(tmp_path: Path) -> None:
+    db = tmp_path / "chosen" / "traces.db"
+    result = cli("demo", "--db", str(db), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert len(SpanStore(db, read_only=True).list_runs(10)) == len(ANSWERS)
+    assert f"local ({db})" in result.stdout or "local (chosen/traces.db)" in result.stdout
+
+
+def test_report_into_a_missing_directory_is_an_error_naming_it(demo: Demo, tmp_path: Path) -> None:
+    target = tmp_path / "no" / "such" / "dir" / "x.html"
+    result = cli("report", "-o", str(target), "--db", str(demo.db), cwd=tmp_path)
+    assert result.returncode == 1
+    assert f"the directory {target.parent} does not exist" in result.stderr
+    assert not (tmp_path / "no").exists()
+
+
+# -- a missing extra: one line in the CLI, one warning in an app (issue 22) ----------------------
+BLOCK_BOTO3 = "import sys; sys.modules['boto3'] = None; from runnertrace.cli import main; "
+
+
+def test_a_missing_extra_is_one_line_in_the_cli(tmp_path: Path) -> None:
+    env = {**clean_env(), "RUNNERTRACE_TRACE__TYPE": "cloudwatch", "AWS_REGION": "eu-west-1"}
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCK_BOTO3 + "sys.exit(main(['demo']))"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "error: 'boto3' is not installed; install it with: pip install 'runnertrace[cloudwatch]'"
+    ]
+
+
+def test_a_missing_extra_is_one_warning_in_an_app_and_the_run_goes_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import asyncio
+
+    from runnertrace.core import Runtime
+    from runnertrace.core.models import AgentRequestText
+    from runnertrace.runners.native import Agent, NativeModule, ScriptedLlm
+    from runnertrace.tracing import reset_tracing_setups, traced
+    from runnertrace.tracing.config import TraceConfig
+
+    monkeypatch.setitem(sys.modules, "boto3", None)
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    reset_tracing_setups()
+    runtime = Runtime()
+    NativeModule([Agent(ScriptedLlm(), name="m")], runtime=runtime)
+    agent = runtime.agents().get("m")
+    agent.runner = traced(agent.runner, TraceConfig(type="cloudwatch"))
+    with caplog.at_level("WARNING", logger="runnertrace"):
+        for _ in range(2):
+            reply = asyncio.run(
+                runtime.run(agent, runtime.sessions().new("s"), [AgentRequestText(prompt="hi")])
+            )
+            assert str(reply) == 'I am a scripted offline model. You said: "hi"'
+    reset_tracing_setups()
+    records = [r for r in caplog.records if r.name == "runnertrace"]
+    assert len(records) == 1, [r.getMessage() for r in records]
+    assert records[0].levelname == "WARNING" and records[0].exc_info is None
+    assert "pip install 'runnertrace[cloudwatch]'" in records[0].getMessage()

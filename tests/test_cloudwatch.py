@@ -25,10 +25,8 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from moto_server import MotoServer, moto_fixture, moto_process_fixture  # noqa: F401 - fixtures
 from runnertrace._internal.errors import tolerate_internal_errors
-from runnertrace._internal.imports import MissingExtraError
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.config import ConfigError, TraceConfig, load_settings
 from runnertrace.core.models import AgentRequestText
 from runnertrace.exporters.cloudwatch import (
     CloudWatchBackend,
@@ -42,6 +40,7 @@ from runnertrace.exporters.cloudwatch import (
 from runnertrace.runners.native import Agent, LlmRequest, LlmResponse, NativeRunner, ScriptedLlm
 from runnertrace.runners.native import calculator as calculator_tool
 from runnertrace.tracing import TracingRunner, get_tracing_setup, reset_tracing_setups
+from runnertrace.tracing.config import ConfigError, TraceConfig, load_settings
 from runnertrace.tracing.export import BoundedBatchSpanProcessor
 from runnertrace.tracing.setup import TracingSetup
 from sigv4_receiver import OtlpReceiver, SigV4Verifier, closed_port_url
@@ -650,10 +649,17 @@ def test_malformed_endpoints_name_the_key(monkeypatch: pytest.MonkeyPatch) -> No
         CloudWatchBackend(config())
 
 
-def test_missing_boto3_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_boto3_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setitem(sys.modules, "boto3", None)
-    with pytest.raises(MissingExtraError, match=r"pip install 'runnertrace\[cloudwatch\]'"):
-        get_tracing_setup(config())
+    # A missing extra is the user's to fix: one warning naming the pip line, no traceback,
+    # and runs go untraced (issue 22).
+    with caplog.at_level("WARNING", logger="runnertrace"):
+        assert get_tracing_setup(config()).disabled
+    (warning,) = [r for r in caplog.records if r.name == "runnertrace"]
+    assert "pip install 'runnertrace[cloudwatch]'" in warning.getMessage()
+    assert warning.exc_info is None
     checks = {c.name: c for c in cloudwatch_checks(config(), probe=False)}
     assert checks["boto3"].status == "fail"
     assert checks["boto3"].fix == "pip install 'runnertrace[cloudwatch]'"
@@ -661,7 +667,7 @@ def test_missing_boto3_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_importing_the_backend_loads_no_aws_sdk() -> None:
     code = (
-        "import sys, runnertrace.exporters.cloudwatch, runnertrace.core.config;"
+        "import sys, runnertrace.exporters.cloudwatch, runnertrace.tracing.config;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore')))"
     )
     # logfire's pydantic plugin is loaded by pydantic itself (see test_imports); skip it here.

@@ -20,7 +20,6 @@ from runnertrace.core import (
     ToolContext,
 )
 from runnertrace.core import events as ev
-from runnertrace.core.config import ConfigError, Settings, load_settings
 from runnertrace.core.models import (
     AgentReply,
     AgentReplyText,
@@ -40,6 +39,7 @@ from runnertrace.runners.native import (
     calculator,
     tool,
 )
+from runnertrace.tracing.config import ConfigError, Settings, load_settings
 
 QUESTION = "What is 1234 * 5678, plus 17?"
 

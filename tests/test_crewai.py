@@ -32,7 +32,6 @@ from runnertrace._internal.imports import MissingExtraError  # noqa: E402
 from runnertrace.core import Runtime, Session, ToolContext, observing  # noqa: E402
 from runnertrace.core import events as ev  # noqa: E402
 from runnertrace.core.agent import Agent  # noqa: E402
-from runnertrace.core.config import load_settings  # noqa: E402
 from runnertrace.core.models import (  # noqa: E402
     AgentReplyText,
     AgentRequestAny,
@@ -43,6 +42,7 @@ from runnertrace.runners.crewai import STATE_KEY, CrewAIModule, CrewAIRunner  # 
 from runnertrace.runners.crewai_testing import ScriptedLLM, action, final  # noqa: E402
 from runnertrace.testing import CapturedSpans  # noqa: E402
 from runnertrace.tracing import attributes as A  # noqa: E402
+from runnertrace.tracing.config import load_settings  # noqa: E402
 
 ANSWER = "3 times 4 is 12."
 PROMPT = [AgentRequestText(prompt="What is 3 times 4?")]

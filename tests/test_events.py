@@ -14,8 +14,8 @@ from pydantic import BaseModel, ValidationError
 
 from runnertrace.core import Agent, Runner, Runtime, Session
 from runnertrace.core import events as ev
-from runnertrace.core.config import Settings
 from runnertrace.core.models import AgentReply, AgentReplyText, AgentRequestText, StreamChunk
+from runnertrace.tracing.config import Settings
 
 
 def union_members() -> list[type[BaseModel]]:

@@ -9,8 +9,10 @@ tests check the printed output and then read the store back.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -293,3 +295,98 @@ def test_adk_agent_traces_run_and_stream_to_the_local_store(
             "  agent_step calculator",
             "    chat offline",
         ]
+
+
+# -- every example, one check: what it prints is what its spans hold (issue 22) -----------------
+ALL_EXAMPLES = sorted(
+    [path for path in EXAMPLES.glob("*.py") if not path.name.startswith("_")]
+    + [path.parent for path in EXAMPLES.glob("*/app.py")]
+)
+TRACE_ID = re.compile(r"\b[0-9a-f]{32}\b")
+SPAN_COUNT = re.compile(r"\b(\d+) spans?\b")
+# Lines that state the agent's reply: "run:", "answer:", "agent:", "stream:" (a streamed
+# reply may show its tool calls first, as "[tool -> 42] ").
+REPLY_LINE = re.compile(r"^\s*(?:run|stream|answer|agent):\s+(?:\[[^\]]*\]\s+)*(.+)$")
+# Which example made which session: two examples must never share one.
+_SESSIONS: dict[str, str] = {}
+
+
+def _missing_extra(example: Path) -> str | None:
+    """The extra an example's docstring says it needs, when that extra is not installed here."""
+    from packaging.requirements import Requirement
+
+    script = example / "app.py" if example.is_dir() else example
+    match = re.search(r"Needs the ``([\w-]+)`` extra", script.read_text(encoding="utf-8"))
+    if match is None:
+        return None
+    extra = match.group(1)
+    for line in importlib.metadata.requires("runnertrace") or []:
+        requirement = Requirement(line)
+        if requirement.marker is None or not requirement.marker.evaluate({"extra": extra}):
+            continue
+        try:
+            importlib.metadata.version(requirement.name)
+        except importlib.metadata.PackageNotFoundError:
+            return extra
+    return None
+
+
+def _stored_runs(workdir: Path) -> dict[str, tuple[SpanStore, list[StoredSpan]]]:
+    """Every trace this example wrote, by id, from every store it could have written."""
+    found: dict[str, tuple[SpanStore, list[StoredSpan]]] = {}
+    for path in (user_store(), workdir / STORE):
+        if path.is_file():
+            store = SpanStore(path, read_only=True)
+            for run in store.list_runs(100):
+                found[run.trace_id] = (store, store.get_trace(run.trace_id))
+    return found
+
+
+@pytest.mark.parametrize("example", ALL_EXAMPLES, ids=lambda path: path.stem or path.name)
+def test_every_example_prints_what_its_spans_hold(
+    example: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runnertrace.tracing.attributes import message_text
+
+    extra = _missing_extra(example)
+    if extra is not None:
+        pytest.skip(f"the {extra} extra is not installed here")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # CrewAI writes under $HOME
+    monkeypatch.setenv("CREWAI_DISABLE_TELEMETRY", "true")
+    monkeypatch.setenv("RUNNERTRACE_TRACE__ENABLED", "true")
+    monkeypatch.setenv("RUNNERTRACE_TRACE__CAPTURE_CONTENT", "true")
+    workdir = tmp_path / "work"
+    out = run_example(example, workdir)
+    traces = _stored_runs(workdir)
+    assert traces, f"{example.name} printed {out!r} but stored no trace"
+
+    # The replies it prints are the replies its run spans recorded, and the other way round.
+    run_spans = [
+        next(s for s in spans if s.span_type == "run")
+        for _, spans in traces.values()
+        if any(s.span_type == "run" for s in spans)
+    ]
+    recorded = {message_text(s.attributes.get("gen_ai.output.messages")) for s in run_spans}
+    printed = [m.group(1).strip() for m in map(REPLY_LINE.match, out.splitlines()) if m]
+    if recorded != {None}:  # None: the example configures its own tracing, without content
+        for reply in printed:
+            assert reply in recorded, f"{example.name} printed {reply!r}; its spans hold {recorded}"
+        for text in recorded:
+            assert isinstance(text, str) and text in out, f"{example.name} never printed {text!r}"
+
+    # Every trace id it prints is one it stored, with as many spans as it says.
+    for line in out.splitlines():
+        ids = TRACE_ID.findall(line)
+        for trace_id in ids:
+            assert trace_id in traces, f"{example.name} printed a trace it did not store: {line}"
+        count = SPAN_COUNT.search(line)
+        if count is not None:
+            (trace_id,) = ids or list(traces)  # a count without an id: the one trace there is
+            assert int(count.group(1)) == len(traces[trace_id][1]), line
+
+    # A session of its own: its runs never land in another example's conversation.
+    for _, spans in traces.values():
+        session = next(s for s in spans if s.is_root).attributes.get("gen_ai.conversation.id")
+        if isinstance(session, str):
+            owner = _SESSIONS.setdefault(session, example.name)
+            assert owner == example.name, f"{example.name} reuses {owner}'s session {session!r}"

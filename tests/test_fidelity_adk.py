@@ -14,6 +14,12 @@ can be set only once per process.
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip("google.adk", reason="needs the adk extra: pip install -e '.[dev,adk]'")
+
 import asyncio
 import json
 import logging
@@ -23,7 +29,6 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import pytest
 from google.adk.agents import LlmAgent
 from google.adk.models.llm_request import LlmRequest
 from google.adk.tools.base_tool import BaseTool
@@ -382,7 +387,7 @@ from google.adk.agents import LlmAgent
 from runnertrace import traced
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent
-from runnertrace.core.config import TraceConfig
+from runnertrace.tracing.config import TraceConfig
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.adk import GoogleADKRunner
 from runnertrace.runners.adk_testing import ScriptedAdkLlm, Turn, answer

@@ -16,6 +16,12 @@ vocabularies land.
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip("agent_framework", reason="needs the maf extra: pip install -e '.[dev,maf]'")
+
 import json
 import os
 import subprocess
@@ -24,7 +30,6 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import pytest
 from agent_framework import Agent, Message, MiddlewareFailure, tool
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan
@@ -262,7 +267,7 @@ from agent_framework import Agent, tool
 from runnertrace import traced
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.config import TraceConfig
+from runnertrace.tracing.config import TraceConfig
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.maf import MAFRunner
 from runnertrace.runners.maf_testing import ScriptedChatClient, call, say

@@ -9,12 +9,19 @@ The planner then hands off to a booker, which answers. The model is the SDK's ow
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip(
+    "agents", reason="needs the openai-agents extra: pip install -e '.[dev,openai-agents]'"
+)
+
 import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from agents import (
     Agent,
     ModelRetrySettings,

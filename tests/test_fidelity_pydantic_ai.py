@@ -12,13 +12,20 @@ span processor) never adds a second copy of a call.
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip(
+    "pydantic_ai", reason="needs the pydantic-ai extra: pip install -e '.[dev,pydantic-ai]'"
+)
+
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import aclosing
 from typing import Any
 
-import pytest
 from openinference.instrumentation.pydantic_ai import OpenInferenceSpanProcessor
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider

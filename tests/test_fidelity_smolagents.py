@@ -12,11 +12,18 @@ OpenInference's smolagents instrumentor never adds a second copy of a call.
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip(
+    "smolagents", reason="needs the smolagents extra: pip install -e '.[dev,smolagents]'"
+)
+
 import json
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor

@@ -22,9 +22,9 @@ from tests import backends
 from tests.test_cli import ANSWERS, clean_env
 
 from runnertrace.core import Runtime, Session
-from runnertrace.core.config import load_settings
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.native import Agent, NativeModule, ScriptedLlm, calculator
+from runnertrace.tracing.config import load_settings
 
 RUNNERTRACE = Path(sys.executable).parent / "runnertrace"
 QUESTION = "What is 1234 * 5678, plus 17?"

@@ -25,7 +25,6 @@ from runnertrace import TracingRunner
 from runnertrace._internal.imports import MissingExtraError
 from runnertrace.core import Runtime, Session, ToolContext, observing
 from runnertrace.core.agent import Agent
-from runnertrace.core.config import TraceConfig, load_settings
 from runnertrace.core.models import (
     AgentReplyAny,
     AgentReplyText,
@@ -37,6 +36,7 @@ from runnertrace.runners.langgraph import LangGraphModule, LangGraphRunner, merg
 from runnertrace.runners.langgraph_testing import ScriptedChatModel
 from runnertrace.testing import CapturedSpans, capture_spans
 from runnertrace.tracing import attributes as A
+from runnertrace.tracing.config import TraceConfig, load_settings
 
 # create_react_agent is deprecated in favour of langchain.agents.create_agent,
 # which needs the full `langchain` package; the prebuilt agent is what we drive.

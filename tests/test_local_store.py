@@ -18,7 +18,6 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from runnertrace._internal.errors import internal_log
-from runnertrace.core.config import TraceConfig, load_settings
 from runnertrace.exporters.local import LocalBackend, LocalConfig
 from runnertrace.exporters.local_store import (
     SpanStore,
@@ -29,6 +28,7 @@ from runnertrace.exporters.local_store import (
     TraceNotFoundError,
     span_tree,
 )
+from runnertrace.tracing.config import TraceConfig, load_settings
 from runnertrace.tracing.export import BoundedBatchSpanProcessor
 
 MS = 1_000_000

@@ -7,6 +7,12 @@ client records the messages and options of every request, so tests can check
 what reached the native call.
 """
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip("agent_framework", reason="needs the maf extra: pip install -e '.[dev,maf]'")
+
 import asyncio
 import logging
 import os
@@ -17,7 +23,6 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
-import pytest
 from agent_framework import (
     Agent,
     AgentContext,
@@ -38,7 +43,6 @@ from runnertrace import TracingRunner
 from runnertrace.core import Runtime, SqliteSessionStore, ToolContext, observing
 from runnertrace.core import events as ev
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.config import Settings, TraceConfig
 from runnertrace.core.models import (
     AgentReplyAny,
     AgentReplyText,
@@ -51,6 +55,7 @@ from runnertrace.core.session import Session
 from runnertrace.runners.maf import CONTEXT_KEY, STATE_KEY, MAFModule, MAFRunner, messages_of
 from runnertrace.runners.maf_testing import ScriptedChatClient, Turn, call, say
 from runnertrace.testing import CapturedSpans
+from runnertrace.tracing.config import Settings, TraceConfig
 
 REPO = Path(__file__).resolve().parents[1]
 QUESTION = [AgentRequestText(prompt="What is 6 times 7?")]

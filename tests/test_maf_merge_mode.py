@@ -23,11 +23,11 @@ from agent_framework import Agent, ChatResponseUpdate, Content, tool
 
 from runnertrace.core import Runtime, observing
 from runnertrace.core import events as ev
-from runnertrace.core.config import Settings, TraceConfig
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.maf import MAFModule
 from runnertrace.runners.maf_testing import ScriptedChatClient, Turn, say
 from runnertrace.testing import CapturedSpans
+from runnertrace.tracing.config import Settings, TraceConfig
 
 QUESTION = [AgentRequestText(prompt="Weather in Paris?")]
 ARGUMENTS = json.dumps({"city": "Paris"})

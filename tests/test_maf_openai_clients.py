@@ -31,10 +31,10 @@ from openai import AsyncOpenAI, InternalServerError
 from fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply
 from runnertrace.core import Runtime, observing
 from runnertrace.core import events as ev
-from runnertrace.core.config import Settings, TraceConfig
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.maf import MAFModule
 from runnertrace.testing import CapturedSpans
+from runnertrace.tracing.config import Settings, TraceConfig
 
 QUESTION = [AgentRequestText(prompt="What is the weather in Paris?")]
 ARGUMENTS = {"city": "Paris"}

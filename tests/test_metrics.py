@@ -17,7 +17,6 @@ from otlp_fixtures import LOGFIRE_TOKEN, clean_vendor_env_fixture  # noqa: F401 
 from otlp_receiver import OtlpReceiver, ReceivedPoint
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.config import TraceConfig
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.native import (
     Agent,
@@ -32,6 +31,7 @@ from runnertrace.runners.native import (
 )
 from runnertrace.runners.native.types import Usage
 from runnertrace.tracing import TracingRunner
+from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.cost import usage_cost
 from runnertrace.tracing.metrics import (
     DURATION_BUCKETS,
@@ -406,7 +406,7 @@ metrics.get_meter("the-app").create_counter("app.requests").add(3)
 
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.config import TraceConfig
+from runnertrace.tracing.config import TraceConfig
 from runnertrace.core.models import AgentRequestText
 from runnertrace.exporters.local_store import SpanStore
 from runnertrace.runners.native import Agent, NativeRunner, ScriptedLlm, calculator

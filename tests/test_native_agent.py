@@ -10,7 +10,6 @@ from pydantic import BaseModel
 
 from runnertrace.core import Runtime, Session, observing
 from runnertrace.core import events as ev
-from runnertrace.core.config import Settings
 from runnertrace.core.models import AgentReplyAny, AgentReplyText, AgentRequestText
 from runnertrace.runners.native import (
     Agent,
@@ -25,6 +24,7 @@ from runnertrace.runners.native import (
     tool,
 )
 from runnertrace.runners.native.types import ReasoningPart
+from runnertrace.tracing.config import Settings
 
 QUESTION = "What is 1234 * 5678, plus 17?"
 

@@ -25,12 +25,12 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 from otlp_receiver import OtlpReceiver
-from runnertrace.core.config import TraceConfig
 from runnertrace.exporters.local import LocalBackend, LocalConfig
 from runnertrace.exporters.local_store import SpanStore
 from runnertrace.exporters.otlp import OtlpBackend
 from runnertrace.tracing import drops
 from runnertrace.tracing.backend import Backend
+from runnertrace.tracing.config import TraceConfig
 
 SCRIPT = Path(__file__).with_name("lossy_process.py")
 SPANS_PER_RUN = 9

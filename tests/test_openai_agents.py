@@ -6,6 +6,14 @@ this file fails to collect instead of passing silently.
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip(
+    "agents", reason="needs the openai-agents extra: pip install -e '.[dev,openai-agents]'"
+)
+
 import base64
 import os
 import subprocess
@@ -15,7 +23,6 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
-import pytest
 from agents import (
     Agent,
     MaxTurnsExceeded,
@@ -37,7 +44,6 @@ from pydantic import BaseModel
 from fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply
 from runnertrace.core import Runtime, SqliteSessionStore, ToolContext, observing
 from runnertrace.core import events as ev
-from runnertrace.core.config import Settings, TraceConfig
 from runnertrace.core.models import (
     AgentReplyAny,
     AgentReplyImage,
@@ -49,6 +55,7 @@ from runnertrace.core.models import (
 from runnertrace.core.session import Session
 from runnertrace.runners.openai_agents import OpenAIModule, OpenAIRunner
 from runnertrace.testing import CapturedSpans
+from runnertrace.tracing.config import Settings, TraceConfig
 
 REPO = Path(__file__).resolve().parents[1]
 

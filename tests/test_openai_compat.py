@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip("openai", reason="needs the openai extra: pip install -e '.[dev,openai]'")
+
 import json
 import sys
 from typing import Any
 
 import openai
-import pytest
 from pydantic import BaseModel
 
 from fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply
 from runnertrace._internal.imports import MissingExtraError
 from runnertrace.core import Runtime, Session
 from runnertrace.core import events as ev
-from runnertrace.core.config import Settings
 from runnertrace.core.models import AgentReplyAny, AgentRequestText
 from runnertrace.runners.native import (
     Agent,
@@ -26,6 +30,7 @@ from runnertrace.runners.native import (
 )
 from runnertrace.runners.native.openai_compat import OpenAICompatibleLlm
 from runnertrace.runners.native.types import ReasoningPart, TextPart, ToolCallPart
+from runnertrace.tracing.config import Settings
 
 QUESTION = "What is 1234 * 5678, plus 17?"
 

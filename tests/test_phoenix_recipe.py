@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from otlp_fixtures import ANSWER, clean_vendor_env_fixture, traced_run  # noqa: F401
-from runnertrace.core.config import TraceConfig
+from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.setup import get_tracing_setup
 
 PROJECT = "runnertrace-recipe"

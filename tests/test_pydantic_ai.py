@@ -8,6 +8,14 @@ reached the native call.
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip(
+    "pydantic_ai", reason="needs the pydantic-ai extra: pip install -e '.[dev,pydantic-ai]'"
+)
+
 import asyncio
 import base64
 import logging
@@ -19,7 +27,6 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
-import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -48,7 +55,6 @@ from pydantic_ai.usage import RequestUsage, UsageLimits
 from runnertrace.core import Runtime, SqliteSessionStore, ToolContext, observing
 from runnertrace.core import events as ev
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.config import Settings, TraceConfig
 from runnertrace.core.models import (
     AgentReplyAny,
     AgentReplyImage,
@@ -67,6 +73,7 @@ from runnertrace.runners.pydantic_ai import (
     user_prompt_of,
 )
 from runnertrace.testing import CapturedSpans
+from runnertrace.tracing.config import Settings, TraceConfig
 
 REPO = Path(__file__).resolve().parents[1]
 QUESTION = [AgentRequestText(prompt="What is 6 times 7?")]

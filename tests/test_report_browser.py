@@ -7,9 +7,7 @@ in the dumped DOM proves the page works, not just that the JSON was embedded.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -19,31 +17,24 @@ import pytest
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from tests.browser import chromium
 
-from runnertrace.core.config import TraceConfig
 from runnertrace.exporters.local import LocalBackend, LocalConfig
 from runnertrace.exporters.local_store import SpanStore, StoredSpan
 from runnertrace.report import render_report, write_report
+from runnertrace.tracing.config import TraceConfig
 
-CHROMIUM = (
-    os.environ.get("RUNNERTRACE_CHROMIUM")
-    or shutil.which("chromium")
-    or shutil.which("chromium-browser")
-    or "/usr/bin/chromium"
-)
 MS = 1_000_000
 T0 = 1_750_000_000_000 * MS
 HOSTILE = '</script><img src=x onerror="document.title=1">'
 
 
 def chromium_dom(page: Path, fragment: str = "", tmp: Path | None = None) -> str:
-    if not Path(CHROMIUM).exists():
-        # Not a skip: a browser test that silently passes proves nothing.
-        pytest.fail(f"Chromium not found at {CHROMIUM}: apt-get install chromium (CI installs it)")
+    executable = chromium()  # skips without one, fails in CI: see tests/browser.py
     profile = (tmp or page.parent) / "chromium-profile"
     result = subprocess.run(
         [
-            CHROMIUM,
+            executable,
             "--headless",
             "--no-sandbox",
             "--disable-gpu",

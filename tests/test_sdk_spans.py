@@ -25,8 +25,8 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from tests.tracing_helpers import ForeignAgent, ForeignRunner, ForeignSession
 
 from runnertrace import TracingRunner
-from runnertrace.core.config import TraceConfig
 from runnertrace.testing import SequentialIdGenerator
+from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.runner import _setup_override
 from runnertrace.tracing.setup import TracingSetup
 

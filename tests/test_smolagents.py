@@ -9,6 +9,14 @@ console, cancellation and the missing extra.
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip(
+    "smolagents", reason="needs the smolagents extra: pip install -e '.[dev,smolagents]'"
+)
+
 import asyncio
 import io
 import subprocess
@@ -18,7 +26,6 @@ from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
-import pytest
 from smolagents import CodeAgent, ToolCallingAgent, tool
 from smolagents.memory import ActionStep, MemoryStep
 from smolagents.monitoring import LogLevel, Timing
@@ -28,7 +35,6 @@ from runnertrace import TracingRunner
 from runnertrace.core import Runtime, Session, SqliteSessionStore, observing
 from runnertrace.core import events as ev
 from runnertrace.core.agent import Agent
-from runnertrace.core.config import Settings
 from runnertrace.core.models import AgentRequest, AgentRequestFile, AgentRequestText
 from runnertrace.runners.smolagents import (
     STATE_KEY,
@@ -39,6 +45,7 @@ from runnertrace.runners.smolagents import (
 )
 from runnertrace.runners.smolagents_testing import ScriptedModel, Turn, calls, code
 from runnertrace.testing import CapturedSpans
+from runnertrace.tracing.config import Settings
 
 QUESTION = [AgentRequestText(prompt="What is 6 times 7?")]
 MODES = ["run", "stream"]

@@ -30,9 +30,9 @@ from tests.tracing_helpers import ForeignAgent, ForeignRunner, ForeignSession, O
 from runnertrace import traced
 from runnertrace._internal.errors import tolerate_internal_errors
 from runnertrace.core import events as ev
-from runnertrace.core.config import TraceConfig
 from runnertrace.exporters.local_store import SpanStore
 from runnertrace.testing import CapturedSpans, capture_spans
+from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.setup import get_tracing_setup
 
 EMAIL = "alice@example.com"

@@ -14,11 +14,11 @@ from runnertrace._internal.errors import tolerate_internal_errors
 from runnertrace.core import Runtime, Session
 from runnertrace.core import events as ev
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.config import TraceConfig, load_settings
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.native import Agent, NativeModule, NativeRunner, ScriptedLlm, calculator
 from runnertrace.runners.native.tools import tool
 from runnertrace.testing import CapturedSpans, capture_spans
+from runnertrace.tracing.config import TraceConfig, load_settings
 from runnertrace.tracing.state import RunTracer
 
 PROMPT = [AgentRequestText(prompt="What is 1234 * 5678, plus 17?")]
@@ -329,7 +329,7 @@ def test_traced_is_idempotent() -> None:
 
 
 def test_unknown_trace_type_lists_valid_ones() -> None:
-    from runnertrace.core.config import ConfigError
+    from runnertrace.tracing.config import ConfigError
 
     with pytest.raises(ConfigError, match=r"unknown trace type 'langfus'; expected one of .*local"):
         load_settings(trace={"type": "langfus"})

@@ -20,10 +20,10 @@ from runnertrace import traced
 from runnertrace._internal.errors import tolerate_internal_errors
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.config import TraceConfig
 from runnertrace.core.models import AgentRequestImage, AgentRequestText
 from runnertrace.runners.native import Agent, NativeRunner, ScriptedLlm, calculator
 from runnertrace.testing import CapturedSpans
+from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.setup import get_tracing_setup, reset_tracing_setups
 
 SECRET = "sk-test-0123456789abcdefXYZ"
@@ -255,7 +255,7 @@ def test_app_provider_is_reused_never_replaced() -> None:
         from runnertrace import traced
         from runnertrace.core import Session
         from runnertrace.core.agent import Agent as CA
-        from runnertrace.core.config import TraceConfig
+        from runnertrace.tracing.config import TraceConfig
         from runnertrace.core.models import AgentRequestText
         from runnertrace.runners.native import Agent, NativeRunner, ScriptedLlm, calculator
         from tests import backends
@@ -284,7 +284,7 @@ def test_app_provider_is_reused_never_replaced() -> None:
 def test_otel_env_vars_shape_the_resource() -> None:
     result = run_python(
         """
-        from runnertrace.core.config import TraceConfig
+        from runnertrace.tracing.config import TraceConfig
         from runnertrace.tracing.setup import get_tracing_setup
         setup = get_tracing_setup(TraceConfig(type="tests.backends.MemoryBackend"))
         attrs = dict(setup.provider.resource.attributes)

@@ -25,8 +25,8 @@ from tests.tracing_helpers import (
 
 from runnertrace import traced
 from runnertrace.core import events as ev
-from runnertrace.core.config import TraceConfig
 from runnertrace.testing import CapturedSpans, capture_spans
+from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.setup import get_tracing_setup
 
 N_EVENTS = len(scripted_events())

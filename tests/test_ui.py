@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip("starlette", reason="needs the ui extra: pip install -e '.[dev,ui]'")
+
 import json
 import socket
 import sqlite3
@@ -12,7 +18,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from starlette.testclient import TestClient
 
 from runnertrace.cli import main

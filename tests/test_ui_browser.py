@@ -8,16 +8,21 @@ the page makes is recorded, and any to another host fails the test.
 
 from __future__ import annotations
 
+# A module of its framework's tests: without its extra, skipped as a whole (before the
+# imports below), so `pytest -k <framework>` runs in a venv with that one extra.
+import pytest
+
+pytest.importorskip("uvicorn", reason="needs the ui extra: pip install -e '.[dev,ui]'")
+
 import os
-import shutil
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import pytest
 import uvicorn
+from tests.browser import chromium
 
 from runnertrace.ui import create_app
 from ui_fixtures import build_store, hand_made_runs
@@ -25,12 +30,6 @@ from ui_fixtures import build_store, hand_made_runs
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
 
-CHROMIUM = (
-    os.environ.get("RUNNERTRACE_CHROMIUM")
-    or shutil.which("chromium")
-    or shutil.which("chromium-browser")
-    or "/usr/bin/chromium"
-)
 ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -84,11 +83,10 @@ def base_url(db: Path) -> Iterator[str]:
 
 @pytest.fixture
 def page(base_url: str) -> Iterator[tuple[object, list[str]]]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"Chromium not found at {CHROMIUM}: apt-get install chromium (CI installs it)")
+    executable = chromium()  # skips without one, fails in CI: see tests/browser.py
     requested: list[str] = []
     with playwright_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        browser = p.chromium.launch(executable_path=executable, args=ARGS, headless=True)
         context = browser.new_context(viewport={"width": 1400, "height": 820})
 
         def guard(route: object) -> None:

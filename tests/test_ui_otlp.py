@@ -388,10 +388,10 @@ def test_a_bad_body_is_a_400_and_nothing_is_stored(
 
 def test_our_otlp_backend_pointed_at_the_ui_stores_our_runs(served: tuple[str, Path]) -> None:
     from runnertrace.core import Runtime, Session
-    from runnertrace.core.config import Settings
     from runnertrace.core.models import AgentRequestText
     from runnertrace.runners.native import Agent, NativeModule, ScriptedLlm, calculator
     from runnertrace.tracing import get_tracing_setup
+    from runnertrace.tracing.config import Settings
 
     url, _ = served
     settings = Settings(

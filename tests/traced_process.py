@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING
 
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.core.config import TraceConfig
 from runnertrace.core.models import AgentRequestText
 from runnertrace.exporters.local_store import SpanStore
 from runnertrace.runners.native import Agent, NativeRunner, ScriptedLlm, calculator
 from runnertrace.tracing import TracingRunner
+from runnertrace.tracing.config import TraceConfig
 
 if TYPE_CHECKING:
     from otlp_receiver import ReceivedSpan

@@ -17,11 +17,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from runnertrace.core import Runtime, Session
-from runnertrace.core.config import Settings
 from runnertrace.core.models import AgentRequestText
 from runnertrace.exporters.local_store import SqliteSpanExporter
 from runnertrace.runners.native import Agent, NativeModule, ScriptedLlm, calculator
 from runnertrace.tracing import get_tracing_setup
+from runnertrace.tracing.config import Settings
 
 MS = 1_000_000
 TASKS = ("What is 1234 * 5678, plus 17?", "What is 100 divided by 0?", "Hello! What can you do?")

@@ -18,10 +18,14 @@ untraced. Spans still being exported are flushed when the process exits.
 from __future__ import annotations
 
 import asyncio
+import os
+import uuid
+from pathlib import Path
 
 from runnertrace.core import Runtime, Session
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.native import Agent, NativeModule, ScriptedLlm, calculator
+from runnertrace.tracing.config import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE, load_settings
 
 
 async def main() -> None:
@@ -30,7 +34,8 @@ async def main() -> None:
     agent = NativeModule([native], runtime=runtime).get(native)
 
     question = "What is 12 times 34, minus 8?"
-    reply = await runtime.run(agent, Session("yaml-app"), [AgentRequestText(prompt=question)])
+    session = Session(f"yaml-app-{uuid.uuid4().hex[:8]}")
+    reply = await runtime.run(agent, session, [AgentRequestText(prompt=question)])
     print(f"question: {question}")
     print(f"answer:   {reply}")
 
@@ -40,7 +45,19 @@ async def main() -> None:
         backends = ", ".join(trace.types)
         print(f"tracing:  on from the config, to {backends}; see `runnertrace show last`")
     else:
-        print("tracing:  off (no runnertrace.yaml here; run this from examples/yaml_config)")
+        print(f"tracing:  off ({why_off()})")
+
+
+def why_off() -> str:
+    """Why the configuration left tracing off: no file, an invalid one, or enabled: false."""
+    source = Path(os.environ.get(CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE))
+    if not source.is_file():
+        return f"no {source} here; run this from examples/yaml_config"
+    try:
+        load_settings()
+    except Exception as exc:  # the Runtime logged it too; say it where the user looks
+        return f"{source} is invalid: {exc}"
+    return f"trace.enabled is false in {source}"
 
 
 if __name__ == "__main__":

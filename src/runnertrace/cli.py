@@ -2,10 +2,11 @@
 
 Subcommands:
 
-* ``demo [--stream]``: runs the native agent on a few tasks, offline, traced to
-  the configured backends (``local`` by default), then shows each run's span
-  tree and writes an HTML report.
-* ``traces``, ``show``, ``report``: read the ``local`` backend's SQLite store.
+* ``demo [--stream] [--db PATH]``: runs the native agent on a few tasks, offline,
+  traced to the configured backends (``local`` by default, into ``--db`` when
+  given), then shows each run's span tree and writes an HTML report.
+* ``traces``, ``show``, ``report``: read the ``local`` backend's SQLite store,
+  opened read-only: a viewer never creates, upgrades or rewrites a file.
 * ``doctor``: builds the configured backends and prints their ``check()`` findings.
 * ``dashboards cloudwatch``: deploys the CloudWatch dashboard.
 * ``ui``: serves the local dashboard over the store (the ``ui`` extra).
@@ -21,7 +22,8 @@ import asyncio
 import os
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,15 +86,21 @@ def load_cli_settings() -> Settings:
 def _open_store(db: str | None) -> SpanStore:
     """The store ``--db`` names, else ``trace.local.path``; a broken config is a warning here.
 
-    Reading traces must keep working while the configuration is being fixed.
+    Reading traces must keep working while the configuration is being fixed. The
+    store is opened read-only: a viewer never creates, upgrades or rewrites a file.
     """
     from runnertrace.exporters.local_store import SpanStore
+
+    return SpanStore(_store_path(db), read_only=True)
+
+
+def _store_path(db: str | None) -> str:
     from runnertrace.tracing.config_env import default_store_path
 
     if db is not None:
-        return SpanStore(db)
+        return db
     try:
-        path = load_cli_settings().trace.local.path
+        path: str = load_cli_settings().trace.local.path
     except ConfigError as exc:
         path = default_store_path()
         _console(stderr=True).print(
@@ -100,7 +108,37 @@ def _open_store(db: str | None) -> SpanStore:
             style="yellow",
             soft_wrap=True,
         )
-    return SpanStore(path)
+    return path
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """A store that turns out unreadable while a viewer reads it: doctor's message and fix."""
+    from runnertrace.exporters.local import is_busy, unreadable_fix
+    from runnertrace.exporters.local_store import (
+        StoreError,
+        StoreNotFoundError,
+        StoreVersionError,
+    )
+
+    try:
+        yield
+    except (StoreNotFoundError, StoreVersionError):
+        raise  # their messages say what to do
+    except StoreError as exc:
+        if is_busy(exc.__cause__):
+            raise
+        raise CommandError(f"{exc}; {unreadable_fix(path)}") from None
+
+
+def _check_readable(path: Path) -> None:
+    """Refuse an existing store that cannot be read, with ``doctor``'s message and fix."""
+    from runnertrace.exporters.local import readable
+
+    if path.is_file():
+        check = readable(path)
+        if check.status == "fail":
+            raise CommandError(f"{check.detail}; {check.fix}")
 
 
 def _display_path(path: Path) -> str:
@@ -141,7 +179,8 @@ def _runs_table(runs: Sequence[RunSummary], title: str) -> Table:
 # -- traces / show / report ------------------------------------------------------------------
 def cmd_traces(args: argparse.Namespace, out: Console) -> int:
     store = _open_store(args.db)
-    runs = store.list_runs(args.n)
+    with _reading(store.path):
+        runs = store.list_runs(args.n)
     if not runs:
         out.print(Text(f"No traces in {_display_path(store.path)} yet."))
         return 0
@@ -151,8 +190,10 @@ def cmd_traces(args: argparse.Namespace, out: Console) -> int:
 
 def cmd_show(args: argparse.Namespace, out: Console) -> int:
     store = _open_store(args.db)
-    trace_id = store.resolve(args.trace)
-    out.print(render_trace_tree(store.get_trace(trace_id), store.get_run(trace_id)))
+    with _reading(store.path):
+        trace_id = store.resolve(args.trace)
+        tree = render_trace_tree(store.get_trace(trace_id), store.get_run(trace_id))
+    out.print(tree)
     return 0
 
 
@@ -160,17 +201,33 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
     from runnertrace.report import write_report
 
     store = _open_store(args.db)
-    trace_id = store.resolve(args.trace)
-    target = args.output or f"report-{trace_id[:8]}.html"
-    path = write_report(store, trace_id, target)
+    with _reading(store.path):
+        trace_id = store.resolve(args.trace)
+    target = Path(args.output or f"report-{trace_id[:8]}.html")
+    if not target.parent.is_dir():  # a typo in -o must not create directories
+        raise CommandError(
+            f"cannot write {target}: the directory {target.parent} does not exist; "
+            "create it first, or choose another -o"
+        )
+    with _reading(store.path):
+        path = write_report(store, trace_id, target)
     out.print(Text(f"Wrote {path.resolve()}"))
     return 0
 
 
 # -- demo --------------------------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace, out: Console) -> int:
+    from runnertrace._internal.imports import MissingExtraError
+    from runnertrace.tracing.setup import build_backends
+
     settings = load_cli_settings()
     settings.trace.enabled = True  # the demo exists to show a traced run
+    if args.db is not None:
+        settings.trace.local.path = args.db
+    try:  # what the run's tracing would only log: here it is the answer, in one line
+        build_backends(settings.trace.model_copy(deep=True))
+    except MissingExtraError as exc:  # its message names the extra to install
+        raise CommandError(str(exc)) from None
     return asyncio.run(_demo(settings, stream=args.stream, out=out))
 
 
@@ -181,6 +238,7 @@ async def _demo(settings: Settings, *, stream: bool, out: Console) -> int:
     from runnertrace.report import write_report
     from runnertrace.runners.native import Agent, NativeModule, ScriptedLlm, calculator
     from runnertrace.tracing import get_tracing_setup
+    from runnertrace.tracing.setup import sdk_disabled
 
     trace = settings.trace
     runtime = Runtime(settings=settings)
@@ -195,6 +253,7 @@ async def _demo(settings: Settings, *, stream: bool, out: Console) -> int:
     store = SpanStore(trace.local.path) if "local" in trace.types else None
     if store is not None:
         _check_writable(store.path)
+        _check_readable(store.path)
     session_id = f"demo-{uuid.uuid4().hex[:8]}"
     mode = "stream" if stream else "run"
     destination = ", ".join(trace.types)
@@ -208,7 +267,8 @@ async def _demo(settings: Settings, *, stream: bool, out: Console) -> int:
         )
     )
     if setup.disabled:
-        out.print("[yellow]OTEL_SDK_DISABLED=true: tracing is off, so no spans are recorded.[/]")
+        why = "OTEL_SDK_DISABLED=true" if sdk_disabled() else "the error above"
+        out.print(Text(f"Tracing is off ({why}), so no spans are recorded.", "yellow"))
 
     session = Session(session_id)
     for number, prompt in enumerate(DEMO_TASKS, 1):
@@ -256,21 +316,27 @@ async def _demo(settings: Settings, *, stream: bool, out: Console) -> int:
     return 1 if drops.lost_spans() else 0
 
 
-_LOST_FIX = {
-    "local": "another program may hold the store locked: close it, or choose another store with "
-    "trace.local.path (or RUNNERTRACE_TRACE__LOCAL__PATH)",
-}
+_LOST_FIX = {"local": "or choose another store with trace.local.path (or --db)"}
 
 
 def _report_lost(types: Sequence[str], out: Console) -> bool:
-    """Say plainly which backends lost spans so far (the demo must not claim delivery)."""
+    """Say plainly which backends lost spans so far (the demo must not claim delivery).
+
+    The cause is not guessed here: the backend's own warning line above names it
+    (a locked store, a refused export, ...).
+    """
     from runnertrace.tracing import drops
 
     lost = {name: drops.lost_spans(name) for name in types}
     for name, count in lost.items():
         if count:
-            fix = _LOST_FIX.get(name, "check that it is reachable (runnertrace doctor)")
-            out.print(Text(f"{count} span(s) could not be delivered to {name}; {fix}.", "yellow"))
+            out.print(
+                Text(
+                    f"{count} span(s) could not be delivered to {name}: the warning above says "
+                    f"why; {_LOST_FIX.get(name, '`runnertrace doctor` checks each backend')}.",
+                    "yellow",
+                )
+            )
     return any(lost.values())
 
 
@@ -449,6 +515,7 @@ def cmd_ui(args: argparse.Namespace, out: Console) -> int:
     if not 0 <= args.port <= 65535:
         raise CommandError(f"--port {args.port} is out of range: 0 to 65535")
     path = _open_store(args.db).path
+    _check_readable(path)  # before a URL is printed or a server started
     try:
         return serve(
             path,
@@ -486,6 +553,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = command("demo", "run the native agent offline, traced, and show its spans")
     demo.add_argument("--stream", action="store_true", help="run in stream mode")
+    demo.add_argument(
+        "--db",
+        metavar="PATH",
+        help="the SQLite store to trace into (default: trace.local.path, a per-user store)",
+    )
     demo.set_defaults(func=cmd_demo)
 
     traces = command("traces", "list recent runs in the local store", parents=[store_parent])
@@ -529,6 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from runnertrace._internal.imports import MissingExtraError
     from runnertrace.exporters.local_store import StoreError, TraceNotFoundError
 
     args = build_parser().parse_args(argv)
@@ -538,7 +611,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         err.print(Text(str(exc), style="red"), soft_wrap=True)
         return 2
-    except (CommandError, StoreError, TraceNotFoundError, OSError) as exc:
+    except (CommandError, StoreError, TraceNotFoundError, OSError, MissingExtraError) as exc:
         err.print(Text(f"error: {exc}", style="red"), soft_wrap=True)
         return 1
     except KeyboardInterrupt:

@@ -9,17 +9,23 @@ growing without bound.
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace.export import SpanExporter
 from pydantic import Field
 
-from runnertrace.exporters.local_store import SpanStore, SqliteSpanExporter, StoreError
+from runnertrace.exporters.local_store import (
+    SpanStore,
+    SqliteSpanExporter,
+    StoreError,
+    StoreVersionError,
+)
 from runnertrace.tracing.backend import Backend, BackendSettings, Check
 from runnertrace.tracing.config_env import default_store_path
 
-__all__ = ["LocalBackend", "LocalConfig"]
+__all__ = ["LocalBackend", "LocalConfig", "is_busy", "readable", "unreadable_fix", "writable"]
 
 
 class LocalConfig(BackendSettings):
@@ -66,23 +72,48 @@ class LocalBackend(Backend):
         path = self.path
         checks = [writable(path)]
         if path.is_file():
-            try:
-                spans, traces = SpanStore(path).count()
-            except StoreError as exc:
-                checks.append(
-                    Check(
-                        self.name,
-                        "store",
-                        "fail",
-                        str(exc),
-                        fix=f"move {path} aside; runnertrace creates a new store on the next run",
-                    )
-                )
-            else:
-                checks.append(
-                    Check(self.name, "store", "ok", f"{traces} traces, {spans} spans in {path}")
-                )
+            checks.append(readable(path))
         return checks
+
+
+def readable(path: Path) -> Check:
+    """Can the existing store at ``path`` be read? Opened read-only: a check never writes.
+
+    ``doctor`` lists it, and ``runnertrace ui`` and ``demo`` refuse a store that fails
+    it with the same message and fix, before they start.
+    """
+    store = SpanStore(path, read_only=True, busy_timeout_s=1.0)
+    try:
+        spans, traces = store.count()
+    except StoreVersionError as exc:  # the data is fine: the message says how to read it
+        return Check("local", "store", "fail", str(exc), fix="see the message")
+    except StoreError as exc:
+        if is_busy(exc.__cause__):  # held by another program: nothing is wrong with it
+            return Check(
+                "local",
+                "store",
+                "warn",
+                f"{path} is locked by another program: {exc.__cause__}",
+                fix="close the program that holds it, or choose another store with "
+                "trace.local.path",
+            )
+        return Check("local", "store", "fail", str(exc), fix=unreadable_fix(path))
+    finally:
+        store.close()
+    return Check("local", "store", "ok", f"{traces} traces, {spans} spans in {path}")
+
+
+def unreadable_fix(path: Path) -> str:
+    """What to do with a file that is not a readable store (``doctor`` and the CLI say the same)."""
+    return f"move {path} aside; runnertrace creates a new store on the next run"
+
+
+def is_busy(error: BaseException | None) -> bool:
+    """Is this SQLite error another connection holding the file (not a fault of the file)?"""
+    return isinstance(error, sqlite3.Error) and getattr(error, "sqlite_errorname", "") in {
+        "SQLITE_BUSY",
+        "SQLITE_LOCKED",
+    }
 
 
 def writable(path: Path) -> Check:

@@ -48,6 +48,7 @@ __all__ = [
     "SqliteSpanExporter",
     "StoreError",
     "StoreNotFoundError",
+    "StoreVersionError",
     "StoredMetricPoint",
     "StoredSpan",
     "TraceNotFoundError",
@@ -147,6 +148,10 @@ class StoreError(RuntimeError):
 
 class StoreNotFoundError(StoreError):
     """There is no store file yet (nothing has been traced to ``local``)."""
+
+
+class StoreVersionError(StoreError):
+    """The store is of another schema version than this runnertrace reads (its data is fine)."""
 
 
 class TraceNotFoundError(LookupError):
@@ -754,16 +759,31 @@ class SpanStore:
         return conn
 
     def _check_read_only(self, conn: sqlite3.Connection) -> sqlite3.Connection:
+        """Refuse, with the cause, a file a viewer cannot read as a store of this schema.
+
+        Nothing is written: an empty file or another program's database stays as it
+        is (a writer would turn it into a store), and so does an older store.
+        """
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         except sqlite3.Error as exc:
             conn.close()
             raise StoreError(f"cannot read trace store {self.path}: {exc}") from exc
+        if version == 0 and "spans" not in tables:
+            conn.close()
+            what = "an empty file" if not tables else "a SQLite file without a spans table"
+            raise StoreError(f"{self.path} is not a runnertrace trace store ({what})")
         if version != SCHEMA_VERSION:
             conn.close()
-            raise StoreError(
+            raise StoreVersionError(
                 f"trace store {self.path} has schema version {version}, this runnertrace reads "
-                f"{SCHEMA_VERSION}; open it once with write access (SpanStore.upgrade())"
+                f"{SCHEMA_VERSION}; "
+                + (
+                    "upgrade runnertrace"
+                    if version > SCHEMA_VERSION
+                    else "the next traced run into it upgrades it (or SpanStore(path).upgrade())"
+                )
             )
         self._conn = conn
         return conn

@@ -157,17 +157,21 @@ def get_tracing_setup(config: TraceConfig, key: str | None = None) -> TracingSet
 def _build_or_report(config: TraceConfig) -> TracingSetup:
     """Build the pipeline; a configuration problem is one log line, and runs go untraced.
 
-    A missing key or a bad setting is the user's to fix, not a fault of ours:
-    it is reported once per process (the disabled setup is cached), without a
-    traceback, naming everything that is missing.
+    A missing key, a bad setting or an extra that is not installed is the user's
+    to fix, not a fault of ours: it is reported once per process (the disabled
+    setup is cached), without a traceback, naming everything that is missing or
+    the ``pip install`` line to run.
     """
+    from runnertrace._internal.imports import MissingExtraError
     from runnertrace.tracing.config import ConfigError
 
     try:
         return _build(config)
     except ConfigError as exc:
         logger.error("runnertrace: tracing is off for this configuration: %s", exc)
-        return TracingSetup(trace_api.NoOpTracerProvider(), owns_provider=False, disabled=True)
+    except MissingExtraError as exc:
+        logger.warning("runnertrace: tracing is off for this configuration: %s", exc)
+    return TracingSetup(trace_api.NoOpTracerProvider(), owns_provider=False, disabled=True)
 
 
 def _build(config: TraceConfig) -> TracingSetup:
