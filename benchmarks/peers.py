@@ -118,6 +118,7 @@ from peer_kit import (  # noqa: E402
     MODES,
     CountingProcessor,
     GlobalSwitch,
+    ModeFn,
     Setting,
     Skip,
     Variant,
@@ -135,6 +136,8 @@ GOAL_TRACED_VS_PEERS = 1.0  # below every peer of the framework
 GOAL_MACHINERY = 3.0  # our machinery over the bare SDK spans it makes
 GOAL_UNTRACED_RUNNER = 1.03
 GOAL_TRACED = 1.10  # the stretch
+GOAL_IMPORT_MS = 20.0  # issue 10
+IMPORT_SAMPLES = 5
 DEFAULT_ROUNDS = 15
 RUNS_PER_BATCH = 8
 BARE_SPANS = 2000
@@ -514,9 +517,37 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+async def _run_many(run: ModeFn, runs: int) -> tuple[float, float, float, float]:
+    """(CPU s, wall s, RSS MB before, RSS MB after) over ``runs`` runs back to back."""
+    gc.collect()
+    rss_before = _rss_mb()
+    cpu_before, wall_before = cpu_clock(), time.perf_counter()
+    for _ in range(runs):
+        await run()
+    cpu, wall = cpu_clock() - cpu_before, time.perf_counter() - wall_before
+    gc.collect()
+    return cpu, wall, rss_before, _rss_mb()
+
+
 async def measure_scale(fw: Framework, setting: Setting, runs: int) -> list[Row]:
-    """Spans/s, CPU per 1,000 spans and RSS over ``runs`` traced runs, to OTLP and to SQLite."""
-    rows = []
+    """Spans/s, CPU per 1,000 spans and RSS over ``runs`` traced runs, to OTLP and to SQLite.
+
+    The untraced runner goes first, as the control: its CPU is what the runs
+    cost without us (so "tracing CPU per 1,000 spans" is ours alone), its RSS
+    growth what the framework itself keeps.
+    """
+    untraced = _modes(fw.build(fw.runner()))["run"]
+    await untraced()
+    base_cpu, base_wall, rss_before, rss_after = await _run_many(untraced, runs)
+    rows = [
+        Row(
+            f"untraced runner, {runs} runs",
+            rss_after,
+            "MB",
+            f"RSS {rss_before:.0f} -> {rss_after:.0f} MB ({rss_after - rss_before:+.1f});"
+            f" {base_cpu:.1f}s CPU, {base_wall:.1f}s wall",
+        )
+    ]
     path = setting.tmp / "scale.db"
     backends: list[tuple[str, TraceConfig, Callable[[], int]]] = [
         (
@@ -536,101 +567,124 @@ async def measure_scale(fw: Framework, setting: Setting, runs: int) -> list[Row]
         await run()
         wrapped.setup.flush()
         spans_before = delivered()
-        rss_before = _rss_mb()
-        cpu_before, wall_before = cpu_clock(), time.perf_counter()
-        for _ in range(runs):
-            await run()
+        cpu, wall, rss_before, _ = await _run_many(run, runs)
+        flush_start = cpu_clock()
         wrapped.setup.flush()
-        cpu, wall = cpu_clock() - cpu_before, time.perf_counter() - wall_before
-        spans = delivered() - spans_before
+        cpu += cpu_clock() - flush_start
+        spans = max(delivered() - spans_before, 1)
         rss_after = _rss_mb()
         wrapped.setup.shutdown()
-        detail = (
-            f"{runs} runs, {spans} spans delivered in {wall:.1f}s wall, {cpu:.1f}s CPU;"
-            f" RSS {rss_before:.0f} -> {rss_after:.0f} MB"
-        )
-        rows.append(Row(f"spans/s, one process, to {label}", spans / wall, "/s", detail))
-        rows.append(
+        rows += [
             Row(
-                f"CPU per 1,000 spans, to {label}",
-                cpu / max(spans, 1) * 1e6,
+                f"to {label}: spans/s, one process",
+                spans / wall,
+                "/s",
+                f"{spans} spans from {runs} runs in {wall:.1f}s wall (a loaded machine);"
+                f" {spans / cpu:.0f} per CPU second",
+            ),
+            Row(
+                f"to {label}: CPU per 1,000 spans, whole run",
+                cpu / spans * 1e6,
                 "ms",
-                f"{spans / runs:g} spans/run",
-            )
-        )
-        rows.append(
+                f"{cpu:.1f}s CPU; {spans / runs:g} spans/run",
+            ),
             Row(
-                f"RSS after {runs} runs, to {label}",
+                f"to {label}: tracing CPU per 1,000 spans",
+                (cpu - base_cpu) / spans * 1e6,
+                "ms",
+                "the whole run's minus the untraced runner's, same number of runs",
+            ),
+            Row(
+                f"to {label}: RSS after {runs} more runs",
                 rss_after,
                 "MB",
                 f"{rss_after - rss_before:+.1f} MB over the runs",
-            )
-        )
+            ),
+        ]
     return rows
 
 
 async def profile(fw: Framework, runs: int, top: int) -> str:
-    """Self time per function, traced (counting processor) minus untraced runner, per run."""
+    """Self time per function, traced (counting processor) minus untraced runner, per run.
+
+    The two alternate in chunks of 20 runs, each chunk added to its own
+    profiler, so warm-up, caches and the machine's load fall on both alike.
+    cProfile sees the main thread only, timed in its own CPU time (``time.thread_time``),
+    so neither the machine's load nor waits on other threads show up as self time.
+    """
     plain = _modes(fw.build(fw.runner()))
     traced_modes = _modes(fw.build(traced(fw.runner(), COUNTING)))
     lines = []
+    chunk = 20
     for mode in MODES:
-        stats = {}
-        for label, modes in (("untraced", plain), ("traced", traced_modes)):
+        profilers = {label: cProfile.Profile(time.thread_time) for label in ("untraced", "traced")}
+        calls = {"untraced": plain[mode], "traced": traced_modes[mode]}
+        for call in calls.values():
             for _ in range(5):
-                await modes[mode]()
-            profiler = cProfile.Profile()
-            profiler.enable()
-            for _ in range(runs):
-                await modes[mode]()
-            profiler.disable()
-            stats[label] = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+                await call()
+        gc.collect()
+        for _ in range(max(1, runs // chunk)):
+            for label, call in calls.items():
+                profilers[label].enable()
+                for _ in range(chunk):
+                    await call()
+                profilers[label].disable()
+        done = max(1, runs // chunk) * chunk
         self_time: dict[str, float] = {}
-        for sign, label in ((1.0, "traced"), (-1.0, "untraced")):
-            for (file, _line, func), (_, _, tottime, _, _) in stats[label].items():
+        totals = {}
+        for label, profiler in profilers.items():
+            sign = 1.0 if label == "traced" else -1.0
+            entries = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+            totals[label] = sum(entry[2] for entry in entries.values()) / done * 1e6
+            for (file, _line, func), (_, _, tottime, _, _) in entries.items():
                 key = f"{_short(file)}:{func}"
-                self_time[key] = self_time.get(key, 0.0) + sign * tottime
-        extra = sum(self_time.values())
-        lines.append(f"{fw.name} {mode}: +{extra / runs * 1e6:.0f} us/run self time traced")
+                self_time[key] = self_time.get(key, 0.0) + sign * tottime / done * 1e6
+        extra = totals["traced"] - totals["untraced"]
+        lines.append(
+            f"{fw.name} {mode}: {totals['untraced']:.0f} -> {totals['traced']:.0f} us/run"
+            f" of profiled self time ({extra:+.0f} us), {done} runs each"
+        )
         by_area: dict[str, float] = {}
         for key, value in self_time.items():
-            area = _area(key)
-            by_area[area] = by_area.get(area, 0.0) + value
-        for area, value in sorted(by_area.items(), key=lambda kv: -kv[1]):
-            lines.append(f"  {area:28} {value / runs * 1e6:+8.0f} us/run ({value / extra:.0%})")
+            by_area[_area(key)] = by_area.get(_area(key), 0.0) + value
+        for area, value in sorted(by_area.items(), key=lambda kv: -abs(kv[1]))[:8]:
+            lines.append(f"  {area:32} {value:+8.0f} us/run")
         for key, value in sorted(self_time.items(), key=lambda kv: -kv[1])[:top]:
-            lines.append(f"    {key:60} {value / runs * 1e6:+7.1f} us/run")
+            lines.append(f"    {key[:72]:72} {value:+7.1f}")
     return "\n".join(lines)
 
 
 _AREAS = (
     ("runnertrace/tracing", "runnertrace tracing"),
     ("runnertrace/runners", "runnertrace runner"),
-    ("runnertrace", "runnertrace other"),
+    ("runnertrace", "runnertrace core"),
     ("opentelemetry", "OTel SDK/API"),
-    ("peer_kit", "counting processor"),
-    ("overhead", "counting processor"),
+    ("stdlib/", "stdlib"),
+    ("~:", "builtins"),
 )
 
 
 def _short(file: str) -> str:
-    marker = "site-packages/"
-    if marker in file:
-        return file.split(marker, 1)[1]
+    """A profile entry's file, short: site-packages relative, ``src/`` relative, or stdlib."""
+    if "site-packages/" in file:
+        return file.split("site-packages/", 1)[1]
     if "/src/" in file:
         return file.split("/src/", 1)[1]
-    return file.rsplit("/", 2)[-1] if "/" in file else file
+    if file == "~" or file.startswith("<"):
+        return file
+    if "/lib/python3" in file:
+        return "stdlib/" + file.rsplit("/", 1)[-1]
+    return file.rsplit("/", 1)[-1]
 
 
 def _area(key: str) -> str:
     for prefix, area in _AREAS:
         if key.startswith(prefix):
             return area
-    if key.startswith(("{", "~")):
-        return "builtins"
-    if key.startswith(("asyncio", "contextvars", "python3")) or "/python3." in key:
+    if key.startswith("<frozen"):
         return "stdlib"
-    return "framework (" + key.split("/", 1)[0].split(":", 1)[0] + ")"
+    head = key.split("/", 1)[0] if "/" in key else key.split(":", 1)[0]
+    return f"framework and others ({head})"
 
 
 # -- reporting ---------------------------------------------------------------------------------
@@ -735,12 +789,60 @@ def _row_json(row: Row) -> dict[str, Any]:
     }
 
 
+def import_ms(statement: str, samples: int, env: dict[str, str] | None = None) -> list[float]:
+    """CPU milliseconds for ``statement``, each in a fresh interpreter (its start excluded)."""
+    code = (
+        "import time\n"
+        "start = time.process_time()\n"
+        f"{statement}\n"
+        "print((time.process_time() - start) * 1000)\n"
+    )
+    environ = {**os.environ, **(env or {})}
+    times = []
+    for _ in range(samples):
+        done = subprocess.run(
+            [sys.executable, "-c", code], check=True, capture_output=True, text=True, env=environ
+        )
+        times.append(float(done.stdout))
+    return times
+
+
+# Pydantic loads every installed pydantic plugin when the first model class is built;
+# logfire (a dev dependency) registers one, so any pydantic import then imports logfire.
+_NO_PLUGINS = {"PYDANTIC_DISABLE_PLUGINS": "__all__"}
+IMPORTS: list[tuple[str, str, dict[str, str] | None, float | None]] = [
+    ("`import runnertrace`", "import runnertrace", None, GOAL_IMPORT_MS),
+    ("`import typing` (part of the above)", "import typing", None, None),
+    ("`from runnertrace import traced`", "from runnertrace import traced", None, None),
+    ("the same, pydantic plugins off", "from runnertrace import traced", _NO_PLUGINS, None),
+]
+
+
+def import_rows(samples: int) -> list[Row]:
+    rows = []
+    for label, statement, env, target in IMPORTS:
+        times = import_ms(statement, samples, env)
+        spread = f"{min(times):.1f}-{max(times):.1f}"
+        detail = f"CPU, median of {samples} fresh interpreters, range {spread}"
+        rows.append(Row(label, statistics.median(times), "ms", detail, target))
+    return rows
+
+
 # -- main --------------------------------------------------------------------------------------
 async def run_framework(fw: Framework, args: argparse.Namespace) -> dict[str, Any]:
     if args.profile:
         report = await profile(fw, args.profile_runs, top=12)
         print(report)
         return {"framework": fw.name, "profile": report}
+    if args.scale_only:
+        with ExitStack() as stack:
+            sink = SinkProcess()
+            stack.callback(sink.stop)
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            rows = await measure_scale(fw, Setting(sink, tmp, None), args.scale_runs or 1000)
+        print(f"\n{fw.name}: throughput and memory, one process (python {sys.version.split()[0]})")
+        print_table(rows)
+        return {"framework": fw.name, "goals": [_row_json(r) for r in rows]}
     rounds = args.rounds or (2 if args.quick else DEFAULT_ROUNDS)
     runs = 2 if args.quick else RUNS_PER_BATCH
     variants, stack, setting, skipped = await measure(
@@ -797,6 +899,8 @@ def _child_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--rounds", str(args.rounds)]
     if args.scale_runs:
         argv += ["--scale-runs", str(args.scale_runs)]
+    if args.scale_only:
+        argv += ["--scale-only"]
     if args.profile:
         argv += ["--profile", "--profile-runs", str(args.profile_runs)]
     return argv
@@ -815,6 +919,9 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="also throughput and RSS over this many traced runs per backend",
     )
+    parser.add_argument(
+        "--scale-only", action="store_true", help="only the throughput and RSS of --scale-runs"
+    )
     parser.add_argument("--profile", action="store_true", help="differential cProfile instead")
     parser.add_argument("--profile-runs", type=int, default=400)
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
@@ -829,8 +936,10 @@ def main(argv: list[str] | None = None) -> int:
                 codes[name] = code
                 if out.exists():
                     results.append(json.loads(out.read_text()))
-        if not args.profile:
+        if not (args.profile or args.scale_only):
             print_summary(results)
+            print()
+            print_table(import_rows(3 if args.quick else IMPORT_SAMPLES))
         if args.json is not None:
             args.json.write_text(json.dumps(results, indent=1))
         print(f"\ntook {time.perf_counter() - started:.1f}s; exit codes {codes}")
