@@ -77,9 +77,47 @@ runner alone, N runs back to back, exporting to OTLP and then to the local
 store: spans per wall second (the process's own rate, one process), CPU per
 1,000 spans, and the RSS of the process before and after.
 
-**Where the time goes** (``--profile``: cProfile over 400 traced runs into the
-counting processor against 400 untraced runner runs, by self time) is recorded
-in the README's performance section, per framework.
+**Where the time goes** (``--profile``): cProfile, timed in the main thread's
+own CPU time, over 400 traced runs into the counting processor against 400
+untraced runner runs, alternating in chunks of 20; the extra self time of the
+traced runs, grouped. cProfile inflates every call (a run costs 3-7x its
+unprofiled time), so read shares, not microseconds. Measured 2026-12-01 on the
+busy 2-core machine (other helpers' jobs running), run mode | stream mode:
+
+- every framework: the OTel SDK is the largest single share, 19-52% in run
+  mode, 35-76% in stream mode (``start_span``, ``should_sample`` of the
+  ``ParentBased(TraceIdRatioBased)`` sampler, attribute cleaning in
+  ``BoundedAttributes.__setitem__``/``_clean_attribute``, ``Span.__init__``,
+  ``end``); pydantic ``validate_python`` (our event and model objects built per
+  event) is the first or second function in run mode on the five frameworks
+  whose agent runs in the main thread; then ``isinstance``/``getattr`` chains;
+  our own ``tracing`` (``state.handle``, ``_on_message_start``,
+  ``TracingRunner.run``/``stream``), runner and core modules together 16-36%.
+- OpenAI Agents: OTel 26% | 35%; builtins (validate_python, getattr,
+  isinstance) 23%; stdlib 15% (``dataclasses.replace`` of the ``RunConfig`` and
+  ``copy.deepcopy``, ours); the SDK itself 10%; our tracing/runner/core 23%.
+- LangGraph: OTel 21% | 42%; builtins 20%; stdlib 17% (``inspect`` checks of
+  callback handlers); LangChain's callback manager dispatching to our handler
+  10% (``ahandle_event``); our runner's ``on_chain_start`` 2%; ours 23%.
+- Pydantic AI: Pydantic AI's capability machinery that our capability switches
+  on 25% in run mode (``CombinedCapability.wrap_tool_execute``, ``copy.copy``
+  of the capability per run); OTel 19% | 39%; builtins 19%; ours 16% | 25%.
+- Agent Framework: OTel 39% | 76%; builtins 22%; ours 36%; Agent Framework's
+  own middleware pipeline nearly unchanged (its own call is the baseline).
+- Google ADK: OTel 37% | 48%; ADK itself 16% in run mode (``_get_events`` /
+  ``_is_branch_match``: our plugin's callbacks read the session events); ours
+  31%.
+- smolagents and CrewAI run the agent in a worker thread, so their profile is
+  the main thread's part only: OTel 52% | 41% (smolagents), 45% | 38% (CrewAI);
+  our tracing and ``TracingRunner.stream`` (context attach/detach per event)
+  most of the rest.
+
+Cuts this points at (issue 24 item 2, in ``src/``, not done here): an
+``ALWAYS_ON`` sampler when ``sample_rate`` is 1; spans started with their
+attributes in one call (``start_span(attributes=...)`` instead of ``set_attribute``
+per key, each cleaned and locked); no pydantic validation of our own event
+objects on the hot path; one capability/plugin/callback instance per agent,
+not per run; no ``RunConfig`` copy per traced run.
 """
 
 from __future__ import annotations
