@@ -5,11 +5,10 @@
     python benchmarks/peers.py --framework all --quick  # a smoke run, well under a minute each
     python benchmarks/peers.py --framework maf --profile  # where the traced run's time goes
 
-Run it with an interpreter that has the peers (``/tmp/venv-peers`` in the
-figures below: the project's ``[dev,all]`` plus ``openinference-instrumentation-
-google-adk``, ``-agent-framework`` and ``mlflow-tracing``); a peer that is not
-installed is skipped with its reason. CrewAI runs in ``.venv-crewai`` (CrewAI
-pins ``openai<3``): ``--framework all`` starts it with
+Run it with an interpreter that has the peers (``pip install -e ".[dev,all,bench]"``
+in a venv of its own; the README's figures came from one at ``/tmp/venv-peers``);
+a peer that is not installed is skipped with its reason. CrewAI runs in
+``.venv-crewai`` (CrewAI pins ``openai<3``): ``--framework all`` starts it with
 ``$RUNNERTRACE_CREWAI_PYTHON`` (default ``/work/main/.venv-crewai/bin/python``),
 ``$HOME`` in a temp dir and CrewAI's telemetry off.
 
