@@ -24,9 +24,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from tests.browser import chromium  # one Chromium lookup for every browser test
 
 from runnertrace.exporters.local_store import SqliteSpanExporter
-from test_ui_browser import ARGS, CHROMIUM  # one Chromium lookup for every browser test
+from test_ui_browser import ARGS  # the same launch flags as every browser test
 from test_ui_otlp import Server
 from ui_fixtures import PRICEY_SESSION, hand_made_runs
 
@@ -193,11 +194,10 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def pg(base_url: str) -> Iterator[object]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"Chromium not found at {CHROMIUM}: apt-get install chromium (CI installs it)")
+    executable = chromium()  # skips without one, fails in CI: see tests/browser.py
     outside: list[str] = []
     with playwright_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        browser = p.chromium.launch(executable_path=executable, args=ARGS, headless=True)
         context = browser.new_context(viewport={"width": 1400, "height": 900})
 
         def guard(route: object) -> None:
