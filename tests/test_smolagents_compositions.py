@@ -1,0 +1,256 @@
+"""smolagents managed agents, nested, traced (issue 20): spans only.
+
+A manager (a ``ToolCallingAgent`` or a ``CodeAgent``) delegates to a managed
+``analyst``, which delegates to its own managed ``researcher``, whose tool opens an
+app span. Each member's run must be an ``invoke_agent`` span of its own under the
+manager's ``execute_tool`` for that call, holding its own steps, chat spans and
+tool spans with its own ``gen_ai.agent.name``; each model call appears once, the
+tokens on the chat spans add up to what the fake models reported, and the user's
+agent objects are left as they were. With OpenInference's smolagents instrumentor
+on the same provider, nothing is recorded twice.
+"""
+
+from __future__ import annotations
+
+# A module of its framework's tests: without its extra, skipped as a whole.
+import pytest
+
+pytest.importorskip(
+    "smolagents", reason="needs the smolagents extra: pip install -e '.[dev,smolagents]'"
+)
+
+from collections.abc import Iterator
+from typing import Any
+
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.trace import ReadableSpan
+from smolagents import CodeAgent, MultiStepAgent, ToolCallingAgent, tool
+from smolagents.monitoring import LogLevel
+from tests.fidelity_helpers import MODES, one, parent_of, run
+
+from runnertrace import TracingRunner
+from runnertrace.core.agent import Agent as CoreAgent
+from runnertrace.runners.smolagents import SmolagentsRunner
+from runnertrace.runners.smolagents_testing import ScriptedModel, calls, code, delegate
+from runnertrace.testing import CapturedSpans
+
+user: dict[str, trace_api.Tracer] = {}
+
+
+@pytest.fixture(autouse=True)
+def user_tracer(captured_spans: CapturedSpans) -> None:
+    user["tracer"] = captured_spans.provider.get_tracer("user-code")
+
+
+@tool
+def lookup(city: str) -> str:
+    """Look a city's weather up.
+
+    Args:
+        city: The city to look up.
+    """
+    with user["tracer"].start_as_current_span("db.query lookup"):
+        return f"sunny in {city}"
+
+
+def answer(text: str, prefix: str) -> Any:
+    return calls(("final_answer", {"answer": text}), prefix=prefix)
+
+
+def team(manager_kind: str) -> tuple[MultiStepAgent, dict[str, ScriptedModel]]:
+    """The three agents, each with its own scripted model (distinct token counts)."""
+    models = {
+        "researcher": ScriptedModel(
+            [calls(("lookup", {"city": "Oslo"}), prefix="r"), answer("sunny in Oslo", "rf")],
+            model_id="researcher-llm",
+            input_tokens=5,
+            output_tokens=3,
+        ),
+        "analyst": ScriptedModel(
+            [delegate("researcher", "Weather in Oslo?"), answer("Oslo is sunny.", "af")],
+            model_id="analyst-llm",
+            input_tokens=13,
+            output_tokens=4,
+        ),
+    }
+    researcher = ToolCallingAgent(
+        tools=[lookup],
+        model=models["researcher"],
+        name="researcher",
+        description="Looks the weather up.",
+        verbosity_level=LogLevel.OFF,
+    )
+    analyst = ToolCallingAgent(
+        tools=[],
+        model=models["analyst"],
+        name="analyst",
+        description="Analyses the weather.",
+        managed_agents=[researcher],
+        verbosity_level=LogLevel.OFF,
+    )
+    manager: MultiStepAgent
+    if manager_kind == "tool_calling":
+        models["boss"] = ScriptedModel(
+            [delegate("analyst", "How is Oslo?"), answer("Oslo: sunny.", "bf")],
+            model_id="boss-llm",
+            input_tokens=17,
+            output_tokens=6,
+        )
+        manager = ToolCallingAgent(
+            tools=[],
+            model=models["boss"],
+            name="boss",
+            managed_agents=[analyst],
+            verbosity_level=LogLevel.OFF,
+        )
+    else:
+        models["boss"] = ScriptedModel(
+            [code('report = analyst(task="How is Oslo?")\nfinal_answer(report)')],
+            model_id="boss-llm",
+            input_tokens=17,
+            output_tokens=6,
+        )
+        manager = CodeAgent(
+            tools=[],
+            model=models["boss"],
+            name="boss",
+            managed_agents=[analyst],
+            verbosity_level=LogLevel.OFF,
+        )
+    return manager, models
+
+
+def traced(native: MultiStepAgent) -> CoreAgent:
+    return CoreAgent("boss", TracingRunner(SmolagentsRunner(), capture_content=True), native)
+
+
+MEMBERS = {
+    # the member's run and the manager's call it runs in
+    "tool_calling": {"analyst": "execute_tool analyst", "researcher": "execute_tool researcher"},
+    "code": {"analyst": "execute_tool python_interpreter", "researcher": "execute_tool researcher"},
+}
+MANAGERS = list(MEMBERS)
+
+
+def under(spans: CapturedSpans, root: ReadableSpan) -> Iterator[ReadableSpan]:
+    """Every span below ``root`` that is not below a nested ``invoke_agent``."""
+    children = [s for s in spans.spans if s.parent and s.parent.span_id == root.context.span_id]
+    for child in children:
+        yield child
+        if not child.name.startswith("invoke_agent"):
+            yield from under(spans, child)
+
+
+def attr(span: ReadableSpan, key: str) -> Any:
+    assert span.attributes is not None
+    return span.attributes.get(key)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("manager_kind", MANAGERS)
+async def test_each_managed_agent_is_a_run_under_its_managers_tool_call(
+    manager_kind: str, mode: str, captured_spans: CapturedSpans
+) -> None:
+    manager, models = team(manager_kind)
+    await run(traced(manager), mode)
+    for member, call in MEMBERS[manager_kind].items():
+        member_run = one(captured_spans, f"invoke_agent {member}")
+        assert parent_of(captured_spans, member_run).name == call
+        own = list(under(captured_spans, member_run))
+        # its own steps, chats and tools, all carrying its name
+        assert {
+            attr(s, "gen_ai.agent.name")
+            for s in own
+            if s.name.startswith(("agent", "chat", "execute"))
+        } == {member}
+        chats = [s for s in own if s.name.startswith("chat ")]
+        assert [s.name for s in chats] == [f"chat {member}-llm"] * len(models[member].received)
+        assert all(parent_of(captured_spans, c).name == f"agent_step {member}" for c in chats)
+    boss = one(captured_spans, "invoke_agent boss")
+    assert boss.parent is None
+    boss_chats = [s for s in under(captured_spans, boss) if s.name.startswith("chat ")]
+    assert len(boss_chats) == len(models["boss"].received)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("manager_kind", MANAGERS)
+async def test_every_call_once_and_every_token_counted_once(
+    manager_kind: str, mode: str, captured_spans: CapturedSpans
+) -> None:
+    manager, models = team(manager_kind)
+    await run(traced(manager), mode)
+    chats = [s for s in captured_spans.spans if s.name.startswith("chat ")]
+    reported = {name: len(model.received) for name, model in models.items()}
+    assert len(chats) == sum(reported.values())
+    for name, model in models.items():
+        mine = [c for c in chats if c.name == f"chat {model.model_id}"]
+        assert len(mine) == reported[name]
+        inputs = sum(usage[0] for usage in model.reported)  # what the fake reported
+        outputs = sum(usage[1] for usage in model.reported)
+        assert sum(attr(c, "gen_ai.usage.input_tokens") for c in mine) == inputs
+        assert sum(attr(c, "gen_ai.usage.output_tokens") for c in mine) == outputs
+    # the lookup ran once, so its tool span is there once
+    assert len(captured_spans.by_name("execute_tool lookup")) == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("manager_kind", MANAGERS)
+async def test_an_app_span_in_a_members_tool_nests_under_that_tool(
+    manager_kind: str, mode: str, captured_spans: CapturedSpans
+) -> None:
+    manager, _ = team(manager_kind)
+    await run(traced(manager), mode)
+    db = one(captured_spans, "db.query lookup")
+    tool_span = parent_of(captured_spans, db)
+    assert tool_span.name == "execute_tool lookup"
+    assert attr(tool_span, "gen_ai.agent.name") == "researcher"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("manager_kind", MANAGERS)
+async def test_the_users_agents_are_left_as_they_were(
+    manager_kind: str, mode: str, captured_spans: CapturedSpans
+) -> None:
+    manager, models = team(manager_kind)
+    analyst = manager.managed_agents["analyst"]
+    researcher = analyst.managed_agents["researcher"]
+    agents = {"boss": manager, "analyst": analyst, "researcher": researcher}
+    before = {name: (a.step_callbacks, a.logger, a.stream_outputs) for name, a in agents.items()}
+    await run(traced(manager), mode)
+    for name, agent in agents.items():
+        assert agent.model is models[name]
+        assert (agent.step_callbacks, agent.logger, agent.stream_outputs) == before[name]
+        assert "run" not in vars(agent)
+        assert "execute_tool_call" not in vars(agent)
+
+
+# -- OpenInference's smolagents instrumentor, on the same provider: still once each --------------
+
+
+@pytest.fixture
+def openinference(captured_spans: CapturedSpans) -> Iterator[None]:
+    from openinference.instrumentation.smolagents import SmolagentsInstrumentor
+
+    instrumentor = SmolagentsInstrumentor()
+    instrumentor.instrument(tracer_provider=captured_spans.provider)
+    try:
+        yield
+    finally:
+        instrumentor.uninstrument()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("manager_kind", MANAGERS)
+async def test_with_openinference_on_nothing_is_recorded_twice(
+    manager_kind: str, mode: str, captured_spans: CapturedSpans, openinference: None
+) -> None:
+    manager, models = team(manager_kind)
+    await run(traced(manager), mode)
+    ours = {"invoke_agent", "agent_step", "chat", "execute_tool", "db.query"}
+    assert {s.name.split(" ")[0] for s in captured_spans.spans} <= ours
+    chats = [s for s in captured_spans.spans if s.name.startswith("chat ")]
+    assert len(chats) == sum(len(m.received) for m in models.values())
+    assert len(captured_spans.by_name("invoke_agent researcher")) == 1
+    assert parent_of(captured_spans, one(captured_spans, "db.query lookup")).name == (
+        "execute_tool lookup"
+    )
