@@ -19,17 +19,23 @@ pytest.importorskip(
     "smolagents", reason="needs the smolagents extra: pip install -e '.[dev,smolagents]'"
 )
 
+import asyncio
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
 from smolagents import CodeAgent, MultiStepAgent, ToolCallingAgent, tool
 from smolagents.monitoring import LogLevel
 from tests.fidelity_helpers import MODES, one, parent_of, run
+from tests.tracing_helpers import OpenSpanTracker, cancel_and_settle
 
 from runnertrace import TracingRunner
+from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
+from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.smolagents import SmolagentsRunner
 from runnertrace.runners.smolagents_testing import ScriptedModel, calls, code, delegate
 from runnertrace.testing import CapturedSpans
@@ -254,3 +260,145 @@ async def test_with_openinference_on_nothing_is_recorded_twice(
     assert parent_of(captured_spans, one(captured_spans, "db.query lookup")).name == (
         "execute_tool lookup"
     )
+
+
+def member_tree(researcher_steps: list[Any]) -> tuple[str, list[Any]]:
+    return (
+        "invoke_agent analyst",
+        [
+            (
+                "agent_step analyst",
+                [
+                    ("chat analyst-llm", []),
+                    ("execute_tool researcher", [("invoke_agent researcher", researcher_steps)]),
+                ],
+            ),
+            ("agent_step analyst", [("chat analyst-llm", [])]),
+        ],
+    )
+
+
+RESEARCHER = [
+    (
+        "agent_step researcher",
+        [("chat researcher-llm", []), ("execute_tool lookup", [("db.query lookup", [])])],
+    ),
+    ("agent_step researcher", [("chat researcher-llm", [])]),
+]
+TREES = {
+    "tool_calling": [
+        (
+            "invoke_agent boss",
+            [
+                (
+                    "agent_step boss",
+                    [
+                        ("chat boss-llm", []),
+                        ("execute_tool analyst", [member_tree(RESEARCHER)]),
+                    ],
+                ),
+                ("agent_step boss", [("chat boss-llm", [])]),
+            ],
+        )
+    ],
+    "code": [
+        (
+            "invoke_agent boss",
+            [
+                (
+                    "agent_step boss",
+                    [
+                        ("chat boss-llm", []),
+                        ("execute_tool python_interpreter", [member_tree(RESEARCHER)]),
+                    ],
+                )
+            ],
+        )
+    ],
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("manager_kind", MANAGERS)
+async def test_the_whole_tree_nests_member_runs_in_the_calls_that_ran_them(
+    manager_kind: str, mode: str, captured_spans: CapturedSpans
+) -> None:
+    manager, _ = team(manager_kind)
+    await run(traced(manager), mode)
+    assert captured_spans.tree() == TREES[manager_kind]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_member_that_fails_ends_its_run_in_error_and_the_manager_goes_on(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    manager, models = team("tool_calling")
+    models["researcher"].turns = [ConnectionError("model endpoint reset the connection")]
+    models["analyst"].turns.insert(1, answer("No weather today.", "ax"))
+    del models["analyst"].turns[2:]
+    await run(traced(manager), mode)
+    failed = one(captured_spans, "invoke_agent researcher")
+    assert failed.status.status_code is StatusCode.ERROR
+    assert attr(failed, "error.type") == "AgentGenerationError"
+    (chat,) = captured_spans.by_name("chat researcher-llm")
+    assert chat.status.status_code is StatusCode.ERROR
+    assert attr(chat, "error.type") == "ConnectionError"
+    call = parent_of(captured_spans, failed)
+    assert call.name == "execute_tool researcher"
+    assert call.status.status_code is StatusCode.ERROR
+    assert one(captured_spans, "invoke_agent analyst").status.status_code is StatusCode.UNSET
+    assert one(captured_spans, "invoke_agent boss").status.status_code is StatusCode.UNSET
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_untraced_run_records_nothing_and_answers_the_same(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    manager, models = team("tool_calling")
+    agent = CoreAgent("boss", SmolagentsRunner(), manager)
+    reply = await agent.runner.run(agent, Session("s1"), [AgentRequestText(prompt="Oslo?")])
+    assert str(reply) == "Oslo: sunny."
+    assert [s.name for s in captured_spans.spans] == ["db.query lookup"]  # the app's own span
+    assert [len(m.received) for m in models.values()] == [2, 2, 2]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_run_cancelled_inside_a_member_leaves_nothing_open(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    tracker = OpenSpanTracker()
+    captured_spans.provider.add_span_processor(tracker)
+    release = threading.Event()
+    reached = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    @tool
+    def slow(city: str) -> str:
+        """Block until released.
+
+        Args:
+            city: Any city.
+        """
+        loop.call_soon_threadsafe(reached.set)
+        release.wait(5)
+        return city
+
+    manager, models = team("tool_calling")
+    researcher = manager.managed_agents["analyst"].managed_agents["researcher"]
+    researcher.tools["lookup"] = slow
+    slow.name = "lookup"
+    task = asyncio.create_task(run(traced(manager), mode))
+    await reached.wait()
+    await cancel_and_settle(task)
+    assert not tracker.open  # the member runs (both) ended with the run
+    cancelled = one(captured_spans, "invoke_agent researcher")
+    assert attr(cancelled, "runnertrace.cancelled") is True
+    release.set()
+    for _ in range(300):  # the member stops at its next step, reporting nothing
+        if researcher.interrupt_switch:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    assert researcher.interrupt_switch
+    assert len(models["researcher"].received) == 1
+    assert not tracker.open

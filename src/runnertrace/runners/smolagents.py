@@ -79,7 +79,7 @@ from collections.abc import (
 )
 from contextlib import aclosing, asynccontextmanager, closing, nullcontext
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from typing import Any, ClassVar
 
 from runnertrace._internal.errors import internal_log, suppressed_instrumentation
@@ -321,8 +321,15 @@ class _Mapper:
     ``closed`` (the run was cancelled), nothing more is reported.
     """
 
-    def __init__(self, builder: EventBuilder, agent_name: str, native: MultiStepAgent) -> None:
+    def __init__(
+        self,
+        builder: EventBuilder,
+        agent_name: str,
+        native: MultiStepAgent,
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
         self.builder = builder
+        self._on_close = on_close  # a managed agent's run: end its run span when cancelled
         self.lock = threading.Lock()
         self.closed = False
         self.code_call: str | None = None  # a CodeAgent call to run in its scope next
@@ -512,12 +519,21 @@ class _Mapper:
     def fail(self, error: BaseException) -> None:
         self._report("failure", lambda: self.builder.fail(error))
 
+    def end_run(self, finish: Callable[[], None]) -> None:
+        """End a managed agent's run span (unless a cancellation ended it already)."""
+        self._report("run end", finish)
+
     def close(self) -> None:
         """The run was cancelled: report nothing more (nor do its managed agents' runs)."""
-        with self.lock:
+        with self.lock, _boundary:
+            if self.closed:
+                return
             self.closed = True
             children = list(self.children)
+            if self._on_close is not None:
+                self._on_close()
         for child in children:
+            child.native.interrupt()  # it stops at its next step, as the manager does
             child.close()
 
     def nested(self, agent_name: str, task: str) -> NestedRun | None:
@@ -741,7 +757,12 @@ def _member_traced(member: MultiStepAgent, manager: _Mapper, streaming: bool) ->
         nested = manager.nested(str(member.name), task)
         if nested is None:  # untraced, or the manager's run was cancelled
             return original(task, **kwargs)
-        mapper = _Mapper(EventBuilder(nested.observer), str(member.name), member)
+        mapper = _Mapper(
+            EventBuilder(nested.observer),
+            str(member.name),
+            member,
+            on_close=lambda: nested.finish(cancelled=True),
+        )
         manager.children.append(mapper)
         restore = _install(member, mapper, streaming)
         output: Any = None
@@ -753,13 +774,11 @@ def _member_traced(member: MultiStepAgent, manager: _Mapper, streaming: bool) ->
                         output = item.output
         except BaseException as exc:
             mapper.fail(exc)
-            with _boundary:
-                nested.finish(error=exc)
+            mapper.end_run(partial(nested.finish, error=exc))
             raise
         finally:
             restore()
-        with _boundary:
-            nested.finish(reply=reply_of(_plain(output), task))
+        mapper.end_run(lambda: nested.finish(reply=reply_of(_plain(output), task)))
         return output
 
     def put_back() -> None:

@@ -37,9 +37,17 @@ class NestedRun:
     def __init__(self, observer: Any) -> None:
         self.observer: Observer = observer
 
-    def finish(self, reply: AgentReply | None = None, error: BaseException | None = None) -> None:
-        """End the run span (and whatever it left open), with its reply or its failure."""
-        self.observer.finish(reply=reply, error=error)  # type: ignore[attr-defined]
+    def finish(
+        self,
+        reply: AgentReply | None = None,
+        error: BaseException | None = None,
+        cancelled: bool = False,
+    ) -> None:
+        """End the run span (and whatever it left open), with its reply, its failure, or
+        as cancelled (the outer run's consumer left). Only the first call counts."""
+        self.observer.finish(  # type: ignore[attr-defined]
+            reply=reply, error=error, cancelled=cancelled
+        )
 
 
 def nested_run(outer: Observer, agent_name: str, task: str) -> NestedRun | None:
