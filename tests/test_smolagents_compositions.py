@@ -63,8 +63,11 @@ def answer(text: str, prefix: str) -> Any:
     return calls(("final_answer", {"answer": text}), prefix=prefix)
 
 
-def team(manager_kind: str) -> tuple[MultiStepAgent, dict[str, ScriptedModel]]:
-    """The three agents, each with its own scripted model (distinct token counts)."""
+def team(
+    manager_kind: str, *more: MultiStepAgent
+) -> tuple[MultiStepAgent, dict[str, ScriptedModel]]:
+    """The three agents (and ``more`` members for the manager), each with its own
+    scripted model (distinct token counts)."""
     models = {
         "researcher": ScriptedModel(
             [calls(("lookup", {"city": "Oslo"}), prefix="r"), answer("sunny in Oslo", "rf")],
@@ -106,7 +109,7 @@ def team(manager_kind: str) -> tuple[MultiStepAgent, dict[str, ScriptedModel]]:
             tools=[],
             model=models["boss"],
             name="boss",
-            managed_agents=[analyst],
+            managed_agents=[analyst, *more],
             verbosity_level=LogLevel.OFF,
         )
     else:
@@ -402,3 +405,51 @@ async def test_a_run_cancelled_inside_a_member_leaves_nothing_open(
     assert researcher.interrupt_switch
     assert len(models["researcher"].received) == 1
     assert not tracker.open
+
+
+class Meeting(ToolCallingAgent):  # type: ignore[misc]
+    """A member that starts only once the other one was called too: both manager's
+    tool calls are running (both tool scopes open) before either member runs."""
+
+    both: threading.Barrier
+
+    def __call__(self, task: str, **kwargs: Any) -> Any:
+        self.both.wait()
+        return super().__call__(task, **kwargs)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_members_called_in_parallel_each_nest_under_their_own_call(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    critic_model = ScriptedModel(
+        [answer("Fine.", "cf")], model_id="critic-llm", input_tokens=2, output_tokens=1
+    )
+    critic = Meeting(
+        tools=[],
+        model=critic_model,
+        name="critic",
+        description="Criticises.",
+        verbosity_level=LogLevel.OFF,
+    )
+    manager, models = team("tool_calling", critic)
+    models["critic"] = critic_model
+    analyst = manager.managed_agents["analyst"]
+    analyst.__class__ = Meeting  # the same agent, meeting the critic first
+    critic.both = analyst.both = threading.Barrier(2, timeout=5)
+    models["boss"].turns[0] = calls(
+        ("analyst", {"task": "How is Oslo?"}), ("critic", {"task": "Judge."}), prefix="ask"
+    )
+    await run(traced(manager), mode)
+    for member in ("analyst", "critic"):
+        member_run = one(captured_spans, f"invoke_agent {member}")
+        assert parent_of(captured_spans, member_run).name == f"execute_tool {member}"
+        own = [s for s in under(captured_spans, member_run) if s.name.startswith("chat ")]
+        assert [s.name for s in own] == [f"chat {member}-llm"] * len(models[member].received)
+    researcher = one(captured_spans, "invoke_agent researcher")
+    assert parent_of(captured_spans, researcher).name == "execute_tool researcher"
+    chats = [s for s in captured_spans.spans if s.name.startswith("chat ")]
+    assert len(chats) == sum(len(m.received) for m in models.values())
+    assert sum(attr(c, "gen_ai.usage.input_tokens") for c in chats) == sum(
+        u[0] for m in models.values() for u in m.reported
+    )

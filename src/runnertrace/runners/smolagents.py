@@ -14,7 +14,8 @@ step number), so:
   context and OTel context reach tools and model calls.
 * **The agent object is left as it was.** What the runner changes for a run (the
   model it calls, the step-callback registry, ``stream_outputs``, a silent logger
-  at verbosity OFF, ``agent.state``) is put back when the run ends.
+  at verbosity OFF, ``agent.state``; the same on its managed agents, and their
+  ``run``) is put back when the run ends.
 
 What a run does:
 
@@ -45,6 +46,16 @@ What a run does:
   for the run, so each tool runs in its call's tool scope (parallel calls too) and
   its result or exception is reported. A ``CodeAgent``'s code runs as the tool
   call ``python_interpreter`` (smolagents' own name), in its scope.
+* **Managed agents** (nested ones too): smolagents calls a member as a tool
+  (``member(task)``, which calls ``member.run``) with no runner in between. For a
+  traced run, each member's ``run`` is replaced on the instance for the run: called
+  in the manager's tool scope, it opens a nested run
+  (:func:`~runnertrace.runners._kit.nesting.nested_run`: an ``invoke_agent`` span
+  under the manager's ``execute_tool`` for that call, or ``python_interpreter`` for
+  a ``CodeAgent``'s code), installs the same stand-ins on the member with a mapper
+  of its own reporting there, drives its ``run(stream=True)`` and returns its final
+  answer, as ``run`` would. Its events are traced, not yielded: the stream is the
+  manager's. A cancelled run ends the members' runs too and interrupts them.
 * **Stream mode** sets ``stream_outputs`` (when the model has ``generate_stream``)
   and drives ``run(stream=True)``: deltas, tool calls and a step per action step.
 
