@@ -20,6 +20,7 @@ pytest.importorskip(
 )
 
 import asyncio
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -453,3 +454,20 @@ async def test_members_called_in_parallel_each_nest_under_their_own_call(
     assert sum(attr(c, "gen_ai.usage.input_tokens") for c in chats) == sum(
         u[0] for m in models.values() for u in m.reported
     )
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_members_run_span_records_its_task_and_its_answer(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    manager, _ = team("tool_calling")
+    await run(traced(manager), mode)
+    member_run = one(captured_spans, "invoke_agent researcher")
+    (sent,) = json.loads(attr(member_run, "gen_ai.input.messages"))
+    assert "Weather in Oslo?" in sent["parts"][0]["content"]  # in smolagents' task template
+    (answered,) = json.loads(attr(member_run, "gen_ai.output.messages"))
+    assert answered["parts"][0]["content"] == "sunny in Oslo"
+    # each run counts its own calls only (as a traced runner nested in a tool does)
+    assert attr(member_run, "gen_ai.aggregated_usage.input_tokens") == 10  # two calls, 5 each
+    boss = one(captured_spans, "invoke_agent boss")
+    assert attr(boss, "gen_ai.aggregated_usage.input_tokens") == 34  # two calls, 17 each

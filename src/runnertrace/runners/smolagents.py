@@ -90,7 +90,7 @@ from collections.abc import (
 )
 from contextlib import aclosing, asynccontextmanager, closing, nullcontext
 from dataclasses import dataclass, field
-from functools import cache, partial
+from functools import cache
 from typing import Any, ClassVar
 
 from runnertrace._internal.errors import internal_log, suppressed_instrumentation
@@ -337,10 +337,10 @@ class _Mapper:
         builder: EventBuilder,
         agent_name: str,
         native: MultiStepAgent,
-        on_close: Callable[[], None] | None = None,
+        run: NestedRun | None = None,
     ) -> None:
         self.builder = builder
-        self._on_close = on_close  # a managed agent's run: end its run span when cancelled
+        self.run = run  # a managed agent's: its run span, which this mapper ends
         self.lock = threading.Lock()
         self.closed = False
         self.code_call: str | None = None  # a CodeAgent call to run in its scope next
@@ -530,9 +530,17 @@ class _Mapper:
     def fail(self, error: BaseException) -> None:
         self._report("failure", lambda: self.builder.fail(error))
 
-    def end_run(self, finish: Callable[[], None]) -> None:
-        """End a managed agent's run span (unless a cancellation ended it already)."""
-        self._report("run end", finish)
+    def end_run(self, task: str, output: Any, error: BaseException | None = None) -> None:
+        """End a managed agent's run span with its answer or its failure (unless a
+        cancellation ended it already)."""
+        run = self.run
+
+        def end() -> None:
+            if run is not None:
+                reply = reply_of(_plain(output), task) if error is None else None
+                run.finish(reply=reply, error=error)
+
+        self._report("run end", end)
 
     def close(self) -> None:
         """The run was cancelled: report nothing more (nor do its managed agents' runs)."""
@@ -541,17 +549,26 @@ class _Mapper:
                 return
             self.closed = True
             children = list(self.children)
-            if self._on_close is not None:
-                self._on_close()
+            if self.run is not None:
+                self.run.finish(cancelled=True)
         for child in children:
             child.native.interrupt()  # it stops at its next step, as the manager does
             child.close()
 
-    def nested(self, agent_name: str, task: str) -> NestedRun | None:
-        """A run for a managed agent called in this run's current tool scope."""
+    def member(self, member: MultiStepAgent, task: str) -> _Mapper | None:
+        """The mapper of a managed agent's run, called in this run's current tool scope:
+        it reports to a run of its own, nested there; ``None`` when this run is not traced
+        (or was cancelled). It is closed with this one."""
         with self.lock, _boundary:
-            if not self.closed:
-                return nested_run(self.builder.observer, agent_name, task)
+            if self.closed:
+                return None
+            name = str(member.name)
+            run = nested_run(self.builder.observer, name, task)
+            if run is None:
+                return None
+            child = _Mapper(EventBuilder(run.observer), name, member, run)
+            self.children.append(child)
+            return child
         return None
 
 
@@ -765,16 +782,9 @@ def _member_traced(member: MultiStepAgent, manager: _Mapper, streaming: bool) ->
     original = member.run
 
     def run(task: str, **kwargs: Any) -> Any:
-        nested = manager.nested(str(member.name), task)
-        if nested is None:  # untraced, or the manager's run was cancelled
+        mapper = manager.member(member, task)
+        if mapper is None:  # untraced, or the manager's run was cancelled
             return original(task, **kwargs)
-        mapper = _Mapper(
-            EventBuilder(nested.observer),
-            str(member.name),
-            member,
-            on_close=lambda: nested.finish(cancelled=True),
-        )
-        manager.children.append(mapper)
         restore = _install(member, mapper, streaming)
         output: Any = None
         try:
@@ -785,11 +795,11 @@ def _member_traced(member: MultiStepAgent, manager: _Mapper, streaming: bool) ->
                         output = item.output
         except BaseException as exc:
             mapper.fail(exc)
-            mapper.end_run(partial(nested.finish, error=exc))
+            mapper.end_run(task, None, exc)
             raise
         finally:
             restore()
-        mapper.end_run(lambda: nested.finish(reply=reply_of(_plain(output), task)))
+        mapper.end_run(task, output)
         return output
 
     def put_back() -> None:
