@@ -21,8 +21,13 @@ pytest.importorskip(
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace as trace_api
@@ -471,3 +476,108 @@ async def test_a_members_run_span_records_its_task_and_its_answer(
     assert attr(member_run, "gen_ai.aggregated_usage.input_tokens") == 10  # two calls, 5 each
     boss = one(captured_spans, "invoke_agent boss")
     assert attr(boss, "gen_ai.aggregated_usage.input_tokens") == 34  # two calls, 17 each
+
+
+# -- an app-wide SDK provider with OpenInference on it (a process of its own) ---------------------
+
+APP_PROVIDER = """
+import asyncio, json
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+app = TracerProvider()
+exporter = InMemorySpanExporter()
+app.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(app)  # OpenInference's spans and (reused) ours go here
+
+from openinference.instrumentation.smolagents import SmolagentsInstrumentor
+SmolagentsInstrumentor().instrument()
+
+import tests.test_smolagents_compositions as case
+from runnertrace import traced
+from runnertrace.core import Session
+from runnertrace.core.agent import Agent
+from runnertrace.core.models import AgentRequestText
+from runnertrace.runners.smolagents import SmolagentsRunner
+from runnertrace.tracing.config import TraceConfig
+
+case.user["tracer"] = trace.get_tracer("user-code")
+
+async def go(runner, kind, mode):
+    manager, models = case.team(kind)
+    a = Agent("boss", runner, manager)
+    requests = [AgentRequestText(prompt="Oslo?")]
+    if mode == "run":
+        await a.runner.run(a, Session("s1"), requests)
+    else:
+        async for _ in a.runner.stream(a, Session("s1"), requests):
+            pass
+    spans = exporter.get_finished_spans()
+    by_id = {s.context.span_id: s for s in spans}
+    def parent(name):
+        (span,) = [s for s in spans if s.name == name]
+        return by_id[span.parent.span_id].name if span.parent else None
+    out = {
+        "names": sorted(s.name for s in spans),
+        "calls": sum(len(m.received) for m in models.values()),
+        "input tokens": sum(u[0] for m in models.values() for u in m.reported),
+        "chat input tokens": sum(
+            s.attributes.get("gen_ai.usage.input_tokens", 0)
+            for s in spans if s.name.startswith("chat ")
+        ),
+        "db parent": parent("db.query lookup"),
+    }
+    if any(s.name == "invoke_agent researcher" for s in spans):
+        out["researcher parent"] = parent("invoke_agent researcher")
+        out["analyst parent"] = parent("invoke_agent analyst")
+    exporter.clear()
+    return out
+
+async def main():
+    out = {}
+    for kind in ("tool_calling", "code"):
+        for mode in ("run", "stream"):
+            out[f"untraced {kind} {mode}"] = await go(SmolagentsRunner(), kind, mode)
+            tracing = traced(SmolagentsRunner(), TraceConfig(type="tests.backends.MemoryBackend"))
+            out[f"traced {kind} {mode}"] = await go(tracing, kind, mode)
+    print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+
+def test_with_an_app_provider_and_openinference_on_it_each_call_once(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[1]
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RUNNERTRACE_", "OTEL_", "PYTEST_"))
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(APP_PROVIDER)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env={**env, "HOME": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    for kind in MANAGERS:
+        for mode in MODES:
+            untraced = seen[f"untraced {kind} {mode}"]
+            # untraced, the spans are OpenInference's (so the check below can fail)
+            assert not any(n.startswith("invoke_agent") for n in untraced["names"])
+            assert any(n.startswith("boss") for n in untraced["names"]), untraced["names"]
+            got = seen[f"traced {kind} {mode}"]
+            ours = ("invoke_agent ", "agent_step ", "chat ", "execute_tool ", "db.query ")
+            assert all(n.startswith(ours) for n in got["names"]), got["names"]
+            chats = [n for n in got["names"] if n.startswith("chat ")]
+            assert len(chats) == got["calls"]
+            assert got["chat input tokens"] == got["input tokens"]
+            assert got["db parent"] == "execute_tool lookup"
+            assert got["researcher parent"] == "execute_tool researcher"
+            assert got["analyst parent"] == MEMBERS[kind]["analyst"]
