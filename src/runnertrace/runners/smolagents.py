@@ -14,7 +14,8 @@ step number), so:
   context and OTel context reach tools and model calls.
 * **The agent object is left as it was.** What the runner changes for a run (the
   model it calls, the step-callback registry, ``stream_outputs``, a silent logger
-  at verbosity OFF, ``agent.state``) is put back when the run ends.
+  at verbosity OFF, ``agent.state``; the same on its managed agents, and their
+  ``run``) is put back when the run ends.
 
 What a run does:
 
@@ -45,6 +46,16 @@ What a run does:
   for the run, so each tool runs in its call's tool scope (parallel calls too) and
   its result or exception is reported. A ``CodeAgent``'s code runs as the tool
   call ``python_interpreter`` (smolagents' own name), in its scope.
+* **Managed agents** (nested ones too): smolagents calls a member as a tool
+  (``member(task)``, which calls ``member.run``) with no runner in between. For a
+  traced run, each member's ``run`` is replaced on the instance for the run: called
+  in the manager's tool scope, it opens a nested run
+  (:func:`~runnertrace.runners._kit.nesting.nested_run`: an ``invoke_agent`` span
+  under the manager's ``execute_tool`` for that call, or ``python_interpreter`` for
+  a ``CodeAgent``'s code), installs the same stand-ins on the member with a mapper
+  of its own reporting there, drives its ``run(stream=True)`` and returns its final
+  answer, as ``run`` would. Its events are traced, not yielded: the stream is the
+  manager's. A cancelled run ends the members' runs too and interrupts them.
 * **Stream mode** sets ``stream_outputs`` (when the model has ``generate_stream``)
   and drives ``run(stream=True)``: deltas, tool calls and a step per action step.
 
@@ -72,11 +83,12 @@ from collections.abc import (
     AsyncIterable,
     AsyncIterator,
     Callable,
+    Generator,
     Iterator,
     Mapping,
     Sequence,
 )
-from contextlib import aclosing, asynccontextmanager, nullcontext
+from contextlib import aclosing, asynccontextmanager, closing, nullcontext
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, ClassVar
@@ -111,6 +123,7 @@ from runnertrace.core.module import Module
 from runnertrace.core.observer import in_traced_run
 from runnertrace.runners._kit import genai
 from runnertrace.runners._kit.builder import EventBuilder
+from runnertrace.runners._kit.nesting import NestedRun, nested_run
 from runnertrace.runners._kit.skeleton import (
     FrameworkRun,
     FrameworkRunner,
@@ -319,14 +332,22 @@ class _Mapper:
     ``closed`` (the run was cancelled), nothing more is reported.
     """
 
-    def __init__(self, builder: EventBuilder, agent_name: str, native: MultiStepAgent) -> None:
+    def __init__(
+        self,
+        builder: EventBuilder,
+        agent_name: str,
+        native: MultiStepAgent,
+        run: NestedRun | None = None,
+    ) -> None:
         self.builder = builder
+        self.run = run  # a managed agent's: its run span, which this mapper ends
         self.lock = threading.Lock()
         self.closed = False
         self.code_call: str | None = None  # a CodeAgent call to run in its scope next
         self.code_context: contextvars.Context | None = None  # that call's scope, while it runs
+        self.native = native
+        self.children: list[_Mapper] = []  # the managed agents' runs, nested in this one
         self._agent_name = agent_name
-        self._native = native
         self._model = native.model
         self._step: int | None = None
         self._queued: list[_Queued] = []
@@ -342,7 +363,7 @@ class _Mapper:
     # steps ------------------------------------------------------------------------------------
     def _open_step(self) -> None:
         if self._step is None:
-            self._step = self._native.step_number
+            self._step = self.native.step_number
             self.builder.step_start(self._agent_name, self._step)
 
     def step_ended(self, step: MemoryStep) -> None:
@@ -509,10 +530,46 @@ class _Mapper:
     def fail(self, error: BaseException) -> None:
         self._report("failure", lambda: self.builder.fail(error))
 
+    def end_run(self, task: str, output: Any, error: BaseException | None = None) -> None:
+        """End a managed agent's run span with its answer or its failure (unless a
+        cancellation ended it already)."""
+        run = self.run
+
+        def end() -> None:
+            if run is not None:
+                reply = reply_of(_plain(output), task) if error is None else None
+                run.finish(reply=reply, error=error)
+
+        self._report("run end", end)
+
     def close(self) -> None:
-        """The run was cancelled: report nothing more."""
-        with self.lock:
+        """The run was cancelled: report nothing more (nor do its managed agents' runs)."""
+        with self.lock, _boundary:
+            if self.closed:
+                return
             self.closed = True
+            children = list(self.children)
+            if self.run is not None:
+                self.run.finish(cancelled=True)
+        for child in children:
+            child.native.interrupt()  # it stops at its next step, as the manager does
+            child.close()
+
+    def member(self, member: MultiStepAgent, task: str) -> _Mapper | None:
+        """The mapper of a managed agent's run, called in this run's current tool scope:
+        it reports to a run of its own, nested there; ``None`` when this run is not traced
+        (or was cancelled). It is closed with this one."""
+        with self.lock, _boundary:
+            if self.closed:
+                return None
+            name = str(member.name)
+            run = nested_run(self.builder.observer, name, task)
+            if run is None:
+                return None
+            child = _Mapper(EventBuilder(run.observer), name, member, run)
+            self.children.append(child)
+            return child
+        return None
 
 
 # -- the stand-ins put on the agent for a run -----------------------------------------------------
@@ -669,6 +726,117 @@ def _instrumented() -> bool:
     return any(hasattr(method, "__wrapped__") for method in (MultiStepAgent.run, Tool.__call__))
 
 
+# -- installing the stand-ins, and driving the items ----------------------------------------------
+
+
+def _install(native: MultiStepAgent, mapper: _Mapper | None, streaming: bool) -> Callable[[], None]:
+    """Set ``native`` up for one run (its managed agents too, for when they are called)
+    and return what puts it back as it was. ``mapper`` ``None``: an untraced run-mode
+    call, which changes nothing but the silent logger."""
+    saved = {
+        "model": native.model,
+        "logger": native.logger,
+        "step_callbacks": native.step_callbacks,
+        "stream_outputs": native.stream_outputs,
+    }
+    own = vars(native).get("execute_tool_call")
+    if native.logger.level == LogLevel.OFF:
+        native.logger = _quiet_logger()  # the Live display draws even at OFF
+    restore_members: list[Callable[[], None]] = []
+    if mapper is not None:
+        model = native.model
+        streams = hasattr(model, "generate_stream")
+        native.model = (_StreamingModelTap if streams else _ModelTap)(model, mapper)
+        native.step_callbacks = _Callbacks(native.step_callbacks, mapper.step_ended)
+        native.stream_outputs = streaming and streams
+        if isinstance(native, ToolCallingAgent):
+            original = native.execute_tool_call
+
+            def execute_tool_call(tool_name: str, arguments: Any) -> Any:
+                return mapper.run_tool(tool_name, arguments, lambda: original(tool_name, arguments))
+
+            native.execute_tool_call = execute_tool_call
+        restore_members = [
+            _member_traced(member, mapper, streaming) for member in native.managed_agents.values()
+        ]
+
+    def restore() -> None:
+        for restore_member in restore_members:
+            restore_member()
+        for name, value in saved.items():
+            setattr(native, name, value)
+        if own is not None:
+            native.execute_tool_call = own
+        else:
+            vars(native).pop("execute_tool_call", None)
+
+    return restore
+
+
+def _member_traced(member: MultiStepAgent, manager: _Mapper, streaming: bool) -> Callable[[], None]:
+    """For the manager's run, a managed agent's ``run`` (what ``member(task)`` calls, in
+    the manager's tool scope) is a nested run: an ``invoke_agent`` span of its own under
+    the manager's ``execute_tool``, with its own steps, model calls and tools (its own
+    managed agents nest the same way). Returns what puts ``member`` back."""
+    own = vars(member).get("run")
+    original = member.run
+
+    def run(task: str, **kwargs: Any) -> Any:
+        mapper = manager.member(member, task)
+        if mapper is None:  # untraced, or the manager's run was cancelled
+            return original(task, **kwargs)
+        restore = _install(member, mapper, streaming)
+        output: Any = None
+        try:
+            items = original(task, **{**kwargs, "stream": True, "return_full_result": False})
+            with closing(_mapped(items, mapper)) as mapped:
+                for item in mapped:
+                    if isinstance(item, FinalAnswerStep):
+                        output = item.output
+        except BaseException as exc:
+            mapper.fail(exc)
+            mapper.end_run(task, None, exc)
+            raise
+        finally:
+            restore()
+        mapper.end_run(task, output)
+        return output
+
+    def put_back() -> None:
+        if own is not None:
+            member.run = own
+        else:
+            vars(member).pop("run", None)
+
+    member.run = run
+    return put_back
+
+
+def _mapped(items: Iterator[Any], mapper: _Mapper) -> Generator[Any, None, None]:
+    """The items of ``run(stream=True)``, each reported; a ``CodeAgent``'s code runs in
+    its ``python_interpreter`` call's tool scope (entered and left around each ``next``,
+    never across a ``yield``), with its tools called in that scope."""
+    restore_tools = _tools_in_scope(mapper.native, mapper)  # sent to the executor by run()
+    try:
+        while True:
+            code_call, mapper.code_call = mapper.code_call, None
+            if code_call:
+                with mapper.builder.tool_scope(code_call):
+                    mapper.code_context = contextvars.copy_context()
+                    try:
+                        item = next(items, _END)
+                    finally:
+                        mapper.code_context = None
+            else:
+                item = next(items, _END)
+            if item is _END:
+                return
+            mapper.item(item)
+            yield item
+    finally:
+        restore_tools()
+
+
 # -- one run on the agent object ------------------------------------------------------------------
 
 
@@ -717,44 +885,11 @@ class _Call:
             self.mapper.close()
 
     def _install(self) -> Callable[[], None]:
-        native, mapper = self.native, self.mapper
-        saved = {
-            "model": native.model,
-            "logger": native.logger,
-            "step_callbacks": native.step_callbacks,
-            "stream_outputs": native.stream_outputs,
-        }
-        own = vars(native).get("execute_tool_call")
+        native = self.native
         steps = self.prepared.state
         if steps is not None:
             native.memory.steps = list(steps)
-        if native.logger.level == LogLevel.OFF:
-            native.logger = _quiet_logger()  # the Live display draws even at OFF
-        if mapper is not None:
-            model = native.model
-            streams = hasattr(model, "generate_stream")
-            native.model = (_StreamingModelTap if streams else _ModelTap)(model, mapper)
-            native.step_callbacks = _Callbacks(native.step_callbacks, mapper.step_ended)
-            native.stream_outputs = self.streaming and streams
-            if isinstance(native, ToolCallingAgent):
-                original = native.execute_tool_call
-
-                def execute_tool_call(tool_name: str, arguments: Any) -> Any:
-                    return mapper.run_tool(
-                        tool_name, arguments, lambda: original(tool_name, arguments)
-                    )
-
-                native.execute_tool_call = execute_tool_call
-
-        def restore() -> None:
-            for name, value in saved.items():
-                setattr(native, name, value)
-            if own is not None:
-                native.execute_tool_call = own
-            else:
-                vars(native).pop("execute_tool_call", None)
-
-        return restore
+        return _install(native, self.mapper, self.streaming)
 
     def _arguments(self, stream: bool) -> dict[str, Any]:
         return {
@@ -777,37 +912,22 @@ class _Call:
         native, mapper = self.native, self.mapper
         if mapper is None:
             return self._outcome(native.run(**self._arguments(stream=False)))
-        items = native.run(**self._arguments(stream=True))
-        restore_tools = _tools_in_scope(native, mapper)  # sent to the executor by run()
-        try:
-            return self._drive(items, tick)
-        finally:
-            restore_tools()
+        return self._drive(native.run(**self._arguments(stream=True)), tick)
 
     def _drive(self, items: Iterator[Any], tick: Callable[[], None] | None) -> _Outcome:
         mapper = self.mapper
         assert mapper is not None
         output: Any = None
-        while True:
-            if self.stop.is_set():
-                return self._abandon(items)
-            code_call, mapper.code_call = mapper.code_call, None
-            if code_call:
-                with mapper.builder.tool_scope(code_call):
-                    mapper.code_context = contextvars.copy_context()
-                    try:
-                        item = next(items, _END)
-                    finally:
-                        mapper.code_context = None
-            else:
-                item = next(items, _END)
-            if item is _END:
-                break
-            if isinstance(item, FinalAnswerStep):
-                output = item.output
-            mapper.item(item)
-            if tick is not None:
-                tick()
+        if self.stop.is_set():
+            return self._abandon(items)
+        with closing(_mapped(items, mapper)) as mapped:
+            for item in mapped:
+                if isinstance(item, FinalAnswerStep):
+                    output = item.output
+                if tick is not None:
+                    tick()
+                if self.stop.is_set():
+                    return self._abandon(items)
         return self._outcome(output)
 
     def _abandon(self, items: Iterator[Any]) -> _Outcome:

@@ -28,7 +28,7 @@ try:
 except ImportError as exc:
     raise missing_extra(exc, "smolagents") from exc
 
-__all__ = ["ScriptedModel", "Turn", "calls", "code", "text"]
+__all__ = ["ScriptedModel", "Turn", "calls", "code", "delegate", "text"]
 
 Turn: TypeAlias = "ChatMessage | BaseException | Callable[[list[ChatMessage]], ChatMessage]"
 """One scripted reply: a message, an exception to raise (a failed request), or a
@@ -52,6 +52,12 @@ def calls(*wanted: tuple[str, dict[str, Any]], prefix: str = "call") -> ChatMess
     )
 
 
+def delegate(member: str, task: str, prefix: str = "ask") -> ChatMessage:
+    """A manager's reply handing ``task`` to its managed agent ``member`` (a tool call
+    with the ``task`` argument smolagents gives a managed agent)."""
+    return calls((member, {"task": task}), prefix=prefix)
+
+
 def text(content: str) -> ChatMessage:
     """A plain text reply."""
     return ChatMessage(role=MessageRole.ASSISTANT, content=content)
@@ -68,7 +74,8 @@ class ScriptedModel(Model):  # type: ignore[misc]
     ``generate`` plays the next :data:`Turn`; ``generate_stream`` plays it as
     chunks: the text word by word, then each tool call as a name chunk and two
     argument chunks (as providers stream them), with the usage on the last chunk.
-    ``received`` records the messages each call was sent, and ``kwargs`` (such as
+    ``received`` records the messages each call was sent, ``reported`` the usage
+    (input, output tokens) each reply carried, and ``kwargs`` (such as
     ``temperature``) are kept as smolagents keeps a model's completion settings.
     ``pause_after_tool_calls`` makes a streamed reply wait that many seconds after its
     tool-call chunks (a model that streams on after announcing its calls).
@@ -90,6 +97,7 @@ class ScriptedModel(Model):  # type: ignore[misc]
         self.pause_after_tool_calls = pause_after_tool_calls
         self.turns = list(turns)
         self.received: list[list[ChatMessage]] = []
+        self.reported: list[tuple[int, int]] = []
         self._usage = (input_tokens, output_tokens)
 
     def _next(self, messages: list[ChatMessage]) -> ChatMessage:
@@ -100,6 +108,7 @@ class ScriptedModel(Model):  # type: ignore[misc]
         if isinstance(turn, BaseException):
             raise turn
         reply = turn(messages) if callable(turn) else turn
+        self.reported.append(self._usage)
         return ChatMessage(
             role=reply.role,
             content=reply.content,
