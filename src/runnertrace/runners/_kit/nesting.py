@@ -9,19 +9,14 @@ the OTel current span (the running tool's, inside its tool scope), reporting to 
 tracer of its own that shares the outer run's OTel tracer, content policy,
 session and mode. Its tokens are counted on its own run span, never the outer's.
 
-Why it reaches into the tracer here: the Observer protocol has no way yet to ask
-for a child run, and its owner (``tracing/state.py``) is being changed in parallel
-this round. This module is the one place a runner does it, so the seam can become
-an Observer method without touching any runner. An observer that is not a
-``RunTracer`` (a plain sink, or nothing) gets no nested run: the member runs
-untraced, exactly as before.
+The tracer offers the child run as ``nested_run(agent_name, requests)`` on the
+observer; an observer without it (a plain sink, or nothing) gets no nested run, and
+the member runs untraced, exactly as before. Nothing here imports the tracing layer.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from opentelemetry.context import get_current
 
 from runnertrace.core.models import AgentReply, AgentRequestText
 from runnertrace.core.observer import Observer
@@ -55,24 +50,6 @@ def nested_run(outer: Observer, agent_name: str, task: str) -> NestedRun | None:
     run; ``None`` when ``outer`` is no tracer (untraced, or a foreign observer).
 
     Call it inside the outer call's tool scope, where the tool's span is current."""
-    from runnertrace.tracing import attributes as A  # the seam: see the module docstring
-    from runnertrace.tracing.state import RunTracer
-
-    if not isinstance(outer, RunTracer) or not outer.recording or outer.finished:
-        return None
-    run = outer.templates["run"]
-    tracer = RunTracer(
-        outer.tracer,
-        outer.policy,
-        agent_name=agent_name,
-        framework=str(run[A.FRAMEWORK]),
-        session_id=outer.common.get(A.CONVERSATION_ID),
-        user_id=outer.common.get(A.USER_ID),
-        mode=outer.mode,
-        deltas_as_events=outer.deltas_as_events,
-        legacy_keys=outer.legacy,
-        parent=get_current(),
-        requests=[AgentRequestText(prompt=task)],
-    )
-    tracer.claim()  # the runner reports every event itself
-    return NestedRun(tracer)
+    open_child = getattr(outer, "nested_run", None)
+    tracer = open_child(agent_name, [AgentRequestText(prompt=task)]) if open_child else None
+    return None if tracer is None else NestedRun(tracer)
