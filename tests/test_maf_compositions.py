@@ -19,7 +19,9 @@ import pytest
 
 pytest.importorskip("agent_framework", reason="needs the maf extra: pip install -e '.[dev,maf]'")
 
+import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -32,6 +34,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 from tests.fidelity_helpers import MODES, in_start_order, one, parent_of, run
+from tests.tracing_helpers import OpenSpanTracker, cancel_and_settle
 
 from runnertrace import TracingRunner
 from runnertrace.core.agent import Agent as CoreAgent
@@ -420,3 +423,40 @@ def test_with_an_app_provider_each_call_and_token_shows_once(
     (db,) = [s for s in spans if s["name"] == "db.query lookup"]
     assert by_id[db["parent"]]["name"] == "execute_tool lookup"
     assert by_id[db["parent"]]["agent"] == "researcher"
+
+
+# -- cancellation --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_run_cancelled_inside_the_inner_agents_tool_leaves_nothing_open(
+    mode: str, captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    tracker = OpenSpanTracker()
+    captured_spans.provider.add_span_processor(tracker)
+    inside = asyncio.Event()
+
+    @tool
+    async def slow(topic: str) -> str:
+        """Wait forever."""
+        inside.set()
+        await asyncio.sleep(10)
+        return topic
+
+    inner = Agent(
+        ScriptedChatClient([call(("r9", "slow", {"topic": "t"}))], model="research-llm"),
+        name="researcher",
+        tools=[slow],
+    )
+    outer = coordinator([inner.as_tool()], [delegate()])
+    task = asyncio.create_task(run(traced(outer), mode))
+    await inside.wait()
+    await cancel_and_settle(task)
+    assert tracker.started > 0
+    assert tracker.open == {}
+    assert not [r for r in caplog.records if "Failed to detach context" in r.getMessage()]
+    nested = one(captured_spans, "invoke_agent researcher")
+    assert attr(nested, "runnertrace.cancelled") is True
+    assert parent_of(captured_spans, nested).name == "execute_tool researcher"
+    assert inner.middleware is None
