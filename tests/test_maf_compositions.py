@@ -8,9 +8,12 @@ attached to the inner agent for the call, so it is traced with our private provi
 provider and Agent Framework's own instrumentation on, each model call shows once
 and each token counts once (checked in a subprocess that owns its global provider).
 
-Agent Framework's multi-agent orchestrations (``SequentialBuilder``,
-``ConcurrentBuilder``, ``HandoffBuilder``...) live in ``agent-framework-orchestrations``,
-which the ``maf`` extra does not install; they are not covered here.
+A workflow of agents (core's ``WorkflowBuilder``: a chain, a fan-out) run as a tool
+through ``workflow.as_agent().as_tool()`` gives each agent's run its own
+``invoke_agent`` span under the tool's span. The ready-made orchestrations
+(``SequentialBuilder``, ``ConcurrentBuilder``, ``HandoffBuilder``...) live in
+``agent-framework-orchestrations``, which the ``maf`` extra does not install; they
+are not covered here.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from agent_framework import Agent, Message, tool
+from agent_framework import Agent, Message, WorkflowBuilder, tool
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
@@ -324,7 +327,7 @@ provider, exporter = TracerProvider(), InMemorySpanExporter()
 provider.add_span_processor(SimpleSpanProcessor(exporter))
 trace.set_tracer_provider(provider)
 
-from agent_framework import Agent, tool
+from agent_framework import Agent, WorkflowBuilder, tool
 from runnertrace import traced
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
@@ -350,6 +353,16 @@ def agents(kind):
     ], model="coord-llm"), name="coord", tools=[inner.as_tool()])
     runner = traced(MAFRunner(), TraceConfig(type=kind))
     return CoreAgent("coord", runner, outer)
+
+def pipeline():
+    writer = Agent(ScriptedChatClient([say("Draft.", input_tokens=3)], model="w"), name="writer")
+    editor = Agent(ScriptedChatClient([say("Final.", input_tokens=4)], model="e"), name="editor")
+    workflow = WorkflowBuilder(start_executor=writer).add_chain([writer, editor]).build()
+    outer = Agent(ScriptedChatClient([
+        call(("x1", "pipeline", {"task": "?"}), input_tokens=11, output_tokens=3),
+        say("Done.", input_tokens=13, output_tokens=4),
+    ], model="coord-llm"), name="coord", tools=[workflow.as_agent(name="pipeline").as_tool()])
+    return CoreAgent("coord", traced(MAFRunner(), TraceConfig(type="app")), outer)
 
 async def go(core, mode):
     requests = [AgentRequestText(prompt="?")]
@@ -379,6 +392,8 @@ async def main():
     for mode in ("run", "stream"):
         await go(agents("app"), mode)
         report[mode] = spans()
+        await go(pipeline(), mode)
+        report[f"workflow {mode}"] = spans()
     print(json.dumps(report))
 
 asyncio.run(main())
@@ -460,3 +475,103 @@ async def test_a_run_cancelled_inside_the_inner_agents_tool_leaves_nothing_open(
     assert attr(nested, "runnertrace.cancelled") is True
     assert parent_of(captured_spans, nested).name == "execute_tool researcher"
     assert inner.middleware is None
+
+
+# -- a workflow of agents run as a tool (core's WorkflowBuilder) --------------------------------
+
+
+def writer_and_editor() -> tuple[Agent, Agent]:
+    writer = Agent(
+        ScriptedChatClient([say("A draft.", input_tokens=3, output_tokens=2)], model="w-llm"),
+        name="writer",
+    )
+    editor = Agent(
+        ScriptedChatClient([say("The final.", input_tokens=4, output_tokens=1)], model="e-llm"),
+        name="editor",
+    )
+    return writer, editor
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_sequential_workflow_run_as_a_tool_gives_each_agent_its_run(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    writer, editor = writer_and_editor()
+    workflow = WorkflowBuilder(start_executor=writer).add_chain([writer, editor]).build()
+    tool_ = workflow.as_agent(name="pipeline").as_tool()
+    outer = coordinator([tool_], [delegate("x1", "pipeline"), say("Done.")])
+    await run(traced(outer), mode)
+    tool_span = one(captured_spans, "execute_tool pipeline")
+    assert captured_spans.tree(tool_span) == (
+        "execute_tool pipeline",
+        [
+            ("invoke_agent writer", [("agent_step writer", [("chat w-llm", [])])]),
+            ("invoke_agent editor", [("agent_step editor", [("chat e-llm", [])])]),
+        ],
+    )
+    writer_run, editor_run = (
+        one(captured_spans, "invoke_agent writer"),
+        one(captured_spans, "invoke_agent editor"),
+    )
+    assert writer_run.end_time is not None and editor_run.start_time is not None
+    assert writer_run.end_time <= editor_run.start_time  # one after the other
+    assert "The final." in attr(editor_run, "gen_ai.output.messages")
+    assert attr(one(captured_spans, "chat e-llm"), "gen_ai.agent.name") == "editor"
+    clients = (outer.client, writer.client, editor.client)
+    assert tokens(captured_spans) == scripted_usage(*clients)  # type: ignore[arg-type]
+    assert writer.middleware is None and editor.middleware is None
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_fan_out_workflow_keeps_each_branch_under_the_tool(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    writer, editor = writer_and_editor()
+    critic = Agent(
+        ScriptedChatClient([say("Too short.", input_tokens=6)], model="c-llm"), name="critic"
+    )
+    workflow = (
+        WorkflowBuilder(start_executor=writer, output_from="all")
+        .add_fan_out_edges(writer, [editor, critic])
+        .build()
+    )
+    tool_ = workflow.as_agent(name="pipeline").as_tool()
+    outer = coordinator([tool_], [delegate("x1", "pipeline"), say("Done.")])
+    await run(traced(outer), mode)
+    tool_span = one(captured_spans, "execute_tool pipeline")
+    runs = [s for s in captured_spans.children(tool_span)]
+    assert sorted(s.name for s in runs) == [
+        "invoke_agent critic",
+        "invoke_agent editor",
+        "invoke_agent writer",
+    ]
+    for name, model in (("writer", "w-llm"), ("editor", "e-llm"), ("critic", "c-llm")):
+        (chat,) = captured_spans.by_name(f"chat {model}")
+        assert attr(chat, "gen_ai.agent.name") == name
+        assert parent_of(captured_spans, parent_of(captured_spans, chat)).name == (
+            f"invoke_agent {name}"
+        )
+    clients = (outer.client, writer.client, editor.client, critic.client)
+    assert tokens(captured_spans) == scripted_usage(*clients)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_with_an_app_provider_a_workflows_calls_show_once(
+    mode: str, app_spans: dict[str, list[dict[str, Any]]]
+) -> None:
+    spans = app_spans[f"workflow {mode}"]
+    # Agent Framework's one span is the build's, made before any run (untraced code)
+    assert [s["name"] for s in spans if s["scope"] == "agent_framework"] == ["workflow.build"]
+    chat = sorted(
+        (s["name"], s["agent"], s["input"]) for s in spans if s["name"].startswith("chat")
+    )
+    assert chat == [
+        ("chat coord-llm", "coord", 11),
+        ("chat coord-llm", "coord", 13),
+        ("chat e", "editor", 4),
+        ("chat w", "writer", 3),
+    ]
+    by_id = {s["id"]: s for s in spans}
+    for name in ("invoke_agent writer", "invoke_agent editor"):
+        (run_span,) = [s for s in spans if s["name"] == name]
+        assert by_id[run_span["parent"]]["name"] == "execute_tool pipeline"

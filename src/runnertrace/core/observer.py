@@ -39,6 +39,7 @@ __all__ = [
     "Observer",
     "ScopeKind",
     "ToolBoundary",
+    "can_nest_runs",
     "claim_observer",
     "end_nesting_runs",
     "enter_traced_run",
@@ -253,6 +254,12 @@ def nesting_runs(opener: NestedRunOpener) -> contextvars.Token[NestedRunOpener |
 
 def end_nesting_runs(token: contextvars.Token[NestedRunOpener | None]) -> None:
     reset_var(_nesting, token)
+
+
+def can_nest_runs() -> bool:
+    """Whether :func:`open_nested_run` would trace here (a runner decides on that
+    before the inner agent starts: whether the framework's own spans stand for it)."""
+    return _nesting.get() is not None
 
 
 def open_nested_run(agent_name: str, *, mode: str) -> NestedRun | None:
