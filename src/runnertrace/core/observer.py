@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from runnertrace.core.context import reset_var
 from runnertrace.core.events import StreamEvent
@@ -34,15 +34,21 @@ from runnertrace.core.events import StreamEvent
 __all__ = [
     "NULL_OBSERVER",
     "EventSink",
+    "NestedRun",
+    "NestedRunOpener",
     "Observer",
     "ScopeKind",
     "ToolBoundary",
+    "can_nest_runs",
     "claim_observer",
+    "end_nesting_runs",
     "enter_traced_run",
     "exit_traced_run",
     "in_traced_run",
     "install_observer",
+    "nesting_runs",
     "observing",
+    "open_nested_run",
     "stream_observer",
     "uninstall_observer",
 ]
@@ -214,3 +220,54 @@ def in_traced_run() -> bool:
     a core fact, so no runner needs to inspect OTel spans to find out.
     """
     return _traced.get()
+
+
+class NestedRun(Observer, Protocol):
+    """A traced run opened for an agent that a framework runs by itself inside a tool
+    of a traced run (Agent Framework's ``agent.as_tool()``, for example): the runner
+    reports the inner agent's events to it, as to any observer, and ends it."""
+
+    def finish(
+        self, reply: Any = None, error: BaseException | None = None, cancelled: bool = False
+    ) -> None:
+        """End the run: whatever is still open, then its run span."""
+
+
+class NestedRunOpener(Protocol):
+    """What the tracing layer offers while it traces a run (see :func:`nesting_runs`)."""
+
+    def __call__(self, agent_name: str, mode: str) -> NestedRun | None: ...
+
+
+_nesting: contextvars.ContextVar[NestedRunOpener | None] = contextvars.ContextVar(
+    "runnertrace_nesting", default=None
+)
+
+
+def nesting_runs(opener: NestedRunOpener) -> contextvars.Token[NestedRunOpener | None]:
+    """The tracing layer, around a traced run: runs opened with :func:`open_nested_run`
+    from here on are traced with ``opener``. Unlike the observer, it stays visible in
+    a tool's body: that is where the nested agent runs. Undo with
+    :func:`end_nesting_runs` in the same context."""
+    return _nesting.set(opener)
+
+
+def end_nesting_runs(token: contextvars.Token[NestedRunOpener | None]) -> None:
+    reset_var(_nesting, token)
+
+
+def can_nest_runs() -> bool:
+    """Whether :func:`open_nested_run` would trace here (a runner decides on that
+    before the inner agent starts: whether the framework's own spans stand for it)."""
+    return _nesting.get() is not None
+
+
+def open_nested_run(agent_name: str, *, mode: str) -> NestedRun | None:
+    """A traced run for ``agent_name`` nested where the code runs now (inside a tool's
+    scope: under its ``execute_tool`` span), or ``None`` when nothing traces here.
+
+    For a runner whose framework runs an inner agent itself, where no runner of ours
+    is called for it; a runner that is called for the inner agent is traced by the
+    tracing layer's own nesting and needs none of this."""
+    opener = _nesting.get()
+    return opener(agent_name, mode) if opener is not None else None

@@ -62,17 +62,35 @@ that settings object a subclass whose ``enable_instrumentation`` also reads a
 context variable of ours: it reads "off" for the agent, model and tool calls of a
 traced ``MAFRunner`` run (the ones our spans stand for), and exactly as before
 everywhere else: untraced runs, concurrent runs of other agents, and what a tool
-body runs (a sub-agent from ``agent.as_tool()`` keeps its own spans, nested under
-our ``execute_tool`` span, so it is seen once). HTTP instrumentation inside a call
-still nests under our span. Inside our tool scope, the one read that decides on the
-tool's own span is the quiet one (see :class:`_ToolSpanOnly`).
+body runs that we do not map (a bare ``other_agent.run()`` in a tool keeps its own
+spans, nested under our ``execute_tool`` span, so it is seen once). HTTP
+instrumentation inside a call still nests under our span. Inside our tool scope,
+the one read that decides on the tool's own span is the quiet one (see
+:class:`_ToolSpanOnly`).
+
+**An agent run as a tool** (``agent.as_tool()``, or a workflow's
+``as_agent().as_tool()``) is a run of its own: each run of an inner agent in such a
+tool's body opens a nested run
+(:func:`~runnertrace.core.observer.open_nested_run`: an ``invoke_agent`` span under
+the ``execute_tool`` span) and is mapped into it, with its own steps, chat and tool
+spans under its own name, whatever the provider setup. A workflow's agents (its
+``AgentExecutor`` s) each get one per run, in sequence or side by side as the
+workflow runs them. ``as_tool()`` calls ``agent.run`` with no middleware of its
+own, so for the call ours is appended to each inner agent's ``middleware`` list
+(reference-counted over concurrent calls, removed when the last one ends); it reads
+a context variable set in the tool's body and passes every other run of that agent
+straight through. Agent Framework's own spans (the workflow's included) stay quiet
+in the whole body of such a tool: ours stand for them. Nested ``as_tool()`` agents
+nest the same way, one run per level.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import copy
 import logging
+import threading
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
@@ -82,7 +100,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from functools import partial
 from typing import Any, ClassVar
 
@@ -95,6 +113,7 @@ try:
     )
     from agent_framework import (
         AgentContext,
+        AgentExecutor,
         AgentMiddleware,
         AgentResponse,
         AgentSession,
@@ -107,6 +126,7 @@ try:
         FunctionMiddleware,
         Message,
         ResponseStream,
+        WorkflowAgent,
         normalize_function_invocation_configuration,
     )
     from agent_framework import observability as maf_observability
@@ -116,7 +136,7 @@ except ImportError as exc:
 from runnertrace.core.context import reset_var
 from runnertrace.core.models import AgentReply, AgentRequest
 from runnertrace.core.module import Module
-from runnertrace.core.observer import in_traced_run
+from runnertrace.core.observer import NestedRun, can_nest_runs, in_traced_run, open_nested_run
 from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.runners._kit.genai import Message as SemconvMessage
 from runnertrace.runners._kit.genai import (
@@ -495,7 +515,8 @@ class _ChatObserver(ChatMiddleware):
 
 
 class _FunctionObserver(FunctionMiddleware):
-    """Runs each tool in its tool scope and reports its result or its exception."""
+    """Runs each tool in its tool scope and reports its result or its exception; an
+    agent run as a tool (``agent.as_tool()``) gets its own nested run there."""
 
     def __init__(self, mapper: _Mapper) -> None:
         self.mapper = mapper
@@ -506,12 +527,20 @@ class _FunctionObserver(FunctionMiddleware):
         mapper = self.mapper
         call_id = str(context.metadata.get("call_id") or "")
         name = context.function.name
-        quiet: bool | _ToolSpanOnly = _ToolSpanOnly() if _quiet.get() is True else False
+        traced = _quiet.get() is True
         try:
-            with mapper.builder.tool_scope(call_id), _quiet_as(quiet):
-                await call_next()
-        except Exception as exc:
-            mapper.tool_failed(call_id, name, exc)
+            with mapper.builder.tool_scope(call_id):
+                delegation = _open_delegation(context.function) if traced else None
+                # A delegated agent's spans are ours: Agent Framework's stay quiet in
+                # its whole body. Elsewhere only the tool's own span is (_ToolSpanOnly).
+                quiet: bool | _ToolSpanOnly = (
+                    (True if delegation is not None else _ToolSpanOnly()) if traced else False
+                )
+                with _quiet_as(quiet), _delegating(delegation):
+                    await call_next()
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                mapper.tool_failed(call_id, name, exc)
             raise
         mapper.tool_returned(call_id, name, context.result)
 
@@ -534,7 +563,259 @@ class _AgentObserver(AgentMiddleware):
 
 
 def _observers(mapper: _Mapper) -> list[Any]:
-    return [_AgentObserver(mapper), _ChatObserver(mapper), _FunctionObserver(mapper)]
+    observers = _Observers(mapper)
+    return [observers.agent, observers.chat, observers.function]
+
+
+# -- agents run as tools (agent.as_tool()) ---------------------------------------------------------
+
+
+def _tool_target(function: Any) -> Any:
+    """The agent behind a tool made by ``agent.as_tool()`` (its wrapper function holds
+    the agent as ``self``), else ``None``."""
+    func = getattr(function, "func", None)
+    code = getattr(func, "__code__", None)
+    if code is None or not func.__qualname__.endswith(".as_tool.<locals>._agent_wrapper"):  # type: ignore[union-attr]
+        return None
+    if "self" not in code.co_freevars:
+        return None
+    return func.__closure__[code.co_freevars.index("self")].cell_contents  # type: ignore[union-attr]
+
+
+def _delegates_of(function: Any) -> tuple[MAFAgent[Any], ...]:
+    """The agents a tool runs that we can map: the agent of ``agent.as_tool()``, or
+    the agents of a workflow's ``as_agent().as_tool()`` (its agent executors). Only an
+    ``Agent`` runs middleware, so any other keeps Agent Framework's own spans."""
+    target = _tool_target(function)
+    if isinstance(target, MAFAgent):
+        return (target,)
+    if isinstance(target, WorkflowAgent):
+        executors = target.workflow.executors.values()
+        agents = (e.agent for e in executors if isinstance(e, AgentExecutor))
+        return tuple({id(a): a for a in agents if isinstance(a, MAFAgent)}.values())
+    return ()
+
+
+class _AgentRun:
+    """One run of an inner agent: a nested run of ours (an ``invoke_agent`` span under
+    the tool's span) with a mapping of its own."""
+
+    __slots__ = ("builder", "mapper", "observers", "run")
+
+    def __init__(self, run: NestedRun, name: str) -> None:
+        self.run = run
+        self.builder = EventBuilder(run)
+        self.mapper = _Mapper(self.builder, name, detailed=True)
+        self.observers = _Observers(self.mapper)
+
+    def finish(self, reply: str | None = None, error: BaseException | None = None) -> None:
+        with _boundary:
+            if error is not None:
+                self.builder.fail(error)
+            self.mapper.run_finished()
+        self.run.finish(
+            reply=reply, error=error, cancelled=isinstance(error, asyncio.CancelledError)
+        )
+
+
+class _Delegation:
+    """One call, in a traced run, of a tool that runs agents: each run of one of them
+    starts its own :class:`_AgentRun` (from our middleware attached to it) and ends
+    it when the agent's run ends; the tool's end ends whatever is left."""
+
+    __slots__ = ("agents", "runs")
+
+    def __init__(self, agents: tuple[MAFAgent[Any], ...]) -> None:
+        self.agents = agents
+        self.runs: dict[int, _AgentRun] = {}  # id(agent) -> its run in progress
+
+    def observers(self, agent: MAFAgent[Any]) -> _Observers | None:
+        current = self.runs.get(id(agent))
+        return current.observers if current is not None else None
+
+    def start(self, agent: MAFAgent[Any]) -> _AgentRun | None:
+        """A run of ``agent`` starts: its nested run opens under the current span."""
+        name = agent.name or type(agent).__name__
+        run = open_nested_run(name, mode="stream")  # as_tool() streams its agent
+        if run is None:
+            return None
+        current = self.runs[id(agent)] = _AgentRun(run, name)
+        return current
+
+    def end(self, agent: MAFAgent[Any], reply: str | None, error: BaseException | None) -> None:
+        current = self.runs.pop(id(agent), None)
+        if current is not None:
+            current.finish(reply=reply, error=error)
+
+    def finish(self, error: BaseException | None = None) -> None:
+        for key in list(self.runs):
+            self.runs.pop(key).finish(error=error)
+
+
+def _open_delegation(function: Any) -> _Delegation | None:
+    """A delegation for ``function`` when it runs agents and a traced run is here."""
+    with _boundary:
+        agents = _delegates_of(function)
+        return _Delegation(agents) if agents and can_nest_runs() else None
+    return None
+
+
+_delegation: contextvars.ContextVar[_Delegation | None] = contextvars.ContextVar(
+    "runnertrace_maf_delegation", default=None
+)
+
+
+class _Observers:
+    """The three middleware of one mapping, by kind."""
+
+    __slots__ = ("agent", "chat", "function")
+
+    def __init__(self, mapper: _Mapper) -> None:
+        self.agent = _AgentObserver(mapper)
+        self.chat = _ChatObserver(mapper)
+        self.function = _FunctionObserver(mapper)
+
+
+def _delegated_to(agent: MAFAgent[Any]) -> _Observers | None:
+    """The observers of the run of ``agent`` a delegation maps in this context, if any."""
+    delegation = _delegation.get()
+    return delegation.observers(agent) if delegation is not None else None
+
+
+class _DelegatedAgent(AgentMiddleware):
+    """Attached to an agent a traced run's tool runs, while it may: a run of it in
+    that tool's body starts its nested run and hands its middleware calls to it; any
+    other run of the agent passes straight through."""
+
+    def __init__(self, agent: MAFAgent[Any]) -> None:
+        self.agent = agent
+
+    async def process(
+        self, context: AgentContext, call_next: Callable[[], Awaitable[None]]
+    ) -> None:
+        agent, delegation = self.agent, _delegation.get()
+        current = None
+        if delegation is not None and any(a is agent for a in delegation.agents):
+            with _boundary:
+                current = delegation.start(agent)
+        if current is None or delegation is None:
+            await call_next()
+            return
+        try:
+            await current.observers.agent.process(context, call_next)
+        except BaseException as exc:
+            delegation.end(agent, None, exc)
+            raise
+        if isinstance(context.result, ResponseStream):
+            # the run's end is its stream's end (a failed stream ends with the tool)
+            context.stream_result_hooks.append(partial(_ended, delegation, agent))
+        else:
+            _ended(delegation, agent, context.result)
+
+
+def _ended(delegation: _Delegation, agent: MAFAgent[Any], response: Any) -> None:
+    """An inner agent's run ended with ``response``: its nested run ends with the text."""
+    with _boundary:
+        text = getattr(response, "text", None)
+        delegation.end(agent, text if isinstance(text, str) else None, None)
+
+
+class _DelegatedChat(ChatMiddleware):
+    def __init__(self, agent: MAFAgent[Any]) -> None:
+        self.agent = agent
+
+    async def process(self, context: ChatContext, call_next: Callable[[], Awaitable[None]]) -> None:
+        observers = _delegated_to(self.agent)
+        if observers is None:
+            await call_next()
+        else:
+            await observers.chat.process(context, call_next)
+
+
+class _DelegatedFunction(FunctionMiddleware):
+    def __init__(self, agent: MAFAgent[Any]) -> None:
+        self.agent = agent
+
+    async def process(
+        self, context: FunctionInvocationContext, call_next: Callable[[], Awaitable[None]]
+    ) -> None:
+        observers = _delegated_to(self.agent)
+        if observers is None:
+            await call_next()
+        else:
+            await observers.function.process(context, call_next)
+
+
+class _Attachment:
+    """Our middleware on one agent, and how many delegated calls use it now."""
+
+    __slots__ = ("bundle", "count", "had_none")
+
+    def __init__(self, bundle: list[Any], had_none: bool) -> None:
+        self.bundle = bundle
+        self.had_none = had_none
+        self.count = 0
+
+
+_attachments: dict[int, _Attachment] = {}  # id(agent) -> ours on it, while a call runs
+_attachments_lock = threading.Lock()
+
+
+@contextmanager
+def _attached(agent: MAFAgent[Any]) -> Iterator[None]:
+    """Our dispatching middleware on ``agent`` (appended: innermost, as in a run of
+    ours) while at least one delegated call of it runs. ``as_tool()`` calls
+    ``agent.run`` with no middleware of its own, so the agent's list is the one way
+    in; the dispatchers pass every other run of the agent straight through."""
+    key = id(agent)
+    with _attachments_lock:
+        attachment = _attachments.get(key)
+        if attachment is None:
+            bundle: list[Any] = [
+                _DelegatedAgent(agent),
+                _DelegatedChat(agent),
+                _DelegatedFunction(agent),
+            ]
+            before = agent.middleware
+            attachment = _attachments[key] = _Attachment(bundle, before is None)
+            agent.middleware = [*_listed(before), *bundle]
+        attachment.count += 1
+    try:
+        yield
+    finally:
+        with _attachments_lock:
+            attachment.count -= 1
+            if attachment.count == 0:
+                del _attachments[key]
+                ours = attachment.bundle
+                kept = [m for m in _listed(agent.middleware) if all(m is not o for o in ours)]
+                agent.middleware = kept if kept or not attachment.had_none else None
+
+
+@contextmanager
+def _delegating(delegation: _Delegation | None) -> Iterator[None]:
+    """A tool's body: the delegation it runs (or none: a run of an agent there is not
+    this run's inner agent), with our middleware on the delegated agents. Whatever
+    inner run is still open when the body ends, ends then (with its failure)."""
+    if delegation is None and _delegation.get() is None:
+        yield
+        return
+    token = _delegation.set(delegation)
+    try:
+        if delegation is None:
+            yield
+        else:
+            with ExitStack() as attachments:
+                for agent in delegation.agents:
+                    attachments.enter_context(_attached(agent))
+                try:
+                    yield
+                except BaseException as exc:
+                    delegation.finish(error=exc)
+                    raise
+                delegation.finish()
+    finally:
+        reset_var(_delegation, token)
 
 
 # -- the framework's own instrumentation -----------------------------------------------------------

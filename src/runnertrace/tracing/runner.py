@@ -16,6 +16,11 @@ runner pass through untouched (``__getattr__`` delegates).
   token is ever detached in the wrong context.
 * A nested traced run (agent-as-tool) finds the outer run through a context
   variable and nests under the outer run's open tool span.
+* An inner agent that the framework runs by itself, with no runner of ours called
+  for it (Agent Framework's ``agent.as_tool()``), gets its run from
+  :func:`~runnertrace.core.observer.open_nested_run`: while a traced run is in
+  progress we offer a nested run with this runner's settings, under the span
+  current where it is opened (the tool's, inside the tool's scope).
 """
 
 from __future__ import annotations
@@ -29,9 +34,11 @@ from opentelemetry.context import attach, detach
 
 from runnertrace._internal.errors import handle_internal_errors, report_internal_error
 from runnertrace.core.observer import (
+    end_nesting_runs,
     enter_traced_run,
     exit_traced_run,
     install_observer,
+    nesting_runs,
     uninstall_observer,
 )
 from runnertrace.tracing.config import TraceConfig
@@ -128,6 +135,29 @@ class TracingRunner:
             with handle_internal_errors("flush after run (AWS Lambda)"):
                 self.setup.flush()
 
+    def _nested(self, agent_name: str, mode: str) -> RunTracer | None:
+        """A run for an inner agent the framework runs inside a tool (see the module
+        docstring): this runner's settings, under the current span, no session."""
+        try:
+            setup = self.setup
+            if setup.disabled:
+                return None
+            return RunTracer(
+                setup.tracer,
+                self.policy,
+                agent_name=agent_name,
+                framework=self._framework,
+                session_id=None,
+                user_id=self.settings.user_id,
+                mode=mode,
+                deltas_as_events=self._deltas_as_events,
+                legacy_keys=self._legacy_keys,
+                parent=None,
+            )
+        except Exception as exc:  # noqa: BLE001 - telemetry boundary
+            report_internal_error("starting a nested run span", exc)
+        return None
+
     # -- run mode ---------------------------------------------------------------------------
     async def run(self, agent: Any, session: Any, requests: Any) -> Any:
         run = self._begin(agent, session, requests, "run")
@@ -135,6 +165,7 @@ class TracingRunner:
             return await self.base.run(agent, session, requests)
         active = _active_run.set(run)
         marked = enter_traced_run()
+        nesting = nesting_runs(self._nested)
         token = attach(run.run.context())
         sink = install_observer(run)
         try:
@@ -144,6 +175,7 @@ class TracingRunner:
             raise
         finally:
             uninstall_observer(sink)
+            end_nesting_runs(nesting)
             detach(token)
             exit_traced_run(marked)
             _active_run.reset(active)
@@ -165,6 +197,7 @@ class TracingRunner:
         exhausted = False
         next_event, handle, run_context = events.__anext__, run.handle, run.run.context()
         set_run, reset_run = _active_run.set, _active_run.reset
+        opener = self._nested
         # The observer is offered in the first step only: a runner of ours takes it
         # there (core.observer.stream_observer) and reports each event itself, as it
         # makes it; a foreign runner does not, and we read its events as they pass.
@@ -175,6 +208,7 @@ class TracingRunner:
                 # set and reset happen in this same step, whatever the consumer does.
                 active = set_run(run)
                 marked = enter_traced_run()
+                nesting = nesting_runs(opener)
                 token = attach(run_context)
                 try:
                     event = await next_event()
@@ -183,6 +217,7 @@ class TracingRunner:
                     break
                 finally:
                     detach(token)
+                    end_nesting_runs(nesting)
                     exit_traced_run(marked)
                     reset_run(active)
                     if sink is not None:
