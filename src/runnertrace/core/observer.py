@@ -236,7 +236,7 @@ class NestedRun(Observer, Protocol):
 class NestedRunOpener(Protocol):
     """What the tracing layer offers while it traces a run (see :func:`nesting_runs`)."""
 
-    def __call__(self, agent_name: str, mode: str) -> NestedRun | None: ...
+    def __call__(self, agent_name: str, mode: str, requests: Any = None) -> NestedRun | None: ...
 
 
 _nesting: contextvars.ContextVar[NestedRunOpener | None] = contextvars.ContextVar(
@@ -262,12 +262,13 @@ def can_nest_runs() -> bool:
     return _nesting.get() is not None
 
 
-def open_nested_run(agent_name: str, *, mode: str) -> NestedRun | None:
+def open_nested_run(agent_name: str, *, mode: str, requests: Any = None) -> NestedRun | None:
     """A traced run for ``agent_name`` nested where the code runs now (inside a tool's
     scope: under its ``execute_tool`` span), or ``None`` when nothing traces here.
 
     For a runner whose framework runs an inner agent itself, where no runner of ours
     is called for it; a runner that is called for the inner agent is traced by the
-    tracing layer's own nesting and needs none of this."""
+    tracing layer's own nesting and needs none of this. ``requests``: what the inner
+    agent was asked (its run span's input, under content capture)."""
     opener = _nesting.get()
-    return opener(agent_name, mode) if opener is not None else None
+    return opener(agent_name, mode, requests) if opener is not None else None

@@ -50,7 +50,7 @@ What a run does:
   (``member(task)``, which calls ``member.run``) with no runner in between. For a
   traced run, each member's ``run`` is replaced on the instance for the run: called
   in the manager's tool scope, it opens a nested run
-  (:func:`~runnertrace.runners._kit.nesting.nested_run`: an ``invoke_agent`` span
+  (:func:`~runnertrace.core.observer.open_nested_run`: an ``invoke_agent`` span
   under the manager's ``execute_tool`` for that call, or ``python_interpreter`` for
   a ``CodeAgent``'s code), installs the same stand-ins on the member with a mapper
   of its own reporting there, drives its ``run(stream=True)`` and returns its final
@@ -118,12 +118,11 @@ try:
 except ImportError as exc:
     raise missing_extra(exc, "smolagents") from exc
 
-from runnertrace.core.models import AgentReply, AgentRequest
+from runnertrace.core.models import AgentReply, AgentRequest, AgentRequestText
 from runnertrace.core.module import Module
-from runnertrace.core.observer import in_traced_run
+from runnertrace.core.observer import NestedRun, in_traced_run, open_nested_run
 from runnertrace.runners._kit import genai
 from runnertrace.runners._kit.builder import EventBuilder
-from runnertrace.runners._kit.nesting import NestedRun, nested_run
 from runnertrace.runners._kit.skeleton import (
     FrameworkRun,
     FrameworkRunner,
@@ -563,10 +562,11 @@ class _Mapper:
             if self.closed:
                 return None
             name = str(member.name)
-            run = nested_run(self.builder.observer, name, task)
+            # The member is driven as a stream (see _member_traced), whatever this run's mode.
+            run = open_nested_run(name, mode="stream", requests=[AgentRequestText(prompt=task)])
             if run is None:
                 return None
-            child = _Mapper(EventBuilder(run.observer), name, member, run)
+            child = _Mapper(EventBuilder(run), name, member, run)
             self.children.append(child)
             return child
         return None

@@ -41,6 +41,7 @@ from runnertrace.core.observer import (
     nesting_runs,
     uninstall_observer,
 )
+from runnertrace.tracing import attributes as A
 from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.content import ContentPolicy
 from runnertrace.tracing.setup import TracingSetup, get_tracing_setup, setup_key
@@ -135,24 +136,27 @@ class TracingRunner:
             with handle_internal_errors("flush after run (AWS Lambda)"):
                 self.setup.flush()
 
-    def _nested(self, agent_name: str, mode: str) -> RunTracer | None:
+    def _nested(self, agent_name: str, mode: str, requests: Any = None) -> RunTracer | None:
         """A run for an inner agent the framework runs inside a tool (see the module
-        docstring): this runner's settings, under the current span, no session."""
+        docstring): this runner's settings, under the current span, in the outer run's
+        conversation; ``requests`` is what the inner agent was asked."""
         try:
             setup = self.setup
             if setup.disabled:
                 return None
+            outer = _active_run.get()
             return RunTracer(
                 setup.tracer,
                 self.policy,
                 agent_name=agent_name,
                 framework=self._framework,
-                session_id=None,
+                session_id=outer.common.get(A.CONVERSATION_ID) if outer is not None else None,
                 user_id=self.settings.user_id,
                 mode=mode,
                 deltas_as_events=self._deltas_as_events,
                 legacy_keys=self._legacy_keys,
                 parent=None,
+                requests=requests,
             )
         except Exception as exc:  # noqa: BLE001 - telemetry boundary
             report_internal_error("starting a nested run span", exc)

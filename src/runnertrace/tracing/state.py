@@ -29,11 +29,11 @@ import json
 import logging
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import trace as trace_api
-from opentelemetry.context import Context, attach, detach, get_current
+from opentelemetry.context import Context, attach, detach
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from runnertrace._internal.errors import internal_log, report_internal_error
@@ -244,34 +244,6 @@ class RunTracer:
             if tool.pending is None:
                 return tool.context()
         return self._container().context()
-
-    def nested_run(self, agent_name: str, requests: Sequence[Any]) -> RunTracer | None:
-        """A child run for an agent the framework itself runs inside one of this run's
-        tools (smolagents' managed agents: no runner stands between the two agents).
-
-        Its ``invoke_agent`` span is parented on the OTel current span (the running
-        tool's, inside its tool scope), and it shares this run's OTel tracer, content
-        policy, session, user and mode; its tokens are counted on its own run span.
-        The runner reports every event of it itself (it is claimed). ``None`` once this
-        run has ended or when it is not recorded.
-        """
-        if not self.recording or self.finished:
-            return None
-        tracer = RunTracer(
-            self.tracer,
-            self.policy,
-            agent_name=agent_name,
-            framework=str(self.templates["run"][A.FRAMEWORK]),
-            session_id=self.common.get(A.CONVERSATION_ID),
-            user_id=self.common.get(A.USER_ID),
-            mode=self.mode,
-            deltas_as_events=self.deltas_as_events,
-            legacy_keys=self.legacy,
-            parent=get_current(),
-            requests=list(requests),
-        )
-        tracer.claim()
-        return tracer
 
     # -- dispatch ---------------------------------------------------------------------
     def handle(self, event: Any) -> None:
