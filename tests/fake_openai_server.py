@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -55,6 +56,9 @@ class Reply:
     """Chat Completions only; the Responses API has none (clients derive it from the output)."""
     chunk_size: int = 3
     """Characters per streamed text/argument delta."""
+    delay_s: float = 0.0
+    """How long the server thinks before its first byte of the answer (a streamed
+    answer sends its headers first), so a client's time to first chunk is known."""
 
 
 _ROUTES = {"/v1/chat/completions": "chat_completions", "/v1/responses": "responses"}
@@ -73,6 +77,8 @@ class FakeOpenAIServer:
         self.replies = list(replies)
         self.requests: list[dict[str, Any]] = []
         self.paths: list[str] = []
+        self.served: list[Reply] = []
+        """Each request's reply, in order (usage sums are checked against these)."""
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._thread = threading.Thread(
@@ -98,8 +104,11 @@ class FakeOpenAIServer:
             self.requests.append(body)
             self.paths.append(path)
             if not self.replies:
-                return Reply(status=500, text="the fake server ran out of scripted replies")
-            return self.replies.pop(0)
+                reply = Reply(status=500, text="the fake server ran out of scripted replies")
+            else:
+                reply = self.replies.pop(0)
+            self.served.append(reply)
+            return reply
 
     # -- rendering: Chat Completions ----------------------------------------------------
     def completion(self, reply: Reply, n: int) -> dict[str, Any]:
@@ -295,12 +304,16 @@ class FakeOpenAIServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def _send_events(self, items: Iterator[dict[str, Any]], *, done: bool) -> None:
+            def _send_events(
+                self, items: Iterator[dict[str, Any]], *, done: bool, delay_s: float = 0.0
+            ) -> None:
                 # HTTP/1.0 response: the body ends when the connection closes.
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Cache-Control", "no-cache")
                 self.end_headers()
+                self.wfile.flush()
+                time.sleep(delay_s)
                 for item in items:
                     kind = item.get("type")
                     head = f"event: {kind}\n" if isinstance(kind, str) else ""  # Responses
@@ -324,12 +337,15 @@ class FakeOpenAIServer:
                     return
                 responses = _ROUTES[self.path] == "responses"
                 if not body.get("stream"):
+                    time.sleep(reply.delay_s)
                     render = server.response if responses else server.completion
                     self._send_json(200, render(reply, n))
                 elif responses:  # the Responses API sends no [DONE]
-                    self._send_events(server.response_events(reply, n), done=False)
+                    events = server.response_events(reply, n)
+                    self._send_events(events, done=False, delay_s=reply.delay_s)
                 else:
                     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                    self._send_events(server.chunks(reply, n, include_usage), done=True)
+                    chunks = server.chunks(reply, n, include_usage)
+                    self._send_events(chunks, done=True, delay_s=reply.delay_s)
 
         return Handler
