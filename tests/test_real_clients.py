@@ -11,11 +11,18 @@ so "each call once" and "each token once" are checked against the wire, not
 against our own spans. A failing call is an HTTP 500: the client's own exception
 must reach the span.
 
+The paths: the OpenAI Agents SDK's Chat Completions and Responses models, Pydantic
+AI's ``OpenAIChatModel`` and ``OpenAIResponsesModel`` (an ``OpenAIProvider`` with a
+loopback ``base_url``), smolagents' ``OpenAIModel``, ADK's ``Gemini`` over a
+``google-genai`` client (the server speaks the Gemini API too), LangGraph with
+``ChatOpenAI``, and the native runner's ``OpenAICompatibleLlm``. Where a client asks
+a server other than OpenAI's for streamed usage only when told (the Agents SDK,
+``ChatOpenAI``), the case tells it, as a user of such a server would.
+
 Not covered here, and why:
 
-* LangGraph with ``ChatOpenAI``: needs ``langchain-openai``, which is not in the
-  dev environment (the case skips when it is missing).
-* smolagents ``LiteLLMModel`` and ADK ``LiteLlm``: need ``litellm`` (same).
+* LangGraph with ``ChatOpenAI`` needs ``langchain-openai``; without it the case skips.
+* smolagents ``LiteLLMModel`` and ADK ``LiteLlm`` need ``litellm`` (not installed).
 * MAF's clients: tests/test_maf_openai_clients.py. CrewAI's ``LLM``: its own venv.
 """
 
@@ -192,7 +199,34 @@ def langgraph_chat_openai(server: FakeOpenAIServer) -> CoreAgent:
     pytest.importorskip(
         "langchain_openai", reason="ChatOpenAI needs langchain-openai, not installed here"
     )
-    raise AssertionError("unreachable without langchain-openai")  # pragma: no cover
+    from langchain_core.messages import SystemMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from runnertrace.runners.langgraph import LangGraphRunner
+
+    tools = [tool(weather)]
+    model = ChatOpenAI(
+        model=server.model,
+        base_url=server.base_url,
+        api_key="sk-test",
+        max_retries=0,
+        stream_usage=True,  # off by default for a base_url other than OpenAI's
+    ).bind_tools(tools)
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        reply = await model.ainvoke([SystemMessage(INSTRUCTIONS), *state["messages"]])
+        return {"messages": [reply]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode(tools))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return traced(LangGraphRunner(), graph.compile(name="forecaster"))
 
 
 CHAT_COMPLETIONS = "/v1/chat/completions"
@@ -232,7 +266,9 @@ PATHS: dict[str, ClientPath] = {
         streamed_route=GEMINI_STREAMED,
     ),
     "native-openai_compat": ClientPath(native_openai_compat, CHAT_COMPLETIONS, OPENAI_500),
-    "langgraph-chat_openai": ClientPath(langgraph_chat_openai, CHAT_COMPLETIONS, OPENAI_500),
+    "langgraph-chat_openai": ClientPath(  # an InternalServerError subclass of its own
+        langgraph_chat_openai, CHAT_COMPLETIONS, "OpenAIAPIError"
+    ),
 }
 
 
