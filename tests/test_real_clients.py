@@ -14,21 +14,23 @@ must reach the span.
 The paths: the OpenAI Agents SDK's Chat Completions and Responses models, Pydantic
 AI's ``OpenAIChatModel`` and ``OpenAIResponsesModel`` (an ``OpenAIProvider`` with a
 loopback ``base_url``), smolagents' ``OpenAIModel``, ADK's ``Gemini`` over a
-``google-genai`` client (the server speaks the Gemini API too), LangGraph with
-``ChatOpenAI``, and the native runner's ``OpenAICompatibleLlm``. Where a client asks
+``google-genai`` client (the server speaks the Gemini API too), smolagents'
+``LiteLLMModel`` and ADK's ``LiteLlm``, LangGraph with ``ChatOpenAI``, and the
+native runner's ``OpenAICompatibleLlm``. Where a client asks
 a server other than OpenAI's for streamed usage only when told (the Agents SDK,
 ``ChatOpenAI``), the case tells it, as a user of such a server would.
 
 Not covered here, and why:
 
-* LangGraph with ``ChatOpenAI`` needs ``langchain-openai``; without it the case skips.
-* smolagents ``LiteLLMModel`` and ADK ``LiteLlm`` need ``litellm`` (not installed).
+* LangGraph with ``ChatOpenAI`` needs ``langchain-openai``, and the LiteLLM cases
+  need ``litellm``; neither is in the dev extras, so those cases skip without them.
 * MAF's clients: tests/test_maf_openai_clients.py. CrewAI's ``LLM``: its own venv.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,7 +54,6 @@ ANSWER = "Paris is sunny, 21C."
 INSTRUCTIONS = "Answer briefly; use the weather tool."
 THINK_S = 0.05
 """How long the server waits before each answer's first byte."""
-CHAT = f"chat {FakeOpenAIServer.model}"
 APP_SPAN = "app.lookup weather"
 RESULT = "Paris: sunny, 21C"
 
@@ -165,6 +166,46 @@ def smolagents_openai(server: FakeOpenAIServer) -> CoreAgent:
     return traced(SmolagentsRunner(), native)
 
 
+def litellm_model(server: FakeOpenAIServer) -> str:
+    """LiteLLM's name for the server's model, after keeping LiteLLM on loopback."""
+    # LiteLLM fetches its model cost map from the internet at import unless told not to
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    pytest.importorskip("litellm", reason="LiteLLM's clients need litellm, not installed here")
+    return f"openai/{server.model}"
+
+
+def smolagents_litellm(server: FakeOpenAIServer) -> CoreAgent:
+    pytest.importorskip("smolagents")
+    model_id = litellm_model(server)
+    from smolagents import LiteLLMModel, ToolCallingAgent, tool
+    from smolagents.monitoring import LogLevel
+
+    from runnertrace.runners.smolagents import SmolagentsRunner
+
+    model = LiteLLMModel(model_id, api_base=server.base_url, api_key="sk-test", num_retries=0)
+    native = ToolCallingAgent(
+        tools=[tool(weather)],
+        model=model,
+        name="forecaster",
+        instructions=INSTRUCTIONS,
+        verbosity_level=LogLevel.OFF,
+    )
+    return traced(SmolagentsRunner(), native)
+
+
+def adk_litellm(server: FakeOpenAIServer) -> CoreAgent:
+    pytest.importorskip("google.adk")
+    model_id = litellm_model(server)
+    from google.adk.agents import LlmAgent
+    from google.adk.models.lite_llm import LiteLlm
+
+    from runnertrace.runners.adk import GoogleADKRunner
+
+    model = LiteLlm(model=model_id, api_base=server.base_url, api_key="sk-test", num_retries=0)
+    native = LlmAgent(name="forecaster", model=model, instruction=INSTRUCTIONS, tools=[weather])
+    return traced(GoogleADKRunner(), native)
+
+
 def native_openai_compat(server: FakeOpenAIServer) -> CoreAgent:
     from runnertrace.runners.native import Agent, NativeRunner
     from runnertrace.runners.native.openai_compat import OpenAICompatibleLlm
@@ -265,6 +306,14 @@ PATHS: dict[str, ClientPath] = {
         "ServerError",  # google-genai's error for a 5xx
         streamed_route=GEMINI_STREAMED,
     ),
+    "smolagents-litellm": ClientPath(
+        smolagents_litellm,
+        CHAT_COMPLETIONS,
+        "InternalServerError",  # LiteLLM's own class of that name
+        answers_with_tool="final_answer",
+        history_as_text=True,
+    ),
+    "adk-litellm": ClientPath(adk_litellm, CHAT_COMPLETIONS, "InternalServerError"),
     "native-openai_compat": ClientPath(native_openai_compat, CHAT_COMPLETIONS, OPENAI_500),
     "langgraph-chat_openai": ClientPath(  # an InternalServerError subclass of its own
         langgraph_chat_openai, CHAT_COMPLETIONS, "OpenAIAPIError"
@@ -302,7 +351,10 @@ async def run_on(
 
 
 def chats(spans: CapturedSpans) -> list[ReadableSpan]:
-    return sorted(spans.by_name(CHAT), key=lambda s: s.start_time or 0)
+    """The chat spans, in call order (LiteLLM's model names carry a provider prefix)."""
+    found = [s for s in spans.spans if attr(s, "gen_ai.operation.name") == "chat"]
+    assert all(s.name.endswith(FakeOpenAIServer.model) for s in found), [s.name for s in found]
+    return sorted(found, key=lambda s: s.start_time or 0)
 
 
 def attr(span: ReadableSpan, key: str) -> Any:
@@ -362,8 +414,10 @@ async def test_the_spans_carry_the_messages_and_the_tool_arguments_once(
         assert (history_call["id"], history_call["arguments"]) == ("call_1", ARGUMENTS)
         (response,) = parts(second, "gen_ai.input.messages", "tool_call_response")
         assert response["id"] == "call_1" and RESULT in str(response["response"])
-        # as the client sent it (ADK wraps a text result as {"result": ...} on the wire)
-        assert json.dumps(response["response"]) in sent
+        # as the client sent it: ADK wraps a text result as {"result": ...}, which goes
+        # on the wire as JSON (Gemini) or as that JSON's text (LiteLLM's tool message)
+        as_sent = json.dumps(response["response"])
+        assert as_sent in sent or json.dumps(as_sent) in sent
     (tool_span,) = captured_spans.by_name("execute_tool weather")
     assert json.loads(attr(tool_span, "gen_ai.tool.call.arguments")) == ARGUMENTS
     assert attr(tool_span, "gen_ai.tool.call.id") == "call_1"
