@@ -341,6 +341,11 @@ def script(path: ClientPath) -> list[Reply]:
     ]
 
 
+def failing_script(path: ClientPath) -> list[Reply]:
+    """The weather call, then an HTTP 500 where the answer was."""
+    return [script(path)[0], Reply(status=500, text="the model is down")]
+
+
 async def run_on(
     path: ClientPath, mode: str, replies: list[Reply], spans: CapturedSpans
 ) -> FakeOpenAIServer:
@@ -451,9 +456,8 @@ async def test_a_streamed_chat_span_knows_its_time_to_first_chunk(
 async def test_an_http_500_is_the_clients_own_error_on_the_failed_call_and_its_step(
     path: ClientPath, mode: str, captured_spans: CapturedSpans
 ) -> None:
-    replies = [script(path)[0], Reply(status=500, text="the model is down")]
     with pytest.raises(Exception) as raised:
-        await run_on(path, mode, replies, captured_spans)
+        await run_on(path, mode, failing_script(path), captured_spans)
     first, failed = chats(captured_spans)
     assert first.status.status_code is StatusCode.UNSET
     assert failed.status.status_code is StatusCode.ERROR
@@ -461,6 +465,13 @@ async def test_an_http_500_is_the_clients_own_error_on_the_failed_call_and_its_s
     # the SDK's class: the raised error, or the client error it wraps
     causes = {type(raised.value).__name__, type(raised.value.__cause__).__name__}
     assert error_type == path.error and error_type in causes, (error_type, causes)
+    # the host sees what it sees untraced: the same class, the same message
+    with FakeOpenAIServer(failing_script(path)) as server:
+        traced_agent = path.build(server)
+        untraced = CoreAgent("forecaster", traced_agent.runner.base, traced_agent.native)
+        with pytest.raises(type(raised.value)) as untraced_raised:
+            await run(untraced, mode, PROMPT)
+    assert str(untraced_raised.value) == str(raised.value)
     step = parent_of(captured_spans, failed)
     assert step.name.startswith("agent_step")
     assert step.status.status_code is StatusCode.ERROR
