@@ -1,12 +1,12 @@
 """The fidelity matrix on each framework's real OpenAI client class, against a loopback server.
 
 The scripted test models keep the per-framework matrices fast; this module keeps
-the real paths covered: each runner drives its framework's own client class
-(``AsyncOpenAI`` underneath) against ``FakeOpenAIServer`` on 127.0.0.1, in run and
-stream mode. The script is the one every matrix uses, cut to what a real client
-sends: the model asks for the weather tool (whose body opens an app span), then
-answers. The server thinks before each answer, so a streamed chat span's time to
-first chunk is known; it counts the requests it served and the tokens it reported,
+the real paths covered: each runner drives its framework's own client class (real
+HTTP underneath) against ``FakeOpenAIServer`` on 127.0.0.1, in run and stream mode.
+The script is the one every matrix uses, cut to what a real client sends: the
+model asks for the weather tool (whose body opens an app span), then answers. The
+server thinks before each answer, so a streamed chat span's time to first chunk is
+known; it counts the requests it served and the tokens it reported,
 so "each call once" and "each token once" are checked against the wire, not
 against our own spans. A failing call is an HTTP 500: the client's own exception
 must reach the span.
@@ -16,9 +16,9 @@ AI's ``OpenAIChatModel`` and ``OpenAIResponsesModel`` (an ``OpenAIProvider`` wit
 loopback ``base_url``), smolagents' ``OpenAIModel``, ADK's ``Gemini`` over a
 ``google-genai`` client (the server speaks the Gemini API too), smolagents'
 ``LiteLLMModel`` and ADK's ``LiteLlm``, LangGraph with ``ChatOpenAI``, and the
-native runner's ``OpenAICompatibleLlm``. Where a client asks
-a server other than OpenAI's for streamed usage only when told (the Agents SDK,
-``ChatOpenAI``), the case tells it, as a user of such a server would.
+native runner's ``OpenAICompatibleLlm``. Where a client asks a server other than
+OpenAI's for streamed usage only when told (the Agents SDK, ``ChatOpenAI``), the
+case tells it, as a user of such a server would.
 
 Not covered here, and why:
 
