@@ -12,6 +12,12 @@ It speaks both OpenAI APIs, so one script can drive either kind of client:
   repeats the whole value (clients must not append it), then ``response.completed``
   carries the usage.
 
+* ``POST /v1beta/models/{model}:generateContent`` (the Gemini API, for ADK and
+  ``google-genai`` clients pointed here): the reply as one ``GenerateContentResponse``
+  or, for ``:streamGenerateContent?alt=sse``, as server-sent chunks: the text in
+  pieces, then the function calls whole (Gemini does not split arguments), the last
+  chunk carrying the finish reason and the usage.
+
 Any path answers the scripted ``status`` as an OpenAI-style error when it is not
 200 (and 500 once the script runs out). Every request body is recorded, with its
 path, so tests can assert what the client actually sent.
@@ -20,7 +26,9 @@ path, so tests can assert what the client actually sent.
 from __future__ import annotations
 
 import json
+import re
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -55,9 +63,14 @@ class Reply:
     """Chat Completions only; the Responses API has none (clients derive it from the output)."""
     chunk_size: int = 3
     """Characters per streamed text/argument delta."""
+    delay_s: float = 0.0
+    """How long the server thinks before its first byte of the answer (a streamed
+    answer sends its headers first), so a client's time to first chunk is known."""
 
 
 _ROUTES = {"/v1/chat/completions": "chat_completions", "/v1/responses": "responses"}
+_GEMINI_ROUTE = re.compile(r"^/v1beta/models/[^/:]+:(generateContent|streamGenerateContent)")
+_GEMINI_STATUS = {400: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE"}
 
 
 def _pieces(text: str, size: int) -> list[str]:
@@ -73,6 +86,8 @@ class FakeOpenAIServer:
         self.replies = list(replies)
         self.requests: list[dict[str, Any]] = []
         self.paths: list[str] = []
+        self.served: list[Reply] = []
+        """Each request's reply, in order (usage sums are checked against these)."""
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._thread = threading.Thread(
@@ -83,6 +98,11 @@ class FakeOpenAIServer:
     def base_url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}/v1"
+
+    @property
+    def origin(self) -> str:
+        """The server's root URL (a Gemini client adds ``/v1beta/...`` itself)."""
+        return self.base_url.removesuffix("/v1")
 
     def __enter__(self) -> FakeOpenAIServer:
         self._thread.start()
@@ -98,8 +118,11 @@ class FakeOpenAIServer:
             self.requests.append(body)
             self.paths.append(path)
             if not self.replies:
-                return Reply(status=500, text="the fake server ran out of scripted replies")
-            return self.replies.pop(0)
+                reply = Reply(status=500, text="the fake server ran out of scripted replies")
+            else:
+                reply = self.replies.pop(0)
+            self.served.append(reply)
+            return reply
 
     # -- rendering: Chat Completions ----------------------------------------------------
     def completion(self, reply: Reply, n: int) -> dict[str, Any]:
@@ -279,6 +302,44 @@ class FakeOpenAIServer:
             "total_tokens": reply.prompt_tokens + reply.completion_tokens,
         }
 
+    # -- rendering: the Gemini API ----------------------------------------------------------
+    def gemini_response(
+        self, reply: Reply, n: int, parts: list[dict[str, Any]], *, last: bool = True
+    ) -> dict[str, Any]:
+        """One ``GenerateContentResponse`` holding ``parts``; the last one is finished."""
+        candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+        response: dict[str, Any] = {
+            "candidates": [candidate],
+            "modelVersion": self.model,
+            "responseId": f"gemini-{n}",
+        }
+        if last:
+            candidate["finishReason"] = "MAX_TOKENS" if reply.finish_reason == "length" else "STOP"
+            response["usageMetadata"] = {
+                "promptTokenCount": reply.prompt_tokens,
+                "candidatesTokenCount": reply.completion_tokens,
+                "totalTokenCount": reply.prompt_tokens + reply.completion_tokens,
+            }
+        return response
+
+    def _gemini_calls(self, reply: Reply) -> list[dict[str, Any]]:
+        return [
+            {"functionCall": {"id": c.id, "name": c.name, "args": json.loads(c.raw_arguments)}}
+            for c in reply.tool_calls
+        ]
+
+    def gemini_whole(self, reply: Reply, n: int) -> dict[str, Any]:
+        text = [{"text": reply.text}] if reply.text else []
+        thought = [{"text": reply.reasoning, "thought": True}] if reply.reasoning else []
+        return self.gemini_response(reply, n, thought + text + self._gemini_calls(reply))
+
+    def gemini_chunks(self, reply: Reply, n: int) -> Iterator[dict[str, Any]]:
+        for piece in _pieces(reply.reasoning or "", reply.chunk_size):
+            yield self.gemini_response(reply, n, [{"text": piece, "thought": True}], last=False)
+        for piece in _pieces(reply.text, reply.chunk_size):
+            yield self.gemini_response(reply, n, [{"text": piece}], last=False)
+        yield self.gemini_response(reply, n, self._gemini_calls(reply))
+
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
@@ -295,12 +356,16 @@ class FakeOpenAIServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def _send_events(self, items: Iterator[dict[str, Any]], *, done: bool) -> None:
+            def _send_events(
+                self, items: Iterator[dict[str, Any]], *, done: bool, delay_s: float = 0.0
+            ) -> None:
                 # HTTP/1.0 response: the body ends when the connection closes.
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Cache-Control", "no-cache")
                 self.end_headers()
+                self.wfile.flush()
+                time.sleep(delay_s)
                 for item in items:
                     kind = item.get("type")
                     head = f"event: {kind}\n" if isinstance(kind, str) else ""  # Responses
@@ -310,9 +375,27 @@ class FakeOpenAIServer:
                     self.wfile.write(b"data: [DONE]\n\n")
                     self.wfile.flush()
 
+            def _gemini(self, body: dict[str, Any], method: str) -> None:
+                reply = server._next(body, self.path.split("?")[0])
+                n = len(server.requests)
+                if reply.status != 200:
+                    status = _GEMINI_STATUS.get(reply.status, "INTERNAL")
+                    error = {"code": reply.status, "message": reply.text, "status": status}
+                    self._send_json(reply.status, {"error": error})
+                elif method == "generateContent":
+                    time.sleep(reply.delay_s)
+                    self._send_json(200, server.gemini_whole(reply, n))
+                else:
+                    chunks = server.gemini_chunks(reply, n)
+                    self._send_events(chunks, done=False, delay_s=reply.delay_s)
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
+                gemini = _GEMINI_ROUTE.match(self.path)
+                if gemini:
+                    self._gemini(body, gemini.group(1))
+                    return
                 if self.path not in _ROUTES:
                     self._send_json(404, {"error": {"message": f"no route {self.path}"}})
                     return
@@ -324,12 +407,15 @@ class FakeOpenAIServer:
                     return
                 responses = _ROUTES[self.path] == "responses"
                 if not body.get("stream"):
+                    time.sleep(reply.delay_s)
                     render = server.response if responses else server.completion
                     self._send_json(200, render(reply, n))
                 elif responses:  # the Responses API sends no [DONE]
-                    self._send_events(server.response_events(reply, n), done=False)
+                    events = server.response_events(reply, n)
+                    self._send_events(events, done=False, delay_s=reply.delay_s)
                 else:
                     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                    self._send_events(server.chunks(reply, n, include_usage), done=True)
+                    chunks = server.chunks(reply, n, include_usage)
+                    self._send_events(chunks, done=True, delay_s=reply.delay_s)
 
         return Handler

@@ -129,7 +129,12 @@ from runnertrace.core.models import AgentReply, AgentRequest
 from runnertrace.core.module import Module
 from runnertrace.core.observer import in_traced_run
 from runnertrace.runners._kit.builder import EventBuilder
-from runnertrace.runners._kit.genai import as_text, request_parameters, tool_definition
+from runnertrace.runners._kit.genai import (
+    arguments_of,
+    as_text,
+    request_parameters,
+    tool_definition,
+)
 from runnertrace.runners._kit.skeleton import (
     FrameworkRun,
     FrameworkRunner,
@@ -220,6 +225,35 @@ def _instructions(request_context: ModelRequestContext) -> str | None:
     return None
 
 
+def _call_in_schema(part: dict[str, Any]) -> dict[str, Any]:
+    """A tool call's arguments as JSON: a real client's reply holds them as the text
+    the server sent, and Pydantic AI keeps that text in the history."""
+    return {**part, "arguments": arguments_of(part["arguments"])} if "arguments" in part else part
+
+
+def _response_in_schema(part: dict[str, Any]) -> dict[str, Any]:
+    """A tool result under the schema's ``response`` key, Pydantic AI's ``result`` kept."""
+    return {**part, "response": part["result"]} if "result" in part else part
+
+
+def _as_is(part: dict[str, Any]) -> dict[str, Any]:
+    return part
+
+
+_PARTS_IN_SCHEMA: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "tool_call": _call_in_schema,
+    "tool_call_response": _response_in_schema,
+}
+
+
+def _in_schema(message: dict[str, Any]) -> dict[str, Any]:
+    """One of Pydantic AI's OTel messages with the keys the GenAI schema reads."""
+    if "parts" not in message:
+        return message
+    parts = [_PARTS_IN_SCHEMA.get(part.get("type", ""), _as_is)(part) for part in message["parts"]]
+    return {**message, "parts": parts}
+
+
 def _request_fields(request_context: ModelRequestContext) -> dict[str, Any]:
     """The optional ``MessageStart`` fields: messages, instructions, parameters, tools."""
     tools = [
@@ -227,8 +261,9 @@ def _request_fields(request_context: ModelRequestContext) -> dict[str, Any]:
         for tool in request_context.model_request_parameters.function_tools
     ]
     messages = _no_op_settings().messages_to_otel_messages(request_context.messages)
+    jsonable: list[dict[str, Any]] = pydantic_core.to_jsonable_python(messages)
     return {
-        "input_messages": pydantic_core.to_jsonable_python(messages) or None,
+        "input_messages": [_in_schema(message) for message in jsonable] or None,
         "system_instructions": _instructions(request_context),
         "request_parameters": request_parameters(request_context.model_settings or {}),
         "tool_definitions": tools or None,
