@@ -59,8 +59,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import logging
 import sys
+import threading
 import uuid
 from collections.abc import (
     AsyncIterable,
@@ -107,7 +109,9 @@ try:
         ToolUsageFinishedEvent,
         ToolUsageStartedEvent,
     )
+    from crewai.tools.tool_usage import ToolUsage
     from crewai.types.streaming import CrewStreamingOutput
+    from crewai.utilities.agent_utils import extract_tool_call_info
 except ImportError as exc:
     raise missing_extra(exc, "crewai") from exc
 
@@ -246,10 +250,11 @@ def _handled(text: str) -> BaseException:
     """The exception CrewAI is handling while it reports a failure as ``text``.
 
     The bus calls our sink synchronously inside CrewAI's ``except`` block, so the
-    exception is the one being handled, when its message is the reported text.
+    exception is the one being handled, when the reported text carries its message
+    (CrewAI's providers prefix it: ``"OpenAI API call failed: <message>"``).
     """
     current = sys.exc_info()[1]
-    if current is not None and str(current) == text:
+    if current is not None and str(current) in text:
         return current
     return CrewAIReportedError(text)
 
@@ -281,6 +286,14 @@ class _Mapper:
         self._call: tuple[str, str] | None = None  # the tool call running or being retried
         self._call_error: BaseException | None = None
         self._nested = 0  # tool usage of a crew run inside one of our tools
+        # Native function calling: the calls the model's last responses asked for, not
+        # yet run, as (call id, tool name, arguments); and the calls running, per
+        # thread (CrewAI runs a response's calls in a thread pool, each in its own
+        # copy of the context, so each scope is entered and left in its own thread).
+        self._asked_native: list[tuple[str, str, Any]] = []
+        self._native: dict[int, tuple[str, str, AbstractContextManager[None], int]] = {}
+        self._arguments: dict[tuple[str, Any], str] = {}  # streamed call -> its arguments so far
+        self._lock = threading.RLock()  # parallel tool calls report from several threads
 
     # -- entry points ----------------------------------------------------------------------
     def expect(self, crew: Crew) -> None:
@@ -292,7 +305,10 @@ class _Mapper:
         handler = _HANDLERS.get(type(event))
         if handler is None or self.closed:
             return
-        with _boundary:
+        running = self._native.get(threading.get_ident())
+        if running is not None and not _ends(running, source, event):
+            return  # a crew run inside one of our native tool calls: its own run's events
+        with self._lock, _boundary:
             handler(self, source, event)
 
     def fail(self, error: BaseException) -> None:
@@ -306,6 +322,7 @@ class _Mapper:
         if self.crew_id is not None:
             _MAPPINGS.pop(self.crew_id, None)
         self._model_scopes.clear()
+        self._native.clear()
         self._tool_scope = None
 
     # -- steps -----------------------------------------------------------------------------
@@ -377,12 +394,20 @@ class _Mapper:
             self.builder.text(event.chunk, event.call_id)
             return
         self.builder.tool_call(
-            call.function.arguments,
+            self._arguments_delta(event.call_id, call.index, call.function.arguments),
             tool_call_id=call.id,
             name=call.function.name,
             index=call.index,
             message_id=event.call_id,
         )
+
+    def _arguments_delta(self, call_id: str, index: Any, arguments: str | None) -> str:
+        """The new part of a streamed call's arguments: CrewAI's chunk events carry the
+        arguments accumulated so far (``tool_call.function.arguments``), not a delta."""
+        key = (call_id, index)
+        seen, now = self._arguments.get(key, ""), arguments or ""
+        self._arguments[key] = now
+        return now[len(seen) :] if now.startswith(seen) else now
 
     def on_llm_thinking(self, source: Any, event: LLMThinkingChunkEvent) -> None:
         if not self._nested:
@@ -398,7 +423,10 @@ class _Mapper:
             if call_id not in self._streamed:
                 self.builder.text(response, call_id)
             self._ask(call_id, response)
+        elif isinstance(response, list):
+            self._ask_native(call_id, response)
         self._streamed.discard(call_id)
+        self._arguments = {k: v for k, v in self._arguments.items() if k[0] != call_id}
         self.builder.message_end(
             call_id,
             finish_reason=event.finish_reason,
@@ -420,6 +448,21 @@ class _Mapper:
         )
         self._asked = (tool_call_id, parsed.tool)
 
+    def _ask_native(self, call_id: str, calls: list[Any]) -> None:
+        """The tool calls a native function-calling response asks for (run mode: their
+        only report; stream mode: announced by the chunks already, by the same ids)."""
+        for call in calls:
+            info = extract_tool_call_info(call)
+            if info is None:
+                continue
+            tool_call_id, name, arguments = info
+            text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            if call_id not in self._streamed:
+                self.builder.tool_call(
+                    text, tool_call_id=tool_call_id, name=name, message_id=call_id
+                )
+            self._asked_native.append((tool_call_id, name, _parsed(text)))
+
     def on_llm_failed(self, source: Any, event: LLMCallFailedEvent) -> None:
         if self._nested:
             return
@@ -429,6 +472,9 @@ class _Mapper:
 
     # -- tool calls ------------------------------------------------------------------------
     def on_tool_started(self, source: Any, event: ToolUsageStartedEvent) -> None:
+        if not isinstance(source, ToolUsage):
+            self._native_started(source, event)
+            return
         if self._running or self._tool_scope is not None:  # a crew's tool inside our tool
             self._nested += 1
             return
@@ -500,7 +546,42 @@ class _Mapper:
                 self._ran = True
         return self._call is not None
 
+    # -- native function calling: a call the model's response asked for, by id --------------
+    def _native_started(self, source: Any, event: ToolUsageStartedEvent) -> None:
+        """CrewAI's executor runs a call of the last response (its event has no call
+        id): it is the first asked call of that tool, with those arguments if one
+        matches. Its scope opens here, in the thread that runs the tool."""
+        name = str(event.tool_name)
+        same = [c for c in self._asked_native if _same_tool(c[1], name)]
+        exact = [c for c in same if c[2] == event.tool_args]
+        chosen = next(iter(exact or same), None)
+        if chosen is None:  # a call no response announced: it runs as its own
+            tool_call_id = f"call_{uuid.uuid4().hex[:12]}"
+            self.builder.tool_start(tool_call_id, name, json.dumps(event.tool_args, default=str))
+        else:
+            self._asked_native.remove(chosen)
+            tool_call_id = chosen[0]
+        scope = self.builder.tool_scope(tool_call_id)
+        scope.__enter__()
+        self._native[threading.get_ident()] = (tool_call_id, name, scope, id(source))
+
+    def _native_ended(self, output: Any, error: BaseException | None) -> None:
+        running = self._native.pop(threading.get_ident(), None)
+        if running is None:
+            return
+        tool_call_id, name, scope, _ = running
+        scope.__exit__(None, None, None)
+        self.builder.tool_result(
+            tool_call_id,
+            genai.as_text(output) if error is None else str(error),
+            name=name,
+            error=error,
+        )
+
     def on_tool_finished(self, source: Any, event: ToolUsageFinishedEvent) -> None:
+        if not isinstance(source, ToolUsage):
+            self._native_ended(event.output, None)
+            return
         if not self._leave_tool() or self._call is None:
             return
         call_id, name = self._call
@@ -508,6 +589,12 @@ class _Mapper:
         self.builder.tool_result(call_id, genai.as_text(event.output), name=name)
 
     def on_tool_error(self, source: Any, event: ToolUsageErrorEvent) -> None:
+        if not isinstance(source, ToolUsage):
+            error = event.error
+            self._native_ended(
+                None, error if isinstance(error, BaseException) else CrewAIReportedError(str(error))
+            )
+            return
         if not self._leave_tool():
             return
         error = event.error
@@ -523,6 +610,22 @@ class _Mapper:
         (call_id, name), error = self._call, self._call_error
         self._call, self._call_error = None, None
         self.builder.tool_result(call_id, str(error), name=name, error=error)
+
+
+def _parsed(arguments: str) -> Any:
+    """A call's arguments as CrewAI parses them (to match the call it then runs)."""
+    try:
+        return json.loads(arguments) if arguments else {}
+    except ValueError:
+        return arguments
+
+
+def _ends(running: tuple[str, str, Any, int], source: Any, event: Any) -> bool:
+    """Whether ``event``, in a thread running a native tool call, is that call's end
+    (reported by the executor that started it), not a nested crew's event."""
+    return isinstance(event, (ToolUsageFinishedEvent, ToolUsageErrorEvent)) and (
+        id(source) == running[3]
+    )
 
 
 def _same_tool(asked: str, ran: str) -> bool:

@@ -1,0 +1,166 @@
+"""CrewAI on its real model client and in multi-agent crews, asserted on spans.
+
+The model is CrewAI's own ``LLM("openai/...")`` (native function calling) talking
+to the loopback OpenAI-compatible server (tests/fake_openai_server.py), which
+streams, returns tool calls, reports usage and fails with HTTP 500.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")  # before CrewAI is imported
+os.environ.setdefault("CREWAI_DISABLE_VERSION_CHECK", "true")
+pytest.importorskip("crewai", reason="the crewai extra lives in its own venv (.ci/extra-crewai)")
+
+# CrewAI warns about its own deprecated fields on every crew it builds.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+from crewai import LLM  # noqa: E402
+from crewai import Agent as CrewAgent  # noqa: E402
+from crewai.tools import tool  # noqa: E402
+from opentelemetry import trace as trace_api  # noqa: E402
+from opentelemetry.trace import StatusCode  # noqa: E402
+from tests.fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply  # noqa: E402
+from tests.fidelity_helpers import MODES, in_start_order, one, parent_of  # noqa: E402
+
+from runnertrace import TracingRunner  # noqa: E402
+from runnertrace.core import Session  # noqa: E402
+from runnertrace.core import events as ev  # noqa: E402
+from runnertrace.core.agent import Agent  # noqa: E402
+from runnertrace.core.models import AgentRequestText  # noqa: E402
+from runnertrace.runners.crewai import CrewAIRunner  # noqa: E402
+from runnertrace.testing import CapturedSpans  # noqa: E402
+from runnertrace.tracing import attributes as A  # noqa: E402
+
+CHAT = f"chat {FakeOpenAIServer.model}"
+ANSWER = "Paris is sunny."
+user: dict[str, trace_api.Tracer] = {}
+
+
+@pytest.fixture(autouse=True)
+def sandbox(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, captured_spans: CapturedSpans) -> None:
+    """CrewAI writes under $HOME and phones home unless told not to; the user's
+    tracer is on the same provider as ours."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("CREWAI_STORAGE_DIR", str(tmp_path / "crewai"))
+    monkeypatch.setenv("CREWAI_DISABLE_TELEMETRY", "true")
+    monkeypatch.setenv("CREWAI_TRACING_ENABLED", "false")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback")
+    user["tracer"] = captured_spans.provider.get_tracer("user-code")
+
+
+@tool("get_weather")
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    with user["tracer"].start_as_current_span("db.query weather"):
+        return f"{city}: sunny"
+
+
+def weather_call(call_id: str = "call_1", city: str = "Paris") -> FakeToolCall:
+    return FakeToolCall(call_id, "get_weather", {"city": city})
+
+
+def assistant(server: FakeOpenAIServer, *, retries: int = 2, **llm: Any) -> CrewAgent:
+    model = LLM(
+        model=f"openai/{server.model}", base_url=server.base_url, api_key="sk-loopback", **llm
+    )
+    return CrewAgent(
+        role="assistant",
+        goal="Answer weather questions.",
+        backstory="You know the weather.",
+        llm=model,
+        tools=[get_weather],
+        max_retry_limit=retries,
+    )
+
+
+async def run(native: Any, mode: str, name: str = "assistant") -> list[ev.StreamEvent]:
+    """One traced run in ``mode``; the stream's events (none in run mode)."""
+    runner = TracingRunner(CrewAIRunner(), capture_content=True)
+    agent = Agent(name, runner, native)
+    requests = [AgentRequestText(prompt="Weather in Paris?")]
+    if mode == "run":
+        await runner.run(agent, Session("s1"), requests)
+        return []
+    return [e async for e in runner.stream(agent, Session("s1"), requests)]
+
+
+def output_parts(span: Any) -> list[dict[str, Any]]:
+    (message,) = json.loads(span.attributes[A.OUTPUT_MESSAGES])
+    parts: list[dict[str, Any]] = message["parts"]
+    return parts
+
+
+# -- item 4: the native function-calling path ---------------------------------------------------
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_native_tool_call_has_its_scope_and_its_arguments(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    replies = [Reply(tool_calls=[weather_call()]), Reply(text=ANSWER)]
+    with FakeOpenAIServer(replies) as server:
+        await run(assistant(server), mode)
+    (tool_span,) = captured_spans.by_name("execute_tool get_weather")  # one span per call
+    assert tool_span.attributes[A.TOOL_CALL_ID] == "call_1"
+    assert json.loads(tool_span.attributes[A.TOOL_ARGUMENTS]) == {"city": "Paris"}
+    # the user's span inside the tool nests under execute_tool
+    assert parent_of(captured_spans, one(captured_spans, "db.query weather")) == tool_span
+    asking, answering = in_start_order(captured_spans, CHAT)
+    assert output_parts(asking) == [
+        {"type": "tool_call", "id": "call_1", "name": "get_weather", "arguments": {"city": "Paris"}}
+    ]
+    assert output_parts(answering) == [{"type": "text", "content": ANSWER}]
+    assert parent_of(captured_spans, tool_span) == parent_of(captured_spans, asking)
+    assert sum(c.attributes[A.INPUT_TOKENS] for c in (asking, answering)) == 22
+
+
+async def test_streamed_arguments_are_accumulated_once(captured_spans: CapturedSpans) -> None:
+    """CrewAI's chunk events carry the arguments so far; each call is one span."""
+    calls = [weather_call("call_a", "Paris"), weather_call("call_b", "Oslo")]
+    replies = [Reply(tool_calls=calls, chunk_size=4), Reply(text=ANSWER)]
+    with FakeOpenAIServer(replies) as server:
+        events = await run(assistant(server), "stream")
+    spans = captured_spans.by_name("execute_tool get_weather")
+    arguments = {s.attributes[A.TOOL_CALL_ID]: s.attributes[A.TOOL_ARGUMENTS] for s in spans}
+    assert {k: json.loads(v) for k, v in arguments.items()} == {
+        "call_a": {"city": "Paris"},
+        "call_b": {"city": "Oslo"},
+    }
+    streamed: dict[str, str] = {}
+    for event in events:
+        if isinstance(event, ev.ToolCallArgs):
+            streamed[event.tool_call_id] = streamed.get(event.tool_call_id, "") + event.delta
+    assert streamed == arguments
+    # the two calls ran in CrewAI's thread pool: each user span under its own call
+    lookups = captured_spans.by_name("db.query weather")
+    assert sorted(parent_of(captured_spans, s).attributes[A.TOOL_CALL_ID] for s in lookups) == [
+        "call_a",
+        "call_b",
+    ]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_failed_call_has_its_real_error_type_and_fails_its_step(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    replies = [Reply(tool_calls=[weather_call()]), Reply(status=500, text="upstream down")]
+    with (
+        FakeOpenAIServer(replies) as server,
+        pytest.raises(Exception, match="upstream down") as raised,
+    ):
+        await run(assistant(server, retries=0), mode)
+    assert type(raised.value).__name__ == "InternalServerError"
+    _asking, failed = in_start_order(captured_spans, CHAT)
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.attributes[A.ERROR_TYPE] == "InternalServerError"
+    step = parent_of(captured_spans, failed)
+    assert step.name == "agent_step assistant"
+    assert step.status.status_code is StatusCode.ERROR
+    assert step.attributes[A.ERROR_TYPE] == "InternalServerError"
+    # the tool call that succeeded before is not blamed
+    tool_span = one(captured_spans, "execute_tool get_weather")
+    assert tool_span.status.status_code is StatusCode.UNSET
