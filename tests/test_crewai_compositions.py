@@ -34,6 +34,7 @@ from runnertrace.core import events as ev  # noqa: E402
 from runnertrace.core.agent import Agent  # noqa: E402
 from runnertrace.core.models import AgentRequestText  # noqa: E402
 from runnertrace.runners.crewai import CrewAIRunner  # noqa: E402
+from runnertrace.runners.crewai_testing import ScriptedLLM, action, final  # noqa: E402
 from runnertrace.testing import CapturedSpans  # noqa: E402
 from runnertrace.tracing import attributes as A  # noqa: E402
 
@@ -164,3 +165,32 @@ async def test_a_failed_call_has_its_real_error_type_and_fails_its_step(
     # the tool call that succeeded before is not blamed
     tool_span = one(captured_spans, "execute_tool get_weather")
     assert tool_span.status.status_code is StatusCode.UNSET
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_react_reply_streams_as_run_mode_replies_it(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    """The ReAct path: the text is the final answer only, in deltas and on the run span;
+    the scaffolding (thought, action, the marker) is the chat's reasoning."""
+    native = CrewAgent(
+        role="assistant",
+        goal="Answer weather questions.",
+        backstory="You know the weather.",
+        llm=ScriptedLLM([action("get_weather", city="Paris"), final(ANSWER)]),
+        tools=[get_weather],
+    )
+    events = await run(native, mode)
+    if mode == "stream":
+        assert "".join(e.delta for e in events if isinstance(e, ev.TextDelta)) == ANSWER
+    run_span = one(captured_spans, "invoke_agent assistant")
+    assert output_parts(run_span) == [{"type": "text", "content": ANSWER}]
+    asking, answering = in_start_order(captured_spans, "chat scripted")
+    assert [p["type"] for p in output_parts(asking)] == ["tool_call"]
+    assert output_parts(answering) == [{"type": "text", "content": ANSWER}]
+    thoughts = [
+        json.loads(s.attributes[A.OUTPUT_MESSAGES]) for s in captured_spans.by_name("reasoning")
+    ]
+    reasoning = [m[0]["parts"][0]["content"] for m in thoughts]
+    assert any("Action: get_weather" in r for r in reasoning)
+    assert any(r.endswith("Final Answer:") for r in reasoning)

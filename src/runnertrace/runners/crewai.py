@@ -85,6 +85,7 @@ from runnertrace._internal.imports import missing_extra
 try:
     from crewai import Agent as CrewAgent
     from crewai import Crew, Task
+    from crewai.agents.constants import FINAL_ANSWER_ACTION
     from crewai.agents.parser import AgentAction, OutputParserError, parse
     from crewai.events.stream_context import add_stream_sink
     from crewai.events.types.agent_events import (
@@ -280,6 +281,7 @@ class _Mapper:
         self._ran = False  # the function of the current call has started
         self._tools: list[dict[str, JsonValue]] | None = None
         self._streamed: set[str] = set()
+        self._react: dict[str, _ReActText] = {}  # ReAct calls (sent no tools): their split
         self._steps: list[tuple[str, int | None]] = []
         self._tasks = 0
         self._asked: tuple[str, str] | None = None  # (call id, tool) the last message asked for
@@ -376,6 +378,8 @@ class _Mapper:
             provider=provider if isinstance(provider, str) else None,
             **request,
         )
+        if not event.tools:  # CrewAI parses the reply as ReAct text
+            self._react[message_id] = _ReActText()
         scope = self.builder.model_scope(message_id)
         scope.__enter__()
         self._model_scopes[message_id] = scope
@@ -391,7 +395,7 @@ class _Mapper:
         self._streamed.add(event.call_id)
         call = event.tool_call
         if call is None:
-            self.builder.text(event.chunk, event.call_id)
+            self._text(event.call_id, event.chunk)
             return
         self.builder.tool_call(
             self._arguments_delta(event.call_id, call.index, call.function.arguments),
@@ -400,6 +404,22 @@ class _Mapper:
             index=call.index,
             message_id=event.call_id,
         )
+
+    def _text(self, call_id: str, text: str, *, last: bool = False) -> None:
+        """A model's text: a ReAct reply's scaffolding (its thought, its action) is the
+        message's reasoning, and only its final answer is text, as CrewAI replies it;
+        so a stream's text deltas are the reply run mode gives."""
+        react = self._react.get(call_id)
+        if react is None:
+            self.builder.text(text, call_id)
+            return
+        pieces = react.feed(text)
+        if last:
+            pieces += react.finish()
+            del self._react[call_id]
+        for kind, piece in pieces:
+            emit = self.builder.reasoning if kind == "reasoning" else self.builder.text
+            emit(piece, call_id)
 
     def _arguments_delta(self, call_id: str, index: Any, arguments: str | None) -> str:
         """The new part of a streamed call's arguments: CrewAI's chunk events carry the
@@ -420,12 +440,12 @@ class _Mapper:
         self._leave_model(call_id)
         response = event.response
         if isinstance(response, str):
-            if call_id not in self._streamed:
-                self.builder.text(response, call_id)
+            self._text(call_id, "" if call_id in self._streamed else response, last=True)
             self._ask(call_id, response)
         elif isinstance(response, list):
             self._ask_native(call_id, response)
         self._streamed.discard(call_id)
+        self._react.pop(call_id, None)
         self._arguments = {k: v for k, v in self._arguments.items() if k[0] != call_id}
         self.builder.message_end(
             call_id,
@@ -468,6 +488,7 @@ class _Mapper:
             return
         self._leave_model(event.call_id)
         self._streamed.discard(event.call_id)
+        self._react.pop(event.call_id, None)
         self.builder.message_end(event.call_id, error=_handled(event.error))
 
     # -- tool calls ------------------------------------------------------------------------
@@ -610,6 +631,58 @@ class _Mapper:
         (call_id, name), error = self._call, self._call_error
         self._call, self._call_error = None, None
         self.builder.tool_result(call_id, str(error), name=name, error=error)
+
+
+class _ReActText:
+    """Splits a ReAct reply, as it streams, at CrewAI's ``Final Answer:`` marker.
+
+    What comes before the marker (and the marker) is reasoning, given on as it
+    arrives except for a tail that may be the start of the marker; what comes
+    after it is the answer, without the whitespace around it (CrewAI strips it).
+    A reply without the marker (an action) is reasoning throughout.
+    """
+
+    __slots__ = ("answering", "held", "started")
+
+    def __init__(self) -> None:
+        self.held = ""
+        self.answering = False
+        self.started = False  # some of the answer was given
+
+    def feed(self, chunk: str) -> list[tuple[str, str]]:
+        pieces: list[tuple[str, str]] = []
+        if not self.answering:
+            self.held += chunk
+            at = self.held.find(FINAL_ANSWER_ACTION)
+            if at < 0:
+                safe = len(self.held) - _marker_start(self.held)
+                if safe > 0:
+                    pieces.append(("reasoning", self.held[:safe]))
+                    self.held = self.held[safe:]
+                return pieces
+            end = at + len(FINAL_ANSWER_ACTION)
+            pieces.append(("reasoning", self.held[:end]))
+            chunk, self.held, self.answering = self.held[end:], "", True
+        text = self.held + chunk
+        if not self.started:
+            text = text.lstrip()
+        answer = text.rstrip()
+        if answer:
+            pieces.append(("text", answer))
+            self.started = True
+        self.held = text[len(answer) :]  # trailing whitespace: given if more text follows
+        return pieces
+
+    def finish(self) -> list[tuple[str, str]]:
+        """The reply ended: a held tail of reasoning is given; an answer's is dropped."""
+        held, self.held = self.held, ""
+        return [("reasoning", held)] if held and not self.answering else []
+
+
+def _marker_start(text: str) -> int:
+    """The length of the longest end of ``text`` that begins the final-answer marker."""
+    longest = min(len(text), len(FINAL_ANSWER_ACTION) - 1)
+    return next((n for n in range(longest, 0, -1) if FINAL_ANSWER_ACTION.startswith(text[-n:])), 0)
 
 
 def _parsed(arguments: str) -> Any:
