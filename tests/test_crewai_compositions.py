@@ -20,7 +20,7 @@ pytest.importorskip("crewai", reason="the crewai extra lives in its own venv (.c
 # CrewAI warns about its own deprecated fields on every crew it builds.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-from crewai import LLM  # noqa: E402
+from crewai import LLM, Crew, Process, Task  # noqa: E402
 from crewai import Agent as CrewAgent  # noqa: E402
 from crewai.tools import tool  # noqa: E402
 from opentelemetry import trace as trace_api  # noqa: E402
@@ -29,11 +29,11 @@ from tests.fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply  # no
 from tests.fidelity_helpers import MODES, in_start_order, one, parent_of  # noqa: E402
 
 from runnertrace import TracingRunner  # noqa: E402
-from runnertrace.core import Session  # noqa: E402
+from runnertrace.core import Runtime, Session  # noqa: E402
 from runnertrace.core import events as ev  # noqa: E402
 from runnertrace.core.agent import Agent  # noqa: E402
 from runnertrace.core.models import AgentRequestText  # noqa: E402
-from runnertrace.runners.crewai import CrewAIRunner  # noqa: E402
+from runnertrace.runners.crewai import CrewAIModule, CrewAIRunner  # noqa: E402
 from runnertrace.runners.crewai_testing import ScriptedLLM, action, final  # noqa: E402
 from runnertrace.testing import CapturedSpans  # noqa: E402
 from runnertrace.tracing import attributes as A  # noqa: E402
@@ -66,15 +66,16 @@ def weather_call(call_id: str = "call_1", city: str = "Paris") -> FakeToolCall:
     return FakeToolCall(call_id, "get_weather", {"city": city})
 
 
-def assistant(server: FakeOpenAIServer, *, retries: int = 2, **llm: Any) -> CrewAgent:
-    model = LLM(
-        model=f"openai/{server.model}", base_url=server.base_url, api_key="sk-loopback", **llm
-    )
+def llm(server: FakeOpenAIServer) -> LLM:
+    return LLM(model=f"openai/{server.model}", base_url=server.base_url, api_key="sk-loopback")
+
+
+def assistant(server: FakeOpenAIServer, *, retries: int = 2) -> CrewAgent:
     return CrewAgent(
         role="assistant",
         goal="Answer weather questions.",
         backstory="You know the weather.",
-        llm=model,
+        llm=llm(server),
         tools=[get_weather],
         max_retry_limit=retries,
     )
@@ -194,3 +195,93 @@ async def test_a_react_reply_streams_as_run_mode_replies_it(
     reasoning = [m[0]["parts"][0]["content"] for m in thoughts]
     assert any("Action: get_weather" in r for r in reasoning)
     assert any(r.endswith("Final Answer:") for r in reasoning)
+
+
+# -- a crew registered as a Crew ----------------------------------------------------------------
+def trip_crew(server: FakeOpenAIServer) -> Crew:
+    """Two agents over two tasks, in CrewAI's sequential process: the researcher calls
+    the tool, the writer answers from the researcher's output (the task's context)."""
+    researcher = CrewAgent(
+        role="researcher",
+        goal="Find the weather.",
+        backstory="You look things up.",
+        llm=llm(server),
+        tools=[get_weather],
+    )
+    writer = CrewAgent(
+        role="writer", goal="Write the answer.", backstory="You write.", llm=llm(server)
+    )
+    research = Task(
+        description="Research: {request}", expected_output="The weather.", agent=researcher
+    )
+    write = Task(
+        description="Answer: {request}",
+        expected_output="One sentence.",
+        agent=writer,
+        context=[research],
+    )
+    return Crew(agents=[researcher, writer], tasks=[research, write], process=Process.sequential)
+
+
+def crew_replies() -> list[Reply]:
+    return [
+        Reply(tool_calls=[weather_call()], prompt_tokens=30, completion_tokens=5),
+        Reply(text="Paris: sunny", prompt_tokens=40, completion_tokens=3),
+        Reply(text=ANSWER, prompt_tokens=50, completion_tokens=4),
+    ]
+
+
+def steps_of(spans: CapturedSpans, span: Any) -> list[str]:
+    """The names of the steps ``span`` nests in, innermost first."""
+    names: list[str] = []
+    while span.parent is not None:
+        span = parent_of(spans, span)
+        if span.name.startswith("agent_step"):
+            names.append(span.name)
+    return names
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_sequential_crew_traces_each_agent_over_its_task(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    with FakeOpenAIServer(crew_replies()) as server:
+        crew = trip_crew(server)
+        module = CrewAIModule([("trip", crew)], Runtime())
+        (agent,) = module.agents
+        assert agent.name == "trip"
+        events = await run(agent.native, mode, name="trip")
+        sent = list(server.requests)
+    assert all("Weather in Paris?" in json.dumps(body["messages"]) for body in sent)
+    chats = in_start_order(captured_spans, CHAT)
+    assert len(chats) == len(sent) == 3  # every model call once
+    roles = [c.attributes[A.AGENT_NAME] for c in chats]
+    assert roles == ["researcher", "researcher", "writer"]
+    assert [steps_of(captured_spans, c) for c in chats] == [
+        ["agent_step researcher", "agent_step task"],
+        ["agent_step researcher", "agent_step task"],
+        ["agent_step writer", "agent_step task"],
+    ]
+    assert output_parts(chats[2]) == [{"type": "text", "content": ANSWER}]
+    tasks = in_start_order(captured_spans, "agent_step task")
+    assert [t.attributes[A.STEP_INDEX] for t in tasks] == [0, 1]
+    assert parent_of(captured_spans, parent_of(captured_spans, chats[2])) == tasks[1]
+    tool_span = one(captured_spans, "execute_tool get_weather")
+    assert tool_span.attributes[A.AGENT_NAME] == "researcher"
+    assert parent_of(captured_spans, tool_span).name == "agent_step researcher"
+    # tokens counted once: per call, and summed on the run span
+    assert sum(c.attributes[A.INPUT_TOKENS] for c in chats) == 120
+    run_span = one(captured_spans, "invoke_agent trip")
+    assert run_span.attributes[A.AGG_INPUT_TOKENS] == 120
+    assert output_parts(run_span) == [{"type": "text", "content": ANSWER}]
+    if mode == "stream":
+        text = "".join(e.delta for e in events if isinstance(e, ev.TextDelta))
+        assert text == f"Paris: sunny{ANSWER}"  # each agent's reply, as it streamed
+
+
+async def test_a_registered_crew_refuses_run_options() -> None:
+    with FakeOpenAIServer([]) as server:
+        agent = Agent("trip", CrewAIRunner(), trip_crew(server))
+        agent.declare_run_options(verbose=True)
+        with pytest.raises(ValueError, match="runs as built"):
+            await agent.runner.run(agent, Session("s1"), [AgentRequestText(prompt="x")])

@@ -13,6 +13,14 @@ How the contract maps onto CrewAI:
   a default they can override. ``agents``, ``tasks``, ``memory`` and ``stream``
   are the runner's (``RESERVED_RUN_OPTIONS``). ``before_kickoff_callbacks``
   declared by the caller are kept; the runner adds its own after them.
+- **A registered crew.** A ``crewai.Crew`` runs as built (its agents, tasks and
+  process are the user's): the request, after the session's earlier turns, is its
+  ``{request}`` input; the run sets only ``stream`` and adds its ``before_kickoff``
+  callback, and gives both back after. Run options are refused (they are an
+  Agent's ``Crew(...)`` keywords). A concurrent run of the same crew gets a copy.
+  Each task is a step (``task``, its position) holding the step of the agent
+  that works on it, both ended by CrewAI's task and agent ids; each agent's chat
+  and tool spans carry its role as the agent name.
 - **Session state.** CrewAI keeps no conversation between kickoffs, so the
   runner keeps the turns under the session key ``"crewai"`` (per agent) and
   puts them in front of the next task's description. Saved only after a run
@@ -31,7 +39,15 @@ How the contract maps onto CrewAI:
   agent's role is the step's agent name), an LLM call a message (its
   ``call_id`` is the message id), stream chunks deltas, tool usage a tool call.
   In a ReAct run the tool call is the ``Action`` the model's text asks for, so
-  it is announced in the message that asked; CrewAI's retries of a failing tool
+  it is announced in the message that asked, the reply's scaffolding (thought,
+  action, the ``Final Answer:`` marker) is the message's reasoning and only the
+  final answer its text (so a stream's text is run mode's reply). With native
+  function calling (``LLM("openai/...")``) a response's tool calls are announced
+  by their ids (streamed: CrewAI's chunks carry the arguments accumulated so
+  far, and the delta is taken), and a call CrewAI runs (its event has no id) is
+  the first asked call of that tool with those arguments; its scope is entered
+  in the thread that runs it (CrewAI runs a response's calls in a thread pool).
+  CrewAI's retries of a failing tool
   are attempts of that one call, which ends with the last error. A failed LLM
   call ends its message with the exception CrewAI is handling (its event only
   carries the text). A model call and a tool run in their scopes, so a span
@@ -73,7 +89,7 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from opentelemetry import baggage
 from opentelemetry import context as otel_context
@@ -140,6 +156,7 @@ __all__ = ["STATE_KEY", "CrewAIModule", "CrewAIReportedError", "CrewAIRunner"]
 logger = logging.getLogger("runnertrace")
 
 STATE_KEY = "crewai"
+T = TypeVar("T", CrewAgent, Crew)
 _boundary = MappingBoundary("crewai")
 EXPECTED_OUTPUT = "A complete answer to the current request."
 
@@ -284,6 +301,8 @@ class _Mapper:
         self._react: dict[str, _ReActText] = {}  # ReAct calls (sent no tools): their split
         self._steps: list[tuple[str, int | None]] = []
         self._tasks = 0
+        self._task_steps: dict[str, int] = {}  # task id -> its step's index
+        self._agent_steps: dict[tuple[str, str], str] = {}  # (agent id, task id) -> its step
         self._asked: tuple[str, str] | None = None  # (call id, tool) the last message asked for
         self._call: tuple[str, str] | None = None  # the tool call running or being retried
         self._call_error: BaseException | None = None
@@ -341,14 +360,18 @@ class _Mapper:
         if self._nested:
             return
         self._settle_call()
+        self._task_steps[_task_key(event)] = self._tasks
         self._step_start("task", self._tasks)
         self._tasks += 1
 
     def on_task_ended(self, source: Any, event: Any) -> None:
+        """A task's step ends by the task's id (a crew's async tasks overlap)."""
         if self._nested:
             return
         self._settle_call()
-        self._step_end("task", self._tasks - 1)
+        index = self._task_steps.pop(_task_key(event), None)
+        if index is not None:
+            self._step_end("task", index)
 
     def on_agent_started(self, source: Any, event: AgentExecutionStartedEvent) -> None:
         if self._nested:
@@ -357,13 +380,18 @@ class _Mapper:
         role = str(event.agent.role)
         if self.builder.observed:
             self._tools = _tool_definitions(event.tools)
+        self._agent_steps[_agent_key(event)] = role
         self._step_start(role, None, agent_name=role)
 
     def on_agent_ended(self, source: Any, event: Any) -> None:
+        """An agent's step ends by the agent's and the task's ids: in a crew, each agent
+        takes its turn over its tasks, and a delegated coworker runs inside another's."""
         if self._nested:
             return
         self._settle_call()
-        self._step_end(str(event.agent.role))
+        role = self._agent_steps.pop(_agent_key(event), None)
+        if role is not None:
+            self._step_end(role)
 
     # -- model calls -----------------------------------------------------------------------
     def on_llm_started(self, source: Any, event: LLMCallStartedEvent) -> None:
@@ -378,7 +406,7 @@ class _Mapper:
             provider=provider if isinstance(provider, str) else None,
             **request,
         )
-        if not event.tools:  # CrewAI parses the reply as ReAct text
+        if not _calls_functions(source):  # CrewAI parses the reply as ReAct text
             self._react[message_id] = _ReActText()
         scope = self.builder.model_scope(message_id)
         scope.__enter__()
@@ -685,6 +713,24 @@ def _marker_start(text: str) -> int:
     return next((n for n in range(longest, 0, -1) if FINAL_ANSWER_ACTION.startswith(text[-n:])), 0)
 
 
+def _calls_functions(model: Any) -> bool:
+    """Whether CrewAI drives ``model`` (an LLM event's source) by native function
+    calling; else by ReAct text, whose every reply it parses for its final answer."""
+    supports = getattr(model, "supports_function_calling", None)
+    return bool(supports()) if callable(supports) else True
+
+
+def _task_key(event: Any) -> str:
+    """A task event's task id (CrewAI's own, or the event's copy of it)."""
+    task = getattr(event, "task", None)
+    return str(getattr(task, "id", None) or getattr(event, "task_id", None))
+
+
+def _agent_key(event: Any) -> tuple[str, str]:
+    """An agent execution's (agent id, task id)."""
+    return str(event.agent.id), _task_key(event)
+
+
 def _parsed(arguments: str) -> Any:
     """A call's arguments as CrewAI parses them (to match the call it then runs)."""
     try:
@@ -760,17 +806,23 @@ def _nothing() -> None:
 
 
 class _Run(FrameworkRun[Any]):
-    """One one-task crew: ``kickoff_async`` (run mode), or its streaming output."""
+    """One crew's kickoff: ``kickoff_async`` (run mode), or its streaming output.
+
+    ``inputs`` are the kickoff's (a registered crew's ``{request}``), ``None`` for the
+    one-task crew of a registered agent, whose task is the request itself.
+    """
 
     def __init__(
         self,
-        setup: RunSetup[CrewAgent],
+        setup: RunSetup[CrewAgent | Crew],
         crew: Crew,
         mapper: _Mapper | None,
         give_back: Callable[[], None],
+        inputs: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(setup)
         self.crew = crew
+        self.inputs = inputs
         self.mapper = mapper
         self.give_back = give_back
         self.native: CrewStreamingOutput | None = None
@@ -782,11 +834,12 @@ class _Run(FrameworkRun[Any]):
 
     async def call(self) -> Any:
         with self._quiet():
-            return await self.crew.kickoff_async()
+            return await self.crew.kickoff_async(inputs=self.inputs)
 
     @asynccontextmanager
     async def native_stream(self) -> AsyncIterator[AsyncIterable[Any]]:
-        native = self.native = cast(CrewStreamingOutput, await self.crew.kickoff_async())
+        kickoff = await self.crew.kickoff_async(inputs=self.inputs)
+        native = self.native = cast(CrewStreamingOutput, kickoff)
         # A consumer that stops early closes both at once: ours, then CrewAI's stream.
         async with native:
             yield native
@@ -817,14 +870,15 @@ class _Run(FrameworkRun[Any]):
         return reply_of(_reply_value(result), prompt)
 
 
-class CrewAIRunner(FrameworkRunner[CrewAgent]):
-    """Runs a CrewAI ``Agent`` as a one-task crew, in run (``kickoff_async``) or
-    stream (``Crew(stream=True)``) mode."""
+class CrewAIRunner(FrameworkRunner[CrewAgent | Crew]):
+    """Runs a CrewAI ``Agent`` as a one-task crew, or a registered ``Crew`` as built
+    (its agents taking their turns over its tasks), in run (``kickoff_async``) or
+    stream (``stream=True``) mode."""
 
     framework: ClassVar[str] = "crewai"
     state_key: ClassVar[str] = STATE_KEY
     native_type: ClassVar[type[Any]] = CrewAgent
-    native_what: ClassVar[str] = "a CrewAI Agent"
+    native_what: ClassVar[str] = "a CrewAI Agent or Crew"
     boundary: ClassVar[MappingBoundary] = _boundary
     RESERVED_RUN_OPTIONS: ClassVar[dict[str, str]] = {
         "agents": "the runner builds the crew from the registered agent",
@@ -837,14 +891,19 @@ class CrewAIRunner(FrameworkRunner[CrewAgent]):
         self._warned_context = False
         self._busy: set[int] = set()  # native agents a run of this runner has taken over
 
-    def _take(self, native: CrewAgent) -> tuple[CrewAgent, Callable[[], None]]:
+    def native_of(self, agent: Agent) -> CrewAgent | Crew:
+        native = agent.native
+        return native if isinstance(native, Crew) else super().native_of(agent)
+
+    def _take(self, native: T) -> tuple[T, Callable[[], None]]:
         """The agent a run's crew takes over, and how to give it back after the run.
 
         A crew sets its agents' crew and executor, so two crews running at once
         must not share an agent: a run takes the user's own agent when no other
         run of it is in flight (as a user reusing their agent would, and with
         nothing to copy), else a copy (``Agent.copy()``, a few milliseconds and
-        a colder first run).
+        a colder first run). A registered crew is taken the same way (``Crew.copy()``
+        copies its agents and tasks): a crew's id is how its run's mapping is found.
         """
         key = id(native)
         if key in self._busy:
@@ -889,13 +948,46 @@ class CrewAIRunner(FrameworkRunner[CrewAgent]):
             mapping.expect(crew)
         return crew
 
-    async def start(self, setup: RunSetup[CrewAgent]) -> _Run:
+    def _registered_crew(
+        self, setup: RunSetup[CrewAgent | Crew], native: Crew, mapping: _Mapper | None
+    ) -> _Run:
+        """A registered crew runs as built, with the request as its ``{request}`` input
+        (with the session's earlier turns in front, as an agent's task has them): the
+        run sets only its ``stream`` and adds the mapping's ``before_kickoff`` callback,
+        and gives both back after the run."""
+        if setup.prepared.options:
+            raise ValueError(
+                f"agent {setup.agent.name!r} is a registered CrewAI Crew, which runs as built: "
+                f"run options ({', '.join(sorted(setup.prepared.options))}) apply to an Agent"
+            )
+        crew, give_back = self._take(native)
+        declared, streamed = list(crew.before_kickoff_callbacks), crew.stream
+        crew.stream = setup.streaming
+        if mapping is not None:
+            crew.before_kickoff_callbacks = [*declared, _attach]
+            mapping.expect(crew)
+
+        def restore() -> None:
+            crew.stream, crew.before_kickoff_callbacks = streamed, declared
+            give_back()
+
+        turns = (setup.prepared.state or {}).get(setup.agent.name) or []
+        try:
+            inputs = {"request": task_description(setup.requests, turns)}
+        except BaseException:
+            restore()
+            raise
+        return _Run(setup, crew, mapping, restore, inputs)
+
+    async def start(self, setup: RunSetup[CrewAgent | Crew]) -> _Run:
         self._warn_context(setup.prepared)
         # Untraced run mode installs nothing: the plain crew. Stream mode always maps
         # (the events are the stream).
         mapper: _Mapper | None = None
         if setup.streaming or setup.observed:
             mapper = _Mapper(setup.builder, suppress=in_traced_run())
+        if isinstance(setup.native, Crew):
+            return self._registered_crew(setup, setup.native, mapper)
         worker, give_back = self._take(setup.native)
         try:
             crew = self._crew(
