@@ -285,3 +285,83 @@ async def test_a_registered_crew_refuses_run_options() -> None:
         agent.declare_run_options(verbose=True)
         with pytest.raises(ValueError, match="runs as built"):
             await agent.runner.run(agent, Session("s1"), [AgentRequestText(prompt="x")])
+
+
+@tool("ask_expert")
+def ask_expert(question: str) -> str:
+    """Ask a crew of experts (a crew kicked off inside the tool)."""
+    expert = CrewAgent(
+        role="expert", goal="Know.", backstory="You know.", llm=ScriptedLLM([final("42")])
+    )
+    task = Task(description=question, expected_output="A number.", agent=expert)
+    return str(Crew(agents=[expert], tasks=[task]).kickoff().raw)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_crew_run_inside_a_tool_is_not_ours(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    """Its events reach our sink (the sink is in the context it inherits) but name
+    another crew's agent: the run's trace has our calls only."""
+    replies = [
+        Reply(tool_calls=[FakeToolCall("call_e", "ask_expert", {"question": "Meaning?"})]),
+        Reply(text=ANSWER),
+    ]
+    with FakeOpenAIServer(replies) as server:
+        native = CrewAgent(
+            role="assistant",
+            goal="Answer.",
+            backstory="You ask.",
+            llm=llm(server),
+            tools=[ask_expert],
+        )
+        await run(native, mode)
+    assert captured_spans.by_name("chat scripted") == []
+    assert len(captured_spans.by_name(CHAT)) == 2
+    assert [s.name for s in captured_spans.spans if s.name.startswith("agent_step")] == [
+        "agent_step assistant",
+        "agent_step task",
+    ]
+    assert one(captured_spans, "execute_tool ask_expert").attributes[A.TOOL_CALL_ID] == "call_e"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_hierarchical_crew_counts_each_call_once(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    """The manager delegates to a coworker (CrewAI's delegation tool, natively called):
+    every model call is one chat span and every token is counted once. (Which agent a
+    delegated call belongs to is not traced yet: see the module docstring.)"""
+    delegate = {"task": "Find the weather", "context": "Paris", "coworker": "researcher"}
+    replies = [
+        Reply(tool_calls=[FakeToolCall("call_d", "delegate_work_to_coworker", delegate)]),
+        Reply(tool_calls=[weather_call()], prompt_tokens=20),
+        Reply(text="Paris: sunny", prompt_tokens=30),
+        Reply(text=ANSWER, prompt_tokens=40),
+    ]
+    with FakeOpenAIServer(replies) as server:
+        researcher = CrewAgent(
+            role="researcher",
+            goal="Find the weather.",
+            backstory="You look things up.",
+            llm=llm(server),
+            tools=[get_weather],
+        )
+        task = Task(description="Answer: {request}", expected_output="One sentence.")
+        crew = Crew(
+            agents=[researcher],
+            tasks=[task],
+            process=Process.hierarchical,
+            manager_llm=llm(server),
+        )
+        await run(crew, mode, name="trip")
+        calls = len(server.requests)
+    chats = captured_spans.by_name(CHAT)
+    assert len(chats) == calls == 4
+    assert sum(c.attributes[A.INPUT_TOKENS] for c in chats) == 11 + 20 + 30 + 40
+    assert one(captured_spans, "invoke_agent trip").attributes[A.AGG_INPUT_TOKENS] == 101
+    delegation = one(captured_spans, "execute_tool delegate_work_to_coworker")
+    assert json.loads(delegation.attributes[A.TOOL_ARGUMENTS]) == delegate
+    assert delegation.attributes[A.AGENT_NAME] == "Crew Manager"
+    lookup = one(captured_spans, "execute_tool get_weather")
+    assert parent_of(captured_spans, one(captured_spans, "db.query weather")) == lookup

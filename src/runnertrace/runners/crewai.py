@@ -20,7 +20,13 @@ How the contract maps onto CrewAI:
   Agent's ``Crew(...)`` keywords). A concurrent run of the same crew gets a copy.
   Each task is a step (``task``, its position) holding the step of the agent
   that works on it, both ended by CrewAI's task and agent ids; each agent's chat
-  and tool spans carry its role as the agent name.
+  and tool spans carry its role as the agent name. In a hierarchical crew the
+  manager's step holds the task; a coworker it delegates to (CrewAI's delegation
+  tool) runs inside that tool call: its model and tool calls are traced, once
+  each, in the manager's step, but not yet as the coworker's own step (that
+  needs an agent per step in the tracer, so the manager's later calls keep their
+  name). Events that name another crew's agent or task (a crew kicked off inside
+  a tool) are not this run's.
 - **Session state.** CrewAI keeps no conversation between kickoffs, so the
   runner keeps the turns under the session key ``"crewai"`` (per agent) and
   puts them in front of the next task's description. Saved only after a run
@@ -315,11 +321,17 @@ class _Mapper:
         self._native: dict[int, tuple[str, str, AbstractContextManager[None], int]] = {}
         self._arguments: dict[tuple[str, Any], str] = {}  # streamed call -> its arguments so far
         self._lock = threading.RLock()  # parallel tool calls report from several threads
+        # This crew's agents (its manager joins when it starts) and tasks: an event of
+        # another agent is a crew's run inside one of our tools, its own run's.
+        self._agent_ids: set[str] = set()
+        self._task_ids: set[str] = set()
 
     # -- entry points ----------------------------------------------------------------------
     def expect(self, crew: Crew) -> None:
         """The crew this run kicks off: :func:`_attach` finds this mapping by its id."""
         self.crew_id = str(crew.id)
+        self._agent_ids.update(str(agent.id) for agent in crew.agents)
+        self._task_ids.update(str(task.id) for task in crew.tasks)
         _MAPPINGS[self.crew_id] = self
 
     def sink(self, source: Any, event: Any) -> None:
@@ -330,7 +342,25 @@ class _Mapper:
         if running is not None and not _ends(running, source, event):
             return  # a crew run inside one of our native tool calls: its own run's events
         with self._lock, _boundary:
-            handler(self, source, event)
+            if not self._foreign(event):
+                handler(self, source, event)
+
+    def _foreign(self, event: Any) -> bool:
+        """Whether ``event`` is another crew's, by CrewAI's agent and task ids: an agent
+        execution names its agent (ours when its crew is this crew), a model call or a
+        tool call the agent or task it is for. An event naming neither is ours."""
+        agent = getattr(event, "agent", None)
+        if agent is not None:
+            key = str(agent.id)
+            if str(getattr(getattr(agent, "crew", None), "id", None)) == self.crew_id:
+                self._agent_ids.add(key)  # the manager of a hierarchical crew, made at kickoff
+            return key not in self._agent_ids
+        agent_id = getattr(event, "agent_id", None)
+        if agent_id is not None:
+            return str(agent_id) not in self._agent_ids
+        task = getattr(event, "task", None)
+        task_id = getattr(task, "id", None) or getattr(event, "task_id", None)
+        return task_id is not None and str(task_id) not in self._task_ids
 
     def fail(self, error: BaseException) -> None:
         self._settle_call()
