@@ -326,12 +326,12 @@ async def test_a_crew_run_inside_a_tool_is_not_ours(
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_a_hierarchical_crew_counts_each_call_once(
+async def test_a_hierarchical_crew_traces_the_delegation_as_a_handoff(
     mode: str, captured_spans: CapturedSpans
 ) -> None:
     """The manager delegates to a coworker (CrewAI's delegation tool, natively called):
-    every model call is one chat span and every token is counted once. (Which agent a
-    delegated call belongs to is not traced yet: see the module docstring.)"""
+    the coworker's calls are its own step, a handoff from the manager, who gets the
+    task back in a step of its own; every call is one chat span, every token once."""
     delegate = {"task": "Find the weather", "context": "Paris", "coworker": "researcher"}
     replies = [
         Reply(tool_calls=[FakeToolCall("call_d", "delegate_work_to_coworker", delegate)]),
@@ -365,3 +365,22 @@ async def test_a_hierarchical_crew_counts_each_call_once(
     assert delegation.attributes[A.AGENT_NAME] == "Crew Manager"
     lookup = one(captured_spans, "execute_tool get_weather")
     assert parent_of(captured_spans, one(captured_spans, "db.query weather")) == lookup
+    ordered = in_start_order(captured_spans, CHAT)
+    names = [c.attributes[A.AGENT_NAME] for c in ordered]
+    assert names == ["Crew Manager", "researcher", "researcher", "Crew Manager"]
+    assert [steps_of(captured_spans, c)[0] for c in ordered] == [
+        "agent_step Crew Manager",
+        "agent_step researcher",
+        "agent_step researcher",
+        "agent_step Crew Manager",
+    ]
+    assert lookup.attributes[A.AGENT_NAME] == "researcher"
+    assert parent_of(captured_spans, lookup).name == "agent_step researcher"
+    steps = in_start_order(captured_spans, "agent_step Crew Manager")
+    (coworker,) = captured_spans.by_name("agent_step researcher")
+    assert coworker.attributes[A.HANDOFF_SOURCE] == "Crew Manager"
+    assert coworker.attributes[A.HANDOFF_TARGET] == "researcher"
+    assert steps[1].attributes[A.HANDOFF_SOURCE] == "researcher"
+    # the delegation's span covers the coworker's work
+    assert delegation.start_time <= coworker.start_time
+    assert coworker.end_time <= delegation.end_time

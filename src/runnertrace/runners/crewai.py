@@ -22,11 +22,13 @@ How the contract maps onto CrewAI:
   that works on it, both ended by CrewAI's task and agent ids; each agent's chat
   and tool spans carry its role as the agent name. In a hierarchical crew the
   manager's step holds the task; a coworker it delegates to (CrewAI's delegation
-  tool) runs inside that tool call: its model and tool calls are traced, once
-  each, in the manager's step, but not yet as the coworker's own step (that
-  needs an agent per step in the tracer, so the manager's later calls keep their
-  name). Events that name another crew's agent or task (a crew kicked off inside
-  a tool) are not this run's.
+  tool) runs inside that tool call: a handoff. The manager's step ends (the
+  delegation's tool span outlives it, and covers the coworker's work), the
+  coworker's step follows (``handoff_from`` the manager), then the manager's
+  resumes (``handoff_from`` the coworker). The coworker's step is a sibling of
+  the manager's, not a child of the delegation's span: the tracer nests a step
+  in the innermost step. Events that name another crew's agent or task (a crew
+  kicked off inside a tool) are not this run's.
 - **Session state.** CrewAI keeps no conversation between kickoffs, so the
   runner keeps the turns under the session key ``"crewai"`` (per agent) and
   puts them in front of the next task's description. Saved only after a run
@@ -309,6 +311,7 @@ class _Mapper:
         self._tasks = 0
         self._task_steps: dict[str, int] = {}  # task id -> its step's index
         self._agent_steps: dict[tuple[str, str], str] = {}  # (agent id, task id) -> its step
+        self._suspended: list[str] = []  # agents whose step a delegation suspended
         self._asked: tuple[str, str] | None = None  # (call id, tool) the last message asked for
         self._call: tuple[str, str] | None = None  # the tool call running or being retried
         self._call_error: BaseException | None = None
@@ -318,7 +321,7 @@ class _Mapper:
         # thread (CrewAI runs a response's calls in a thread pool, each in its own
         # copy of the context, so each scope is entered and left in its own thread).
         self._asked_native: list[tuple[str, str, Any]] = []
-        self._native: dict[int, tuple[str, str, AbstractContextManager[None], int]] = {}
+        self._native: dict[int, list[tuple[str, str, AbstractContextManager[None]]]] = {}
         self._arguments: dict[tuple[str, Any], str] = {}  # streamed call -> its arguments so far
         self._lock = threading.RLock()  # parallel tool calls report from several threads
         # This crew's agents (its manager joins when it starts) and tasks: an event of
@@ -338,9 +341,6 @@ class _Mapper:
         handler = _HANDLERS.get(type(event))
         if handler is None or self.closed:
             return
-        running = self._native.get(threading.get_ident())
-        if running is not None and not _ends(running, source, event):
-            return  # a crew run inside one of our native tool calls: its own run's events
         with self._lock, _boundary:
             if not self._foreign(event):
                 handler(self, source, event)
@@ -410,8 +410,17 @@ class _Mapper:
         role = str(event.agent.role)
         if self.builder.observed:
             self._tools = _tool_definitions(event.tools)
+        outer = next(reversed(self._agent_steps.values()), None)
         self._agent_steps[_agent_key(event)] = role
-        self._step_start(role, None, agent_name=role)
+        if outer is None:
+            self._step_start(role, None, agent_name=role)
+            return
+        # A coworker delegated to from inside an agent's tool call: a handoff. The
+        # delegating agent's step ends (its tool call outlives it) and resumes after.
+        self._step_end(outer)
+        self._suspended.append(outer)
+        self.builder.step_start(role, None, agent_name=role, handoff_from=outer)
+        self._steps.append((role, None))
 
     def on_agent_ended(self, source: Any, event: Any) -> None:
         """An agent's step ends by the agent's and the task's ids: in a crew, each agent
@@ -420,8 +429,13 @@ class _Mapper:
             return
         self._settle_call()
         role = self._agent_steps.pop(_agent_key(event), None)
-        if role is not None:
-            self._step_end(role)
+        if role is None:
+            return
+        self._step_end(role)
+        if self._suspended:  # back to the agent that delegated
+            outer = self._suspended.pop()
+            self.builder.step_start(outer, None, agent_name=outer, handoff_from=role)
+            self._steps.append((outer, None))
 
     # -- model calls -----------------------------------------------------------------------
     def on_llm_started(self, source: Any, event: LLMCallStartedEvent) -> None:
@@ -642,13 +656,13 @@ class _Mapper:
             tool_call_id = chosen[0]
         scope = self.builder.tool_scope(tool_call_id)
         scope.__enter__()
-        self._native[threading.get_ident()] = (tool_call_id, name, scope, id(source))
+        self._native.setdefault(threading.get_ident(), []).append((tool_call_id, name, scope))
 
     def _native_ended(self, output: Any, error: BaseException | None) -> None:
-        running = self._native.pop(threading.get_ident(), None)
-        if running is None:
+        running = self._native.get(threading.get_ident())
+        if not running:
             return
-        tool_call_id, name, scope, _ = running
+        tool_call_id, name, scope = running.pop()  # a coworker's calls nest in a delegation
         scope.__exit__(None, None, None)
         self.builder.tool_result(
             tool_call_id,
@@ -767,14 +781,6 @@ def _parsed(arguments: str) -> Any:
         return json.loads(arguments) if arguments else {}
     except ValueError:
         return arguments
-
-
-def _ends(running: tuple[str, str, Any, int], source: Any, event: Any) -> bool:
-    """Whether ``event``, in a thread running a native tool call, is that call's end
-    (reported by the executor that started it), not a nested crew's event."""
-    return isinstance(event, (ToolUsageFinishedEvent, ToolUsageErrorEvent)) and (
-        id(source) == running[3]
-    )
 
 
 def _same_tool(asked: str, ran: str) -> bool:
