@@ -384,3 +384,44 @@ async def test_a_hierarchical_crew_traces_the_delegation_as_a_handoff(
     # the delegation's span covers the coworker's work
     assert delegation.start_time <= coworker.start_time
     assert coworker.end_time <= delegation.end_time
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_react_delegation_keeps_the_coworkers_tool_call(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    """On the ReAct path the coworker's tool call runs inside the manager's delegation
+    call: it is its own span, in the coworker's step, with the user's span inside."""
+    model = ScriptedLLM(
+        [
+            action(
+                "Delegate work to coworker",
+                task="Find the weather",
+                context="Paris",
+                coworker="researcher",
+            ),
+            action("get_weather", city="Paris"),
+            final("Paris: sunny"),
+            final(ANSWER),
+        ]
+    )
+    researcher = CrewAgent(
+        role="researcher",
+        goal="Find the weather.",
+        backstory="You look things up.",
+        llm=model,
+        tools=[get_weather],
+    )
+    task = Task(description="Answer: {request}", expected_output="One sentence.")
+    crew = Crew(agents=[researcher], tasks=[task], process=Process.hierarchical, manager_llm=model)
+    await run(crew, mode, name="trip")
+    lookup = one(captured_spans, "execute_tool get_weather")
+    assert lookup.attributes[A.AGENT_NAME] == "researcher"
+    assert parent_of(captured_spans, lookup).name == "agent_step researcher"
+    assert parent_of(captured_spans, one(captured_spans, "db.query weather")) == lookup
+    delegation = one(captured_spans, "execute_tool Delegate work to coworker")
+    assert delegation.start_time <= lookup.start_time
+    assert lookup.end_time <= delegation.end_time
+    names = [c.attributes[A.AGENT_NAME] for c in in_start_order(captured_spans, "chat scripted")]
+    assert names == ["Crew Manager", "researcher", "researcher", "Crew Manager"]
+    assert one(captured_spans, "invoke_agent trip").attributes.get(A.MALFORMED) is None

@@ -315,7 +315,9 @@ class _Mapper:
         self._asked: tuple[str, str] | None = None  # (call id, tool) the last message asked for
         self._call: tuple[str, str] | None = None  # the tool call running or being retried
         self._call_error: BaseException | None = None
-        self._nested = 0  # tool usage of a crew run inside one of our tools
+        # ReAct calls a running call's tool made (a coworker's, delegated to from
+        # inside it) suspend it: its state, restored when the inner call ends.
+        self._outer: list[tuple[Any, ...]] = []
         # Native function calling: the calls the model's last responses asked for, not
         # yet run, as (call id, tool name, arguments); and the calls running, per
         # thread (CrewAI runs a response's calls in a thread pool, each in its own
@@ -387,8 +389,6 @@ class _Mapper:
             self.builder.step_end(name, index)
 
     def on_task_started(self, source: Any, event: TaskStartedEvent) -> None:
-        if self._nested:
-            return
         self._settle_call()
         self._task_steps[_task_key(event)] = self._tasks
         self._step_start("task", self._tasks)
@@ -396,16 +396,12 @@ class _Mapper:
 
     def on_task_ended(self, source: Any, event: Any) -> None:
         """A task's step ends by the task's id (a crew's async tasks overlap)."""
-        if self._nested:
-            return
         self._settle_call()
         index = self._task_steps.pop(_task_key(event), None)
         if index is not None:
             self._step_end("task", index)
 
     def on_agent_started(self, source: Any, event: AgentExecutionStartedEvent) -> None:
-        if self._nested:
-            return
         self._settle_call()
         role = str(event.agent.role)
         if self.builder.observed:
@@ -425,8 +421,6 @@ class _Mapper:
     def on_agent_ended(self, source: Any, event: Any) -> None:
         """An agent's step ends by the agent's and the task's ids: in a crew, each agent
         takes its turn over its tasks, and a delegated coworker runs inside another's."""
-        if self._nested:
-            return
         self._settle_call()
         role = self._agent_steps.pop(_agent_key(event), None)
         if role is None:
@@ -439,8 +433,6 @@ class _Mapper:
 
     # -- model calls -----------------------------------------------------------------------
     def on_llm_started(self, source: Any, event: LLMCallStartedEvent) -> None:
-        if self._nested:
-            return
         self._settle_call()
         request = _boundary.detail(_request, event, self._tools) if self.builder.observed else {}
         provider = getattr(source, "provider", None)
@@ -462,8 +454,6 @@ class _Mapper:
             scope.__exit__(None, None, None)
 
     def on_llm_chunk(self, source: Any, event: LLMStreamChunkEvent) -> None:
-        if self._nested:
-            return
         self._streamed.add(event.call_id)
         call = event.tool_call
         if call is None:
@@ -502,12 +492,9 @@ class _Mapper:
         return now[len(seen) :] if now.startswith(seen) else now
 
     def on_llm_thinking(self, source: Any, event: LLMThinkingChunkEvent) -> None:
-        if not self._nested:
-            self.builder.reasoning(event.chunk, event.call_id)
+        self.builder.reasoning(event.chunk, event.call_id)
 
     def on_llm_completed(self, source: Any, event: LLMCallCompletedEvent) -> None:
-        if self._nested:
-            return
         call_id = event.call_id
         self._leave_model(call_id)
         response = event.response
@@ -556,8 +543,6 @@ class _Mapper:
             self._asked_native.append((tool_call_id, name, _parsed(text)))
 
     def on_llm_failed(self, source: Any, event: LLMCallFailedEvent) -> None:
-        if self._nested:
-            return
         self._leave_model(event.call_id)
         self._streamed.discard(event.call_id)
         self._react.pop(event.call_id, None)
@@ -568,9 +553,12 @@ class _Mapper:
         if not isinstance(source, ToolUsage):
             self._native_started(source, event)
             return
-        if self._running or self._tool_scope is not None:  # a crew's tool inside our tool
-            self._nested += 1
-            return
+        if self._running or self._tool_scope is not None:  # a coworker's call inside ours
+            self._outer.append(
+                (self._call, self._call_error, self._ran, self._running, self._tool_scope)
+            )
+            self._call = self._call_error = self._tool_scope = None
+            self._running = self._ran = False
         name = str(event.tool_name)
         if self._call is None or self._call[1] != name:  # not a retry of the failed call
             self._settle_call()
@@ -624,13 +612,10 @@ class _Mapper:
         return timed
 
     def _leave_tool(self) -> bool:
-        """Leave the running tool's scope; False when the event was a nested crew's.
+        """Leave the running tool's scope; False when no call is running.
 
         A call whose function never ran (a cached result, a failed validation)
         opens its span here, when CrewAI settles it."""
-        if self._nested:
-            self._nested -= 1
-            return False
         scope, self._tool_scope = self._tool_scope, None
         if scope is not None:
             scope.__exit__(None, None, None)
@@ -680,6 +665,7 @@ class _Mapper:
         call_id, name = self._call
         self._call = None
         self.builder.tool_result(call_id, genai.as_text(event.output), name=name)
+        self._resume_outer()
 
     def on_tool_error(self, source: Any, event: ToolUsageErrorEvent) -> None:
         if not isinstance(source, ToolUsage):
@@ -691,10 +677,25 @@ class _Mapper:
         if not self._leave_tool():
             return
         error = event.error
-        # CrewAI may retry the call: it is settled by whatever the crew does next.
+        # CrewAI may retry the call: it is settled by whatever the crew does next
+        # (an inner call at once: the call it ran inside goes on).
         self._call_error = (
             error if isinstance(error, BaseException) else CrewAIReportedError(str(error))
         )
+        if self._outer:
+            self._settle_call()
+            self._resume_outer()
+
+    def _resume_outer(self) -> None:
+        """An inner call ended: the call it ran inside is the running one again."""
+        if self._outer:
+            (
+                self._call,
+                self._call_error,
+                self._ran,
+                self._running,
+                self._tool_scope,
+            ) = self._outer.pop()
 
     def _settle_call(self) -> None:
         """A failed tool call that CrewAI did not retry ends with its last error."""
