@@ -120,12 +120,16 @@ async def test_a_native_tool_call_has_its_scope_and_its_arguments(
     assert sum(c.attributes[A.INPUT_TOKENS] for c in (asking, answering)) == 22
 
 
-async def test_streamed_arguments_are_accumulated_once(captured_spans: CapturedSpans) -> None:
-    """CrewAI's chunk events carry the arguments so far; each call is one span."""
+@pytest.mark.parametrize("mode", MODES)
+async def test_parallel_calls_keep_their_own_arguments_and_scopes(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    """Two calls in one response: CrewAI runs them in its thread pool. In stream mode
+    its chunk events carry the arguments so far; each call is one span, once."""
     calls = [weather_call("call_a", "Paris"), weather_call("call_b", "Oslo")]
     replies = [Reply(tool_calls=calls, chunk_size=4), Reply(text=ANSWER)]
     with FakeOpenAIServer(replies) as server:
-        events = await run(assistant(server), "stream")
+        events = await run(assistant(server), mode)
     spans = captured_spans.by_name("execute_tool get_weather")
     arguments = {s.attributes[A.TOOL_CALL_ID]: s.attributes[A.TOOL_ARGUMENTS] for s in spans}
     assert {k: json.loads(v) for k, v in arguments.items()} == {
@@ -136,7 +140,8 @@ async def test_streamed_arguments_are_accumulated_once(captured_spans: CapturedS
     for event in events:
         if isinstance(event, ev.ToolCallArgs):
             streamed[event.tool_call_id] = streamed.get(event.tool_call_id, "") + event.delta
-    assert streamed == arguments
+    if mode == "stream":
+        assert streamed == arguments
     # the two calls ran in CrewAI's thread pool: each user span under its own call
     lookups = captured_spans.by_name("db.query weather")
     assert sorted(parent_of(captured_spans, s).attributes[A.TOOL_CALL_ID] for s in lookups) == [
