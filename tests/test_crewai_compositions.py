@@ -7,6 +7,7 @@ streams, returns tool calls, reports usage and fails with HTTP 500.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from typing import Any
@@ -33,7 +34,7 @@ from runnertrace.core import Runtime, Session  # noqa: E402
 from runnertrace.core import events as ev  # noqa: E402
 from runnertrace.core.agent import Agent  # noqa: E402
 from runnertrace.core.models import AgentRequestText  # noqa: E402
-from runnertrace.runners.crewai import CrewAIModule, CrewAIRunner  # noqa: E402
+from runnertrace.runners.crewai import CrewAIModule, CrewAIRunner, _attach  # noqa: E402
 from runnertrace.runners.crewai_testing import ScriptedLLM, action, final  # noqa: E402
 from runnertrace.testing import CapturedSpans  # noqa: E402
 from runnertrace.tracing import attributes as A  # noqa: E402
@@ -430,3 +431,45 @@ async def test_a_react_delegation_keeps_the_coworkers_tool_call(
     names = [c.attributes[A.AGENT_NAME] for c in in_start_order(captured_spans, "chat scripted")]
     assert names == ["Crew Manager", "researcher", "researcher", "Crew Manager"]
     assert one(captured_spans, "invoke_agent trip").attributes.get(A.MALFORMED) is None
+
+
+async def test_concurrent_runs_of_one_crew_keep_their_own_traces(
+    captured_spans: CapturedSpans,
+) -> None:
+    """A run of a crew that is already running takes a copy (a crew's id finds its
+    run's mapping): each run's trace has its own two agents' calls."""
+    model = ScriptedLLM([final("Noted.")] * 4)
+    agents = [
+        CrewAgent(role=role, goal="Do it.", backstory="You do.", llm=model)
+        for role in ("first", "second")
+    ]
+    tasks = [
+        Task(description="Step: {request}", expected_output="Done.", agent=agent)
+        for agent in agents
+    ]
+    crew = Crew(agents=agents, tasks=tasks)
+    runner = TracingRunner(CrewAIRunner())
+    agent = Agent("pair", runner, crew)
+    requests = [AgentRequestText(prompt="Go.")]
+    await asyncio.gather(*(runner.run(agent, Session(f"s{n}"), requests) for n in range(2)))
+    assert len(model.calls) == 4
+    runs = captured_spans.by_name("invoke_agent pair")
+    assert len(runs) == 2
+    for run_span in runs:
+        mine = [
+            s
+            for s in captured_spans.by_name("chat scripted")
+            if root_of(captured_spans, s) == run_span
+        ]
+        assert [s.attributes[A.AGENT_NAME] for s in in_start_order_of(mine)] == ["first", "second"]
+    assert crew.stream is False and all(c is not _attach for c in crew.before_kickoff_callbacks)
+
+
+def root_of(spans: CapturedSpans, span: Any) -> Any:
+    while span.parent is not None:
+        span = parent_of(spans, span)
+    return span
+
+
+def in_start_order_of(spans: list[Any]) -> list[Any]:
+    return sorted(spans, key=lambda s: s.start_time or 0)

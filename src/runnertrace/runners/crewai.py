@@ -998,7 +998,9 @@ class CrewAIRunner(FrameworkRunner[CrewAgent | Crew]):
                 f"run options ({', '.join(sorted(setup.prepared.options))}) apply to an Agent"
             )
         crew, give_back = self._take(native)
-        declared, streamed = list(crew.before_kickoff_callbacks), crew.stream
+        # A copy of a crew another run is using has that run's callback too.
+        declared = [c for c in crew.before_kickoff_callbacks if c is not _attach]
+        streamed = crew.stream
         crew.stream = setup.streaming
         if mapping is not None:
             crew.before_kickoff_callbacks = [*declared, _attach]
