@@ -85,10 +85,10 @@ async def collect(agent: Agent, session: Session, requests: Any = PROMPT) -> lis
 
 
 def shape(events: Sequence[ev.StreamEvent]) -> list[tuple[str, Any]]:
-    """Event types with what identifies them; consecutive text deltas merged."""
+    """Event types with what identifies them; consecutive text (reasoning) deltas merged."""
     out: list[tuple[str, Any]] = []
     for e in events:
-        if isinstance(e, ev.TextDelta) and out and out[-1][0] == "text_delta":
+        if isinstance(e, (ev.TextDelta, ev.ReasoningDelta)) and out and out[-1][0] == e.type:
             continue
         label = getattr(e, "step_name", None) or getattr(e, "tool_name", None)
         out.append((e.type, label))
@@ -98,14 +98,20 @@ def shape(events: Sequence[ev.StreamEvent]) -> list[tuple[str, Any]]:
 EXPECTED = [
     ("step_start", "task"),
     ("step_start", "calc"),
+    # A ReAct reply's scaffolding is its reasoning; only the final answer is text.
     ("message_start", None),
-    ("text_delta", None),
+    ("reasoning_start", None),
+    ("reasoning_delta", None),
+    ("reasoning_end", None),
     ("tool_call_start", "multiply"),
     ("tool_call_args", None),
     ("tool_call_end", None),
     ("message_end", None),
     ("tool_call_result", None),
     ("message_start", None),
+    ("reasoning_start", None),
+    ("reasoning_delta", None),
+    ("reasoning_end", None),
     ("text_delta", None),
     ("message_end", None),
     ("step_end", "calc"),
@@ -145,7 +151,10 @@ async def test_stream_events_follow_the_crew() -> None:
     (result,) = [e for e in events if isinstance(e, ev.ToolCallResult)]
     assert (result.content, result.is_error) == ("12", False)
     text = "".join(e.delta for e in events if isinstance(e, ev.TextDelta))
-    assert text.endswith(f"Final Answer: {ANSWER}")
+    assert text == ANSWER  # the reply run mode gives, without the ReAct scaffolding
+    thought = "".join(e.delta for e in events if isinstance(e, ev.ReasoningDelta))
+    assert thought.startswith("Thought: I should use multiply.")
+    assert thought.endswith("Final Answer:")
     assert sum(isinstance(e, ev.TextDelta) for e in events) > 4  # streamed word by word
     assert [e.agent_name for e in events if isinstance(e, ev.StepStart)] == [None, "calc"]
 
@@ -157,7 +166,7 @@ async def test_run_mode_reports_the_same_events_to_an_observer() -> None:
         reply = await agent.runner.run(agent, Session("s1"), PROMPT)
     assert reply == AgentReplyText(text=ANSWER, prompt=PROMPT[0].prompt)
     assert shape(seen) == EXPECTED
-    assert sum(isinstance(e, ev.TextDelta) for e in seen) == 2  # one text per call
+    assert sum(isinstance(e, ev.TextDelta) for e in seen) == 1  # the final answer, once
     assert_paired(seen)
     assert TOOL_SESSIONS[-1] == "s1"  # the tool context reaches CrewAI's thread
 
@@ -371,10 +380,10 @@ EXPECTED_TREE = [
                 [
                     (
                         "agent_step calc",
-                        [
-                            ("chat scripted", []),
+                        [  # a ReAct reply's scaffolding: the chat's reasoning
+                            ("chat scripted", [("reasoning", [])]),
                             ("execute_tool multiply", []),
-                            ("chat scripted", []),
+                            ("chat scripted", [("reasoning", [])]),
                         ],
                     )
                 ],

@@ -264,8 +264,10 @@ def test_crewai_agent_runs_offline_and_traces_the_crew(
         "  agent_step task",
         "    agent_step calculator",
         "      chat scripted",
+        "        reasoning",  # a ReAct reply's scaffolding; the text is the final answer
         "      execute_tool multiply",
         "      chat scripted",
+        "        reasoning",
     ]
 
 

@@ -13,6 +13,22 @@ How the contract maps onto CrewAI:
   a default they can override. ``agents``, ``tasks``, ``memory`` and ``stream``
   are the runner's (``RESERVED_RUN_OPTIONS``). ``before_kickoff_callbacks``
   declared by the caller are kept; the runner adds its own after them.
+- **A registered crew.** A ``crewai.Crew`` runs as built (its agents, tasks and
+  process are the user's): the request, after the session's earlier turns, is its
+  ``{request}`` input; the run sets only ``stream`` and adds its ``before_kickoff``
+  callback, and gives both back after. Run options are refused (they are an
+  Agent's ``Crew(...)`` keywords). A concurrent run of the same crew gets a copy.
+  Each task is a step (``task``, its position) holding the step of the agent
+  that works on it, both ended by CrewAI's task and agent ids; each agent's chat
+  and tool spans carry its role as the agent name. In a hierarchical crew the
+  manager's step holds the task; a coworker it delegates to (CrewAI's delegation
+  tool) runs inside that tool call: a handoff. The manager's step ends (the
+  delegation's tool span outlives it, and covers the coworker's work), the
+  coworker's step follows (``handoff_from`` the manager), then the manager's
+  resumes (``handoff_from`` the coworker). The coworker's step is a sibling of
+  the manager's, not a child of the delegation's span: the tracer nests a step
+  in the innermost step. Events that name another crew's agent or task (a crew
+  kicked off inside a tool) are not this run's.
 - **Session state.** CrewAI keeps no conversation between kickoffs, so the
   runner keeps the turns under the session key ``"crewai"`` (per agent) and
   puts them in front of the next task's description. Saved only after a run
@@ -31,7 +47,15 @@ How the contract maps onto CrewAI:
   agent's role is the step's agent name), an LLM call a message (its
   ``call_id`` is the message id), stream chunks deltas, tool usage a tool call.
   In a ReAct run the tool call is the ``Action`` the model's text asks for, so
-  it is announced in the message that asked; CrewAI's retries of a failing tool
+  it is announced in the message that asked, the reply's scaffolding (thought,
+  action, the ``Final Answer:`` marker) is the message's reasoning and only the
+  final answer its text (so a stream's text is run mode's reply). With native
+  function calling (``LLM("openai/...")``) a response's tool calls are announced
+  by their ids (streamed: CrewAI's chunks carry the arguments accumulated so
+  far, and the delta is taken), and a call CrewAI runs (its event has no id) is
+  the first asked call of that tool with those arguments; its scope is entered
+  in the thread that runs it (CrewAI runs a response's calls in a thread pool).
+  CrewAI's retries of a failing tool
   are attempts of that one call, which ends with the last error. A failed LLM
   call ends its message with the exception CrewAI is handling (its event only
   carries the text). A model call and a tool run in their scopes, so a span
@@ -59,8 +83,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import logging
 import sys
+import threading
 import uuid
 from collections.abc import (
     AsyncIterable,
@@ -71,7 +97,7 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from opentelemetry import baggage
 from opentelemetry import context as otel_context
@@ -83,6 +109,7 @@ from runnertrace._internal.imports import missing_extra
 try:
     from crewai import Agent as CrewAgent
     from crewai import Crew, Task
+    from crewai.agents.constants import FINAL_ANSWER_ACTION
     from crewai.agents.parser import AgentAction, OutputParserError, parse
     from crewai.events.stream_context import add_stream_sink
     from crewai.events.types.agent_events import (
@@ -107,7 +134,9 @@ try:
         ToolUsageFinishedEvent,
         ToolUsageStartedEvent,
     )
+    from crewai.tools.tool_usage import ToolUsage
     from crewai.types.streaming import CrewStreamingOutput
+    from crewai.utilities.agent_utils import extract_tool_call_info
 except ImportError as exc:
     raise missing_extra(exc, "crewai") from exc
 
@@ -135,6 +164,7 @@ __all__ = ["STATE_KEY", "CrewAIModule", "CrewAIReportedError", "CrewAIRunner"]
 logger = logging.getLogger("runnertrace")
 
 STATE_KEY = "crewai"
+T = TypeVar("T", CrewAgent, Crew)
 _boundary = MappingBoundary("crewai")
 EXPECTED_OUTPUT = "A complete answer to the current request."
 
@@ -246,10 +276,11 @@ def _handled(text: str) -> BaseException:
     """The exception CrewAI is handling while it reports a failure as ``text``.
 
     The bus calls our sink synchronously inside CrewAI's ``except`` block, so the
-    exception is the one being handled, when its message is the reported text.
+    exception is the one being handled, when the reported text carries its message
+    (CrewAI's providers prefix it: ``"OpenAI API call failed: <message>"``).
     """
     current = sys.exc_info()[1]
-    if current is not None and str(current) == text:
+    if current is not None and str(current) in text:
         return current
     return CrewAIReportedError(text)
 
@@ -275,25 +306,63 @@ class _Mapper:
         self._ran = False  # the function of the current call has started
         self._tools: list[dict[str, JsonValue]] | None = None
         self._streamed: set[str] = set()
+        self._react: dict[str, _ReActText] = {}  # ReAct calls (sent no tools): their split
         self._steps: list[tuple[str, int | None]] = []
         self._tasks = 0
+        self._task_steps: dict[str, int] = {}  # task id -> its step's index
+        self._agent_steps: dict[tuple[str, str], str] = {}  # (agent id, task id) -> its step
+        self._suspended: list[str] = []  # agents whose step a delegation suspended
         self._asked: tuple[str, str] | None = None  # (call id, tool) the last message asked for
         self._call: tuple[str, str] | None = None  # the tool call running or being retried
         self._call_error: BaseException | None = None
-        self._nested = 0  # tool usage of a crew run inside one of our tools
+        # ReAct calls a running call's tool made (a coworker's, delegated to from
+        # inside it) suspend it: its state, restored when the inner call ends.
+        self._outer: list[tuple[Any, ...]] = []
+        # Native function calling: the calls the model's last responses asked for, not
+        # yet run, as (call id, tool name, arguments); and the calls running, per
+        # thread (CrewAI runs a response's calls in a thread pool, each in its own
+        # copy of the context, so each scope is entered and left in its own thread).
+        self._asked_native: list[tuple[str, str, Any]] = []
+        self._native: dict[int, list[tuple[str, str, AbstractContextManager[None]]]] = {}
+        self._arguments: dict[tuple[str, Any], str] = {}  # streamed call -> its arguments so far
+        self._lock = threading.RLock()  # parallel tool calls report from several threads
+        # This crew's agents (its manager joins when it starts) and tasks: an event of
+        # another agent is a crew's run inside one of our tools, its own run's.
+        self._agent_ids: set[str] = set()
+        self._task_ids: set[str] = set()
 
     # -- entry points ----------------------------------------------------------------------
     def expect(self, crew: Crew) -> None:
         """The crew this run kicks off: :func:`_attach` finds this mapping by its id."""
         self.crew_id = str(crew.id)
+        self._agent_ids.update(str(agent.id) for agent in crew.agents)
+        self._task_ids.update(str(task.id) for task in crew.tasks)
         _MAPPINGS[self.crew_id] = self
 
     def sink(self, source: Any, event: Any) -> None:
         handler = _HANDLERS.get(type(event))
         if handler is None or self.closed:
             return
-        with _boundary:
-            handler(self, source, event)
+        with self._lock, _boundary:
+            if not self._foreign(event):
+                handler(self, source, event)
+
+    def _foreign(self, event: Any) -> bool:
+        """Whether ``event`` is another crew's, by CrewAI's agent and task ids: an agent
+        execution names its agent (ours when its crew is this crew), a model call or a
+        tool call the agent or task it is for. An event naming neither is ours."""
+        agent = getattr(event, "agent", None)
+        if agent is not None:
+            key = str(agent.id)
+            if str(getattr(getattr(agent, "crew", None), "id", None)) == self.crew_id:
+                self._agent_ids.add(key)  # the manager of a hierarchical crew, made at kickoff
+            return key not in self._agent_ids
+        agent_id = getattr(event, "agent_id", None)
+        if agent_id is not None:
+            return str(agent_id) not in self._agent_ids
+        task = getattr(event, "task", None)
+        task_id = getattr(task, "id", None) or getattr(event, "task_id", None)
+        return task_id is not None and str(task_id) not in self._task_ids
 
     def fail(self, error: BaseException) -> None:
         self._settle_call()
@@ -306,6 +375,7 @@ class _Mapper:
         if self.crew_id is not None:
             _MAPPINGS.pop(self.crew_id, None)
         self._model_scopes.clear()
+        self._native.clear()
         self._tool_scope = None
 
     # -- steps -----------------------------------------------------------------------------
@@ -319,37 +389,50 @@ class _Mapper:
             self.builder.step_end(name, index)
 
     def on_task_started(self, source: Any, event: TaskStartedEvent) -> None:
-        if self._nested:
-            return
         self._settle_call()
+        self._task_steps[_task_key(event)] = self._tasks
         self._step_start("task", self._tasks)
         self._tasks += 1
 
     def on_task_ended(self, source: Any, event: Any) -> None:
-        if self._nested:
-            return
+        """A task's step ends by the task's id (a crew's async tasks overlap)."""
         self._settle_call()
-        self._step_end("task", self._tasks - 1)
+        index = self._task_steps.pop(_task_key(event), None)
+        if index is not None:
+            self._step_end("task", index)
 
     def on_agent_started(self, source: Any, event: AgentExecutionStartedEvent) -> None:
-        if self._nested:
-            return
         self._settle_call()
         role = str(event.agent.role)
         if self.builder.observed:
             self._tools = _tool_definitions(event.tools)
-        self._step_start(role, None, agent_name=role)
+        outer = next(reversed(self._agent_steps.values()), None)
+        self._agent_steps[_agent_key(event)] = role
+        if outer is None:
+            self._step_start(role, None, agent_name=role)
+            return
+        # A coworker delegated to from inside an agent's tool call: a handoff. The
+        # delegating agent's step ends (its tool call outlives it) and resumes after.
+        self._step_end(outer)
+        self._suspended.append(outer)
+        self.builder.step_start(role, None, agent_name=role, handoff_from=outer)
+        self._steps.append((role, None))
 
     def on_agent_ended(self, source: Any, event: Any) -> None:
-        if self._nested:
-            return
+        """An agent's step ends by the agent's and the task's ids: in a crew, each agent
+        takes its turn over its tasks, and a delegated coworker runs inside another's."""
         self._settle_call()
-        self._step_end(str(event.agent.role))
+        role = self._agent_steps.pop(_agent_key(event), None)
+        if role is None:
+            return
+        self._step_end(role)
+        if self._suspended:  # back to the agent that delegated
+            outer = self._suspended.pop()
+            self.builder.step_start(outer, None, agent_name=outer, handoff_from=role)
+            self._steps.append((outer, None))
 
     # -- model calls -----------------------------------------------------------------------
     def on_llm_started(self, source: Any, event: LLMCallStartedEvent) -> None:
-        if self._nested:
-            return
         self._settle_call()
         request = _boundary.detail(_request, event, self._tools) if self.builder.observed else {}
         provider = getattr(source, "provider", None)
@@ -359,6 +442,8 @@ class _Mapper:
             provider=provider if isinstance(provider, str) else None,
             **request,
         )
+        if not _calls_functions(source):  # CrewAI parses the reply as ReAct text
+            self._react[message_id] = _ReActText()
         scope = self.builder.model_scope(message_id)
         scope.__enter__()
         self._model_scopes[message_id] = scope
@@ -369,36 +454,58 @@ class _Mapper:
             scope.__exit__(None, None, None)
 
     def on_llm_chunk(self, source: Any, event: LLMStreamChunkEvent) -> None:
-        if self._nested:
-            return
         self._streamed.add(event.call_id)
         call = event.tool_call
         if call is None:
-            self.builder.text(event.chunk, event.call_id)
+            self._text(event.call_id, event.chunk)
             return
         self.builder.tool_call(
-            call.function.arguments,
+            self._arguments_delta(event.call_id, call.index, call.function.arguments),
             tool_call_id=call.id,
             name=call.function.name,
             index=call.index,
             message_id=event.call_id,
         )
 
+    def _text(self, call_id: str, text: str, *, last: bool = False) -> None:
+        """A model's text: a ReAct reply's scaffolding (its thought, its action) is the
+        message's reasoning, and only its final answer is text, as CrewAI replies it;
+        so a stream's text deltas are the reply run mode gives."""
+        react = self._react.get(call_id)
+        if react is None:
+            self.builder.text(text, call_id)
+            return
+        pieces = react.feed(text)
+        if last:
+            pieces += react.finish()
+            del self._react[call_id]
+        for kind, piece in pieces:
+            emit = self.builder.reasoning if kind == "reasoning" else self.builder.text
+            emit(piece, call_id)
+
+    def _arguments_delta(self, call_id: str, index: Any, arguments: str | None) -> str:
+        """The new part of a streamed call's arguments: CrewAI's chunk events carry the
+        arguments accumulated so far (``tool_call.function.arguments``), not a delta."""
+        key = (call_id, index)
+        seen, now = self._arguments.get(key, ""), arguments or ""
+        self._arguments[key] = now
+        return now[len(seen) :] if now.startswith(seen) else now
+
     def on_llm_thinking(self, source: Any, event: LLMThinkingChunkEvent) -> None:
-        if not self._nested:
-            self.builder.reasoning(event.chunk, event.call_id)
+        self.builder.reasoning(event.chunk, event.call_id)
 
     def on_llm_completed(self, source: Any, event: LLMCallCompletedEvent) -> None:
-        if self._nested:
-            return
         call_id = event.call_id
         self._leave_model(call_id)
         response = event.response
         if isinstance(response, str):
-            if call_id not in self._streamed:
-                self.builder.text(response, call_id)
+            self._text(call_id, "" if call_id in self._streamed else response, last=True)
             self._ask(call_id, response)
+        elif isinstance(response, list):
+            self._ask_native(call_id, response)
         self._streamed.discard(call_id)
+        self._react.pop(call_id, None)
+        self._arguments = {k: v for k, v in self._arguments.items() if k[0] != call_id}
         self.builder.message_end(
             call_id,
             finish_reason=event.finish_reason,
@@ -420,18 +527,38 @@ class _Mapper:
         )
         self._asked = (tool_call_id, parsed.tool)
 
+    def _ask_native(self, call_id: str, calls: list[Any]) -> None:
+        """The tool calls a native function-calling response asks for (run mode: their
+        only report; stream mode: announced by the chunks already, by the same ids)."""
+        for call in calls:
+            info = extract_tool_call_info(call)
+            if info is None:
+                continue
+            tool_call_id, name, arguments = info
+            text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            if call_id not in self._streamed:
+                self.builder.tool_call(
+                    text, tool_call_id=tool_call_id, name=name, message_id=call_id
+                )
+            self._asked_native.append((tool_call_id, name, _parsed(text)))
+
     def on_llm_failed(self, source: Any, event: LLMCallFailedEvent) -> None:
-        if self._nested:
-            return
         self._leave_model(event.call_id)
         self._streamed.discard(event.call_id)
+        self._react.pop(event.call_id, None)
         self.builder.message_end(event.call_id, error=_handled(event.error))
 
     # -- tool calls ------------------------------------------------------------------------
     def on_tool_started(self, source: Any, event: ToolUsageStartedEvent) -> None:
-        if self._running or self._tool_scope is not None:  # a crew's tool inside our tool
-            self._nested += 1
+        if not isinstance(source, ToolUsage):
+            self._native_started(source, event)
             return
+        if self._running or self._tool_scope is not None:  # a coworker's call inside ours
+            self._outer.append(
+                (self._call, self._call_error, self._ran, self._running, self._tool_scope)
+            )
+            self._call = self._call_error = self._tool_scope = None
+            self._running = self._ran = False
         name = str(event.tool_name)
         if self._call is None or self._call[1] != name:  # not a retry of the failed call
             self._settle_call()
@@ -485,13 +612,10 @@ class _Mapper:
         return timed
 
     def _leave_tool(self) -> bool:
-        """Leave the running tool's scope; False when the event was a nested crew's.
+        """Leave the running tool's scope; False when no call is running.
 
         A call whose function never ran (a cached result, a failed validation)
         opens its span here, when CrewAI settles it."""
-        if self._nested:
-            self._nested -= 1
-            return False
         scope, self._tool_scope = self._tool_scope, None
         if scope is not None:
             scope.__exit__(None, None, None)
@@ -500,21 +624,78 @@ class _Mapper:
                 self._ran = True
         return self._call is not None
 
+    # -- native function calling: a call the model's response asked for, by id --------------
+    def _native_started(self, source: Any, event: ToolUsageStartedEvent) -> None:
+        """CrewAI's executor runs a call of the last response (its event has no call
+        id): it is the first asked call of that tool, with those arguments if one
+        matches. Its scope opens here, in the thread that runs the tool."""
+        name = str(event.tool_name)
+        same = [c for c in self._asked_native if _same_tool(c[1], name)]
+        exact = [c for c in same if c[2] == event.tool_args]
+        chosen = next(iter(exact or same), None)
+        if chosen is None:  # a call no response announced: it runs as its own
+            tool_call_id = f"call_{uuid.uuid4().hex[:12]}"
+            self.builder.tool_start(tool_call_id, name, json.dumps(event.tool_args, default=str))
+        else:
+            self._asked_native.remove(chosen)
+            tool_call_id = chosen[0]
+        scope = self.builder.tool_scope(tool_call_id)
+        scope.__enter__()
+        self._native.setdefault(threading.get_ident(), []).append((tool_call_id, name, scope))
+
+    def _native_ended(self, output: Any, error: BaseException | None) -> None:
+        running = self._native.get(threading.get_ident())
+        if not running:
+            return
+        tool_call_id, name, scope = running.pop()  # a coworker's calls nest in a delegation
+        scope.__exit__(None, None, None)
+        self.builder.tool_result(
+            tool_call_id,
+            genai.as_text(output) if error is None else str(error),
+            name=name,
+            error=error,
+        )
+
     def on_tool_finished(self, source: Any, event: ToolUsageFinishedEvent) -> None:
+        if not isinstance(source, ToolUsage):
+            self._native_ended(event.output, None)
+            return
         if not self._leave_tool() or self._call is None:
             return
         call_id, name = self._call
         self._call = None
         self.builder.tool_result(call_id, genai.as_text(event.output), name=name)
+        self._resume_outer()
 
     def on_tool_error(self, source: Any, event: ToolUsageErrorEvent) -> None:
+        if not isinstance(source, ToolUsage):
+            error = event.error
+            self._native_ended(
+                None, error if isinstance(error, BaseException) else CrewAIReportedError(str(error))
+            )
+            return
         if not self._leave_tool():
             return
         error = event.error
-        # CrewAI may retry the call: it is settled by whatever the crew does next.
+        # CrewAI may retry the call: it is settled by whatever the crew does next
+        # (an inner call at once: the call it ran inside goes on).
         self._call_error = (
             error if isinstance(error, BaseException) else CrewAIReportedError(str(error))
         )
+        if self._outer:
+            self._settle_call()
+            self._resume_outer()
+
+    def _resume_outer(self) -> None:
+        """An inner call ended: the call it ran inside is the running one again."""
+        if self._outer:
+            (
+                self._call,
+                self._call_error,
+                self._ran,
+                self._running,
+                self._tool_scope,
+            ) = self._outer.pop()
 
     def _settle_call(self) -> None:
         """A failed tool call that CrewAI did not retry ends with its last error."""
@@ -523,6 +704,84 @@ class _Mapper:
         (call_id, name), error = self._call, self._call_error
         self._call, self._call_error = None, None
         self.builder.tool_result(call_id, str(error), name=name, error=error)
+
+
+class _ReActText:
+    """Splits a ReAct reply, as it streams, at CrewAI's ``Final Answer:`` marker.
+
+    What comes before the marker (and the marker) is reasoning, given on as it
+    arrives except for a tail that may be the start of the marker; what comes
+    after it is the answer, without the whitespace around it (CrewAI strips it).
+    A reply without the marker (an action) is reasoning throughout.
+    """
+
+    __slots__ = ("answering", "held", "started")
+
+    def __init__(self) -> None:
+        self.held = ""
+        self.answering = False
+        self.started = False  # some of the answer was given
+
+    def feed(self, chunk: str) -> list[tuple[str, str]]:
+        pieces: list[tuple[str, str]] = []
+        if not self.answering:
+            self.held += chunk
+            at = self.held.find(FINAL_ANSWER_ACTION)
+            if at < 0:
+                safe = len(self.held) - _marker_start(self.held)
+                if safe > 0:
+                    pieces.append(("reasoning", self.held[:safe]))
+                    self.held = self.held[safe:]
+                return pieces
+            end = at + len(FINAL_ANSWER_ACTION)
+            pieces.append(("reasoning", self.held[:end]))
+            chunk, self.held, self.answering = self.held[end:], "", True
+        text = self.held + chunk
+        if not self.started:
+            text = text.lstrip()
+        answer = text.rstrip()
+        if answer:
+            pieces.append(("text", answer))
+            self.started = True
+        self.held = text[len(answer) :]  # trailing whitespace: given if more text follows
+        return pieces
+
+    def finish(self) -> list[tuple[str, str]]:
+        """The reply ended: a held tail of reasoning is given; an answer's is dropped."""
+        held, self.held = self.held, ""
+        return [("reasoning", held)] if held and not self.answering else []
+
+
+def _marker_start(text: str) -> int:
+    """The length of the longest end of ``text`` that begins the final-answer marker."""
+    longest = min(len(text), len(FINAL_ANSWER_ACTION) - 1)
+    return next((n for n in range(longest, 0, -1) if FINAL_ANSWER_ACTION.startswith(text[-n:])), 0)
+
+
+def _calls_functions(model: Any) -> bool:
+    """Whether CrewAI drives ``model`` (an LLM event's source) by native function
+    calling; else by ReAct text, whose every reply it parses for its final answer."""
+    supports = getattr(model, "supports_function_calling", None)
+    return bool(supports()) if callable(supports) else True
+
+
+def _task_key(event: Any) -> str:
+    """A task event's task id (CrewAI's own, or the event's copy of it)."""
+    task = getattr(event, "task", None)
+    return str(getattr(task, "id", None) or getattr(event, "task_id", None))
+
+
+def _agent_key(event: Any) -> tuple[str, str]:
+    """An agent execution's (agent id, task id)."""
+    return str(event.agent.id), _task_key(event)
+
+
+def _parsed(arguments: str) -> Any:
+    """A call's arguments as CrewAI parses them (to match the call it then runs)."""
+    try:
+        return json.loads(arguments) if arguments else {}
+    except ValueError:
+        return arguments
 
 
 def _same_tool(asked: str, ran: str) -> bool:
@@ -584,17 +843,23 @@ def _nothing() -> None:
 
 
 class _Run(FrameworkRun[Any]):
-    """One one-task crew: ``kickoff_async`` (run mode), or its streaming output."""
+    """One crew's kickoff: ``kickoff_async`` (run mode), or its streaming output.
+
+    ``inputs`` are the kickoff's (a registered crew's ``{request}``), ``None`` for the
+    one-task crew of a registered agent, whose task is the request itself.
+    """
 
     def __init__(
         self,
-        setup: RunSetup[CrewAgent],
+        setup: RunSetup[CrewAgent | Crew],
         crew: Crew,
         mapper: _Mapper | None,
         give_back: Callable[[], None],
+        inputs: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(setup)
         self.crew = crew
+        self.inputs = inputs
         self.mapper = mapper
         self.give_back = give_back
         self.native: CrewStreamingOutput | None = None
@@ -606,11 +871,12 @@ class _Run(FrameworkRun[Any]):
 
     async def call(self) -> Any:
         with self._quiet():
-            return await self.crew.kickoff_async()
+            return await self.crew.kickoff_async(inputs=self.inputs)
 
     @asynccontextmanager
     async def native_stream(self) -> AsyncIterator[AsyncIterable[Any]]:
-        native = self.native = cast(CrewStreamingOutput, await self.crew.kickoff_async())
+        kickoff = await self.crew.kickoff_async(inputs=self.inputs)
+        native = self.native = cast(CrewStreamingOutput, kickoff)
         # A consumer that stops early closes both at once: ours, then CrewAI's stream.
         async with native:
             yield native
@@ -641,14 +907,15 @@ class _Run(FrameworkRun[Any]):
         return reply_of(_reply_value(result), prompt)
 
 
-class CrewAIRunner(FrameworkRunner[CrewAgent]):
-    """Runs a CrewAI ``Agent`` as a one-task crew, in run (``kickoff_async``) or
-    stream (``Crew(stream=True)``) mode."""
+class CrewAIRunner(FrameworkRunner[CrewAgent | Crew]):
+    """Runs a CrewAI ``Agent`` as a one-task crew, or a registered ``Crew`` as built
+    (its agents taking their turns over its tasks), in run (``kickoff_async``) or
+    stream (``stream=True``) mode."""
 
     framework: ClassVar[str] = "crewai"
     state_key: ClassVar[str] = STATE_KEY
     native_type: ClassVar[type[Any]] = CrewAgent
-    native_what: ClassVar[str] = "a CrewAI Agent"
+    native_what: ClassVar[str] = "a CrewAI Agent or Crew"
     boundary: ClassVar[MappingBoundary] = _boundary
     RESERVED_RUN_OPTIONS: ClassVar[dict[str, str]] = {
         "agents": "the runner builds the crew from the registered agent",
@@ -661,14 +928,19 @@ class CrewAIRunner(FrameworkRunner[CrewAgent]):
         self._warned_context = False
         self._busy: set[int] = set()  # native agents a run of this runner has taken over
 
-    def _take(self, native: CrewAgent) -> tuple[CrewAgent, Callable[[], None]]:
+    def native_of(self, agent: Agent) -> CrewAgent | Crew:
+        native = agent.native
+        return native if isinstance(native, Crew) else super().native_of(agent)
+
+    def _take(self, native: T) -> tuple[T, Callable[[], None]]:
         """The agent a run's crew takes over, and how to give it back after the run.
 
         A crew sets its agents' crew and executor, so two crews running at once
         must not share an agent: a run takes the user's own agent when no other
         run of it is in flight (as a user reusing their agent would, and with
         nothing to copy), else a copy (``Agent.copy()``, a few milliseconds and
-        a colder first run).
+        a colder first run). A registered crew is taken the same way (``Crew.copy()``
+        copies its agents and tasks): a crew's id is how its run's mapping is found.
         """
         key = id(native)
         if key in self._busy:
@@ -713,13 +985,48 @@ class CrewAIRunner(FrameworkRunner[CrewAgent]):
             mapping.expect(crew)
         return crew
 
-    async def start(self, setup: RunSetup[CrewAgent]) -> _Run:
+    def _registered_crew(
+        self, setup: RunSetup[CrewAgent | Crew], native: Crew, mapping: _Mapper | None
+    ) -> _Run:
+        """A registered crew runs as built, with the request as its ``{request}`` input
+        (with the session's earlier turns in front, as an agent's task has them): the
+        run sets only its ``stream`` and adds the mapping's ``before_kickoff`` callback,
+        and gives both back after the run."""
+        if setup.prepared.options:
+            raise ValueError(
+                f"agent {setup.agent.name!r} is a registered CrewAI Crew, which runs as built: "
+                f"run options ({', '.join(sorted(setup.prepared.options))}) apply to an Agent"
+            )
+        crew, give_back = self._take(native)
+        # A copy of a crew another run is using has that run's callback too.
+        declared = [c for c in crew.before_kickoff_callbacks if c is not _attach]
+        streamed = crew.stream
+        crew.stream = setup.streaming
+        if mapping is not None:
+            crew.before_kickoff_callbacks = [*declared, _attach]
+            mapping.expect(crew)
+
+        def restore() -> None:
+            crew.stream, crew.before_kickoff_callbacks = streamed, declared
+            give_back()
+
+        turns = (setup.prepared.state or {}).get(setup.agent.name) or []
+        try:
+            inputs = {"request": task_description(setup.requests, turns)}
+        except BaseException:
+            restore()
+            raise
+        return _Run(setup, crew, mapping, restore, inputs)
+
+    async def start(self, setup: RunSetup[CrewAgent | Crew]) -> _Run:
         self._warn_context(setup.prepared)
         # Untraced run mode installs nothing: the plain crew. Stream mode always maps
         # (the events are the stream).
         mapper: _Mapper | None = None
         if setup.streaming or setup.observed:
             mapper = _Mapper(setup.builder, suppress=in_traced_run())
+        if isinstance(setup.native, Crew):
+            return self._registered_crew(setup, setup.native, mapper)
         worker, give_back = self._take(setup.native)
         try:
             crew = self._crew(

@@ -1,0 +1,475 @@
+"""CrewAI on its real model client and in multi-agent crews, asserted on spans.
+
+The model is CrewAI's own ``LLM("openai/...")`` (native function calling) talking
+to the loopback OpenAI-compatible server (tests/fake_openai_server.py), which
+streams, returns tool calls, reports usage and fails with HTTP 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")  # before CrewAI is imported
+os.environ.setdefault("CREWAI_DISABLE_VERSION_CHECK", "true")
+pytest.importorskip("crewai", reason="the crewai extra lives in its own venv (.ci/extra-crewai)")
+
+# CrewAI warns about its own deprecated fields on every crew it builds.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+from crewai import LLM, Crew, Process, Task  # noqa: E402
+from crewai import Agent as CrewAgent  # noqa: E402
+from crewai.tools import tool  # noqa: E402
+from opentelemetry import trace as trace_api  # noqa: E402
+from opentelemetry.trace import StatusCode  # noqa: E402
+from tests.fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply  # noqa: E402
+from tests.fidelity_helpers import MODES, in_start_order, one, parent_of  # noqa: E402
+
+from runnertrace import TracingRunner  # noqa: E402
+from runnertrace.core import Runtime, Session  # noqa: E402
+from runnertrace.core import events as ev  # noqa: E402
+from runnertrace.core.agent import Agent  # noqa: E402
+from runnertrace.core.models import AgentRequestText  # noqa: E402
+from runnertrace.runners.crewai import CrewAIModule, CrewAIRunner, _attach  # noqa: E402
+from runnertrace.runners.crewai_testing import ScriptedLLM, action, final  # noqa: E402
+from runnertrace.testing import CapturedSpans  # noqa: E402
+from runnertrace.tracing import attributes as A  # noqa: E402
+
+CHAT = f"chat {FakeOpenAIServer.model}"
+ANSWER = "Paris is sunny."
+user: dict[str, trace_api.Tracer] = {}
+
+
+@pytest.fixture(autouse=True)
+def sandbox(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, captured_spans: CapturedSpans) -> None:
+    """CrewAI writes under $HOME and phones home unless told not to; the user's
+    tracer is on the same provider as ours."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("CREWAI_STORAGE_DIR", str(tmp_path / "crewai"))
+    monkeypatch.setenv("CREWAI_DISABLE_TELEMETRY", "true")
+    monkeypatch.setenv("CREWAI_TRACING_ENABLED", "false")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback")
+    user["tracer"] = captured_spans.provider.get_tracer("user-code")
+
+
+@tool("get_weather")
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    with user["tracer"].start_as_current_span("db.query weather"):
+        return f"{city}: sunny"
+
+
+def weather_call(call_id: str = "call_1", city: str = "Paris") -> FakeToolCall:
+    return FakeToolCall(call_id, "get_weather", {"city": city})
+
+
+def llm(server: FakeOpenAIServer) -> LLM:
+    return LLM(model=f"openai/{server.model}", base_url=server.base_url, api_key="sk-loopback")
+
+
+def assistant(server: FakeOpenAIServer, *, retries: int = 2) -> CrewAgent:
+    return CrewAgent(
+        role="assistant",
+        goal="Answer weather questions.",
+        backstory="You know the weather.",
+        llm=llm(server),
+        tools=[get_weather],
+        max_retry_limit=retries,
+    )
+
+
+async def run(native: Any, mode: str, name: str = "assistant") -> list[ev.StreamEvent]:
+    """One traced run in ``mode``; the stream's events (none in run mode)."""
+    runner = TracingRunner(CrewAIRunner(), capture_content=True)
+    agent = Agent(name, runner, native)
+    requests = [AgentRequestText(prompt="Weather in Paris?")]
+    if mode == "run":
+        await runner.run(agent, Session("s1"), requests)
+        return []
+    return [e async for e in runner.stream(agent, Session("s1"), requests)]
+
+
+def output_parts(span: Any) -> list[dict[str, Any]]:
+    (message,) = json.loads(span.attributes[A.OUTPUT_MESSAGES])
+    parts: list[dict[str, Any]] = message["parts"]
+    return parts
+
+
+# -- item 4: the native function-calling path ---------------------------------------------------
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_native_tool_call_has_its_scope_and_its_arguments(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    replies = [Reply(tool_calls=[weather_call()]), Reply(text=ANSWER)]
+    with FakeOpenAIServer(replies) as server:
+        await run(assistant(server), mode)
+    (tool_span,) = captured_spans.by_name("execute_tool get_weather")  # one span per call
+    assert tool_span.attributes[A.TOOL_CALL_ID] == "call_1"
+    assert json.loads(tool_span.attributes[A.TOOL_ARGUMENTS]) == {"city": "Paris"}
+    # the user's span inside the tool nests under execute_tool
+    assert parent_of(captured_spans, one(captured_spans, "db.query weather")) == tool_span
+    asking, answering = in_start_order(captured_spans, CHAT)
+    assert output_parts(asking) == [
+        {"type": "tool_call", "id": "call_1", "name": "get_weather", "arguments": {"city": "Paris"}}
+    ]
+    assert output_parts(answering) == [{"type": "text", "content": ANSWER}]
+    assert parent_of(captured_spans, tool_span) == parent_of(captured_spans, asking)
+    assert sum(c.attributes[A.INPUT_TOKENS] for c in (asking, answering)) == 22
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_parallel_calls_keep_their_own_arguments_and_scopes(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    """Two calls in one response: CrewAI runs them in its thread pool. In stream mode
+    its chunk events carry the arguments so far; each call is one span, once."""
+    calls = [weather_call("call_a", "Paris"), weather_call("call_b", "Oslo")]
+    replies = [Reply(tool_calls=calls, chunk_size=4), Reply(text=ANSWER)]
+    with FakeOpenAIServer(replies) as server:
+        events = await run(assistant(server), mode)
+    spans = captured_spans.by_name("execute_tool get_weather")
+    arguments = {s.attributes[A.TOOL_CALL_ID]: s.attributes[A.TOOL_ARGUMENTS] for s in spans}
+    assert {k: json.loads(v) for k, v in arguments.items()} == {
+        "call_a": {"city": "Paris"},
+        "call_b": {"city": "Oslo"},
+    }
+    streamed: dict[str, str] = {}
+    for event in events:
+        if isinstance(event, ev.ToolCallArgs):
+            streamed[event.tool_call_id] = streamed.get(event.tool_call_id, "") + event.delta
+    if mode == "stream":
+        assert streamed == arguments
+    # the two calls ran in CrewAI's thread pool: each user span under its own call
+    lookups = captured_spans.by_name("db.query weather")
+    assert sorted(parent_of(captured_spans, s).attributes[A.TOOL_CALL_ID] for s in lookups) == [
+        "call_a",
+        "call_b",
+    ]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_failed_call_has_its_real_error_type_and_fails_its_step(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    replies = [Reply(tool_calls=[weather_call()]), Reply(status=500, text="upstream down")]
+    with (
+        FakeOpenAIServer(replies) as server,
+        pytest.raises(Exception, match="upstream down") as raised,
+    ):
+        await run(assistant(server, retries=0), mode)
+    assert type(raised.value).__name__ == "InternalServerError"
+    _asking, failed = in_start_order(captured_spans, CHAT)
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.attributes[A.ERROR_TYPE] == "InternalServerError"
+    step = parent_of(captured_spans, failed)
+    assert step.name == "agent_step assistant"
+    assert step.status.status_code is StatusCode.ERROR
+    assert step.attributes[A.ERROR_TYPE] == "InternalServerError"
+    # the tool call that succeeded before is not blamed
+    tool_span = one(captured_spans, "execute_tool get_weather")
+    assert tool_span.status.status_code is StatusCode.UNSET
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_react_reply_streams_as_run_mode_replies_it(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    """The ReAct path: the text is the final answer only, in deltas and on the run span;
+    the scaffolding (thought, action, the marker) is the chat's reasoning."""
+    native = CrewAgent(
+        role="assistant",
+        goal="Answer weather questions.",
+        backstory="You know the weather.",
+        llm=ScriptedLLM([action("get_weather", city="Paris"), final(ANSWER)]),
+        tools=[get_weather],
+    )
+    events = await run(native, mode)
+    if mode == "stream":
+        assert "".join(e.delta for e in events if isinstance(e, ev.TextDelta)) == ANSWER
+    run_span = one(captured_spans, "invoke_agent assistant")
+    assert output_parts(run_span) == [{"type": "text", "content": ANSWER}]
+    asking, answering = in_start_order(captured_spans, "chat scripted")
+    assert [p["type"] for p in output_parts(asking)] == ["tool_call"]
+    assert output_parts(answering) == [{"type": "text", "content": ANSWER}]
+    thoughts = [
+        json.loads(s.attributes[A.OUTPUT_MESSAGES]) for s in captured_spans.by_name("reasoning")
+    ]
+    reasoning = [m[0]["parts"][0]["content"] for m in thoughts]
+    assert any("Action: get_weather" in r for r in reasoning)
+    assert any(r.endswith("Final Answer:") for r in reasoning)
+
+
+# -- a crew registered as a Crew ----------------------------------------------------------------
+def trip_crew(server: FakeOpenAIServer) -> Crew:
+    """Two agents over two tasks, in CrewAI's sequential process: the researcher calls
+    the tool, the writer answers from the researcher's output (the task's context)."""
+    researcher = CrewAgent(
+        role="researcher",
+        goal="Find the weather.",
+        backstory="You look things up.",
+        llm=llm(server),
+        tools=[get_weather],
+    )
+    writer = CrewAgent(
+        role="writer", goal="Write the answer.", backstory="You write.", llm=llm(server)
+    )
+    research = Task(
+        description="Research: {request}", expected_output="The weather.", agent=researcher
+    )
+    write = Task(
+        description="Answer: {request}",
+        expected_output="One sentence.",
+        agent=writer,
+        context=[research],
+    )
+    return Crew(agents=[researcher, writer], tasks=[research, write], process=Process.sequential)
+
+
+def crew_replies() -> list[Reply]:
+    return [
+        Reply(tool_calls=[weather_call()], prompt_tokens=30, completion_tokens=5),
+        Reply(text="Paris: sunny", prompt_tokens=40, completion_tokens=3),
+        Reply(text=ANSWER, prompt_tokens=50, completion_tokens=4),
+    ]
+
+
+def steps_of(spans: CapturedSpans, span: Any) -> list[str]:
+    """The names of the steps ``span`` nests in, innermost first."""
+    names: list[str] = []
+    while span.parent is not None:
+        span = parent_of(spans, span)
+        if span.name.startswith("agent_step"):
+            names.append(span.name)
+    return names
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_sequential_crew_traces_each_agent_over_its_task(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    with FakeOpenAIServer(crew_replies()) as server:
+        crew = trip_crew(server)
+        module = CrewAIModule([("trip", crew)], Runtime())
+        (agent,) = module.agents
+        assert agent.name == "trip"
+        events = await run(agent.native, mode, name="trip")
+        sent = list(server.requests)
+    assert all("Weather in Paris?" in json.dumps(body["messages"]) for body in sent)
+    chats = in_start_order(captured_spans, CHAT)
+    assert len(chats) == len(sent) == 3  # every model call once
+    roles = [c.attributes[A.AGENT_NAME] for c in chats]
+    assert roles == ["researcher", "researcher", "writer"]
+    assert [steps_of(captured_spans, c) for c in chats] == [
+        ["agent_step researcher", "agent_step task"],
+        ["agent_step researcher", "agent_step task"],
+        ["agent_step writer", "agent_step task"],
+    ]
+    assert output_parts(chats[2]) == [{"type": "text", "content": ANSWER}]
+    tasks = in_start_order(captured_spans, "agent_step task")
+    assert [t.attributes[A.STEP_INDEX] for t in tasks] == [0, 1]
+    assert parent_of(captured_spans, parent_of(captured_spans, chats[2])) == tasks[1]
+    tool_span = one(captured_spans, "execute_tool get_weather")
+    assert tool_span.attributes[A.AGENT_NAME] == "researcher"
+    assert parent_of(captured_spans, tool_span).name == "agent_step researcher"
+    # tokens counted once: per call, and summed on the run span
+    assert sum(c.attributes[A.INPUT_TOKENS] for c in chats) == 120
+    run_span = one(captured_spans, "invoke_agent trip")
+    assert run_span.attributes[A.AGG_INPUT_TOKENS] == 120
+    assert output_parts(run_span) == [{"type": "text", "content": ANSWER}]
+    if mode == "stream":
+        text = "".join(e.delta for e in events if isinstance(e, ev.TextDelta))
+        assert text == f"Paris: sunny{ANSWER}"  # each agent's reply, as it streamed
+
+
+async def test_a_registered_crew_refuses_run_options() -> None:
+    with FakeOpenAIServer([]) as server:
+        agent = Agent("trip", CrewAIRunner(), trip_crew(server))
+        agent.declare_run_options(verbose=True)
+        with pytest.raises(ValueError, match="runs as built"):
+            await agent.runner.run(agent, Session("s1"), [AgentRequestText(prompt="x")])
+
+
+@tool("ask_expert")
+def ask_expert(question: str) -> str:
+    """Ask a crew of experts (a crew kicked off inside the tool)."""
+    expert = CrewAgent(
+        role="expert", goal="Know.", backstory="You know.", llm=ScriptedLLM([final("42")])
+    )
+    task = Task(description=question, expected_output="A number.", agent=expert)
+    return str(Crew(agents=[expert], tasks=[task]).kickoff().raw)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_crew_run_inside_a_tool_is_not_ours(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    """Its events reach our sink (the sink is in the context it inherits) but name
+    another crew's agent: the run's trace has our calls only."""
+    replies = [
+        Reply(tool_calls=[FakeToolCall("call_e", "ask_expert", {"question": "Meaning?"})]),
+        Reply(text=ANSWER),
+    ]
+    with FakeOpenAIServer(replies) as server:
+        native = CrewAgent(
+            role="assistant",
+            goal="Answer.",
+            backstory="You ask.",
+            llm=llm(server),
+            tools=[ask_expert],
+        )
+        await run(native, mode)
+    assert captured_spans.by_name("chat scripted") == []
+    assert len(captured_spans.by_name(CHAT)) == 2
+    assert [s.name for s in captured_spans.spans if s.name.startswith("agent_step")] == [
+        "agent_step assistant",
+        "agent_step task",
+    ]
+    assert one(captured_spans, "execute_tool ask_expert").attributes[A.TOOL_CALL_ID] == "call_e"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_hierarchical_crew_traces_the_delegation_as_a_handoff(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    """The manager delegates to a coworker (CrewAI's delegation tool, natively called):
+    the coworker's calls are its own step, a handoff from the manager, who gets the
+    task back in a step of its own; every call is one chat span, every token once."""
+    delegate = {"task": "Find the weather", "context": "Paris", "coworker": "researcher"}
+    replies = [
+        Reply(tool_calls=[FakeToolCall("call_d", "delegate_work_to_coworker", delegate)]),
+        Reply(tool_calls=[weather_call()], prompt_tokens=20),
+        Reply(text="Paris: sunny", prompt_tokens=30),
+        Reply(text=ANSWER, prompt_tokens=40),
+    ]
+    with FakeOpenAIServer(replies) as server:
+        researcher = CrewAgent(
+            role="researcher",
+            goal="Find the weather.",
+            backstory="You look things up.",
+            llm=llm(server),
+            tools=[get_weather],
+        )
+        task = Task(description="Answer: {request}", expected_output="One sentence.")
+        crew = Crew(
+            agents=[researcher],
+            tasks=[task],
+            process=Process.hierarchical,
+            manager_llm=llm(server),
+        )
+        await run(crew, mode, name="trip")
+        calls = len(server.requests)
+    chats = captured_spans.by_name(CHAT)
+    assert len(chats) == calls == 4
+    assert sum(c.attributes[A.INPUT_TOKENS] for c in chats) == 11 + 20 + 30 + 40
+    assert one(captured_spans, "invoke_agent trip").attributes[A.AGG_INPUT_TOKENS] == 101
+    delegation = one(captured_spans, "execute_tool delegate_work_to_coworker")
+    assert json.loads(delegation.attributes[A.TOOL_ARGUMENTS]) == delegate
+    assert delegation.attributes[A.AGENT_NAME] == "Crew Manager"
+    lookup = one(captured_spans, "execute_tool get_weather")
+    assert parent_of(captured_spans, one(captured_spans, "db.query weather")) == lookup
+    ordered = in_start_order(captured_spans, CHAT)
+    names = [c.attributes[A.AGENT_NAME] for c in ordered]
+    assert names == ["Crew Manager", "researcher", "researcher", "Crew Manager"]
+    assert [steps_of(captured_spans, c)[0] for c in ordered] == [
+        "agent_step Crew Manager",
+        "agent_step researcher",
+        "agent_step researcher",
+        "agent_step Crew Manager",
+    ]
+    assert lookup.attributes[A.AGENT_NAME] == "researcher"
+    assert parent_of(captured_spans, lookup).name == "agent_step researcher"
+    steps = in_start_order(captured_spans, "agent_step Crew Manager")
+    (coworker,) = captured_spans.by_name("agent_step researcher")
+    assert coworker.attributes[A.HANDOFF_SOURCE] == "Crew Manager"
+    assert coworker.attributes[A.HANDOFF_TARGET] == "researcher"
+    assert steps[1].attributes[A.HANDOFF_SOURCE] == "researcher"
+    # the delegation's span covers the coworker's work
+    assert delegation.start_time <= coworker.start_time
+    assert coworker.end_time <= delegation.end_time
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_react_delegation_keeps_the_coworkers_tool_call(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    """On the ReAct path the coworker's tool call runs inside the manager's delegation
+    call: it is its own span, in the coworker's step, with the user's span inside."""
+    model = ScriptedLLM(
+        [
+            action(
+                "Delegate work to coworker",
+                task="Find the weather",
+                context="Paris",
+                coworker="researcher",
+            ),
+            action("get_weather", city="Paris"),
+            final("Paris: sunny"),
+            final(ANSWER),
+        ]
+    )
+    researcher = CrewAgent(
+        role="researcher",
+        goal="Find the weather.",
+        backstory="You look things up.",
+        llm=model,
+        tools=[get_weather],
+    )
+    task = Task(description="Answer: {request}", expected_output="One sentence.")
+    crew = Crew(agents=[researcher], tasks=[task], process=Process.hierarchical, manager_llm=model)
+    await run(crew, mode, name="trip")
+    lookup = one(captured_spans, "execute_tool get_weather")
+    assert lookup.attributes[A.AGENT_NAME] == "researcher"
+    assert parent_of(captured_spans, lookup).name == "agent_step researcher"
+    assert parent_of(captured_spans, one(captured_spans, "db.query weather")) == lookup
+    delegation = one(captured_spans, "execute_tool Delegate work to coworker")
+    assert delegation.start_time <= lookup.start_time
+    assert lookup.end_time <= delegation.end_time
+    names = [c.attributes[A.AGENT_NAME] for c in in_start_order(captured_spans, "chat scripted")]
+    assert names == ["Crew Manager", "researcher", "researcher", "Crew Manager"]
+    assert one(captured_spans, "invoke_agent trip").attributes.get(A.MALFORMED) is None
+
+
+async def test_concurrent_runs_of_one_crew_keep_their_own_traces(
+    captured_spans: CapturedSpans,
+) -> None:
+    """A run of a crew that is already running takes a copy (a crew's id finds its
+    run's mapping): each run's trace has its own two agents' calls."""
+    model = ScriptedLLM([final("Noted.")] * 4)
+    agents = [
+        CrewAgent(role=role, goal="Do it.", backstory="You do.", llm=model)
+        for role in ("first", "second")
+    ]
+    tasks = [
+        Task(description="Step: {request}", expected_output="Done.", agent=agent)
+        for agent in agents
+    ]
+    crew = Crew(agents=agents, tasks=tasks)
+    runner = TracingRunner(CrewAIRunner())
+    agent = Agent("pair", runner, crew)
+    requests = [AgentRequestText(prompt="Go.")]
+    await asyncio.gather(*(runner.run(agent, Session(f"s{n}"), requests) for n in range(2)))
+    assert len(model.calls) == 4
+    runs = captured_spans.by_name("invoke_agent pair")
+    assert len(runs) == 2
+    for run_span in runs:
+        mine = [
+            s
+            for s in captured_spans.by_name("chat scripted")
+            if root_of(captured_spans, s) == run_span
+        ]
+        assert [s.attributes[A.AGENT_NAME] for s in in_start_order_of(mine)] == ["first", "second"]
+    assert crew.stream is False and all(c is not _attach for c in crew.before_kickoff_callbacks)
+
+
+def root_of(spans: CapturedSpans, span: Any) -> Any:
+    while span.parent is not None:
+        span = parent_of(spans, span)
+    return span
+
+
+def in_start_order_of(spans: list[Any]) -> list[Any]:
+    return sorted(spans, key=lambda s: s.start_time or 0)
