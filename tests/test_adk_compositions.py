@@ -16,11 +16,13 @@ import pytest
 
 pytest.importorskip("google.adk", reason="needs the adk extra: pip install -e '.[dev,adk]'")
 
+import itertools
 import logging
 from collections.abc import Sequence
 from typing import Any
 
-from google.adk.agents import BaseAgent, LlmAgent, ParallelAgent
+from google.adk.agents import BaseAgent, LlmAgent, LoopAgent, ParallelAgent, SequentialAgent
+from google.adk.tools.agent_tool import AgentTool
 from opentelemetry.sdk.trace import ReadableSpan
 from tests.fidelity_helpers import MODES, in_start_order, one, parent_of, run
 
@@ -30,8 +32,12 @@ from runnertrace.runners.adk import GoogleADKRunner
 from runnertrace.runners.adk_testing import ScriptedAdkLlm, Turn, answer, call
 from runnertrace.testing import CapturedSpans
 
-# ADK deprecates its workflow agents in favour of Workflow, which cannot yet be a sub-agent.
-pytestmark = pytest.mark.filterwarnings("ignore:.*deprecated in favor of Workflow")
+# ADK deprecates its workflow agents in favour of Workflow, which cannot yet be a
+# sub-agent; its own AgentTool still builds its sub-runner with `plugins=`.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*deprecated in favor of Workflow"),
+    pytest.mark.filterwarnings("ignore:The `plugins` argument is deprecated"),
+]
 
 DELAY = 0.05  # each model call's latency, seconds
 
@@ -157,4 +163,170 @@ async def test_parallel_branches_keep_their_own_steps_calls_and_tools(
     )
     assert overlap(times(left_first), times(right_first))
     assert attrs(run_span)["gen_ai.aggregated_usage.input_tokens"] == 11 + 13 + 17 + 19
+    assert_clean(captured_spans, caplog)
+
+
+# -- AgentTool ----------------------------------------------------------------------------------
+
+
+def lookup(topic: str) -> str:
+    """The specialist's own tool."""
+    return f"notes on {topic}"
+
+
+def specialist() -> LlmAgent:
+    script = [call("lookup", {"topic": "Oslo"}, "s1", input_tokens=23), answer("Fly Tuesday.")]
+    return LlmAgent(
+        name="specialist",
+        description="Knows Oslo.",
+        model=model("specialist", script),
+        tools=[lookup],
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_agent_tool_is_an_agent_run_under_its_tool_not_a_transfer(
+    mode: str, captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    inner = specialist()
+    script = [call("specialist", {"request": "Oslo?"}, "b1", input_tokens=31), answer("Tuesday.")]
+    boss = LlmAgent(name="boss", model=model("boss", script), tools=[AgentTool(agent=inner)])
+    await run(core(boss), mode)
+
+    assert_counted_once(captured_spans, fakes_of(boss, inner))
+    run_span = one(captured_spans, "invoke_agent boss")
+    asking = in_step_of(captured_spans, in_start_order(captured_spans, "chat boss-llm")[0], "boss")
+    tool = one(captured_spans, "execute_tool specialist")
+    assert in_step_of(captured_spans, tool, "boss") is asking
+    assert parent_of(captured_spans, asking) is run_span
+    # The sub-agent: one invoke_agent span under the tool, holding its own steps.
+    agent_run = one(captured_spans, "invoke_agent specialist")
+    assert parent_of(captured_spans, agent_run) is tool
+    assert agent_of(agent_run) == "specialist"
+    chats = in_start_order(captured_spans, "chat specialist-llm")
+    steps = [in_step_of(captured_spans, chat, "specialist") for chat in chats]
+    assert len({s.context.span_id for s in steps}) == 2
+    for step in steps:
+        assert parent_of(captured_spans, step) is agent_run
+    assert not [s.name for s in captured_spans.spans if "runnertrace.handoff.source" in attrs(s)]
+    assert (
+        in_step_of(captured_spans, one(captured_spans, "execute_tool lookup"), "specialist")
+        is (steps[0])
+    )
+    # Each span ends inside its parent: steps, agent run, tool, the asking step.
+    assert times(agent_run)[1] <= times(tool)[1] <= times(asking)[1]
+    assert all(times(step)[1] <= times(agent_run)[1] for step in steps)
+    assert_clean(captured_spans, caplog)
+
+
+# -- SequentialAgent, LoopAgent, a transfer -----------------------------------------------------
+
+
+def steps_in_order(spans: CapturedSpans, *models: str) -> list[ReadableSpan]:
+    """The step of each chat span of ``models`` (one each), in start order."""
+    chats = sorted(
+        (s for m in models for s in spans.by_name(f"chat {m}-llm")),
+        key=lambda s: s.start_time or 0,
+    )
+    return [parent_of(spans, chat) for chat in chats]
+
+
+def assert_one_after_another(spans: CapturedSpans, run_span: ReadableSpan, steps: Any) -> None:
+    """Steps of one line: each under the run span, each ending before the next starts."""
+    for step in steps:
+        assert parent_of(spans, step) is run_span
+    for earlier, later in itertools.pairwise(steps):
+        assert times(earlier)[1] <= times(later)[0]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_sequential_agent_runs_its_agents_in_turn_each_in_its_own_steps(
+    mode: str, captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = LlmAgent(name="writer", model=model("writer", [answer("draft", input_tokens=41)]))
+    editor = LlmAgent(name="editor", model=model("editor", [answer("final", input_tokens=43)]))
+    await run(core(SequentialAgent(name="pipeline", sub_agents=[writer, editor])), mode)
+
+    assert_counted_once(captured_spans, fakes_of(writer, editor))
+    steps = steps_in_order(captured_spans, "writer", "editor")
+    assert [agent_of(s) for s in steps] == ["writer", "editor"]
+    for step, name in zip(steps, ("writer", "editor"), strict=True):
+        (chat,) = captured_spans.by_name(f"chat {name}-llm")
+        assert in_step_of(captured_spans, chat, name) is step
+        assert "runnertrace.handoff.source" not in attrs(step)  # a turn, not a transfer
+    assert_one_after_another(captured_spans, one(captured_spans, "invoke_agent pipeline"), steps)
+    assert_clean(captured_spans, caplog)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_loop_agent_gives_each_iteration_its_own_step(
+    mode: str, captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    script = [answer("v1", input_tokens=7), answer("v2", input_tokens=9)]
+    drafter = LlmAgent(name="drafter", model=model("drafter", script))
+    await run(core(LoopAgent(name="loop", sub_agents=[drafter], max_iterations=2)), mode)
+
+    assert_counted_once(captured_spans, fakes_of(drafter))
+    steps = steps_in_order(captured_spans, "drafter")
+    assert len(steps) == 2
+    assert all(s.name == "agent_step drafter" and agent_of(s) == "drafter" for s in steps)
+    assert_one_after_another(captured_spans, one(captured_spans, "invoke_agent loop"), steps)
+    assert_clean(captured_spans, caplog)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_transfer_is_a_new_step_of_the_new_agent_naming_its_source(
+    mode: str, captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    expert = LlmAgent(name="expert", model=model("expert", [answer("Tuesday.", input_tokens=29)]))
+    transfer = call("transfer_to_agent", {"agent_name": "expert"}, "t1", input_tokens=37)
+    planner = LlmAgent(name="planner", model=model("planner", [transfer]), sub_agents=[expert])
+    await run(core(planner), mode)
+
+    assert_counted_once(captured_spans, fakes_of(planner, expert))
+    asking, handed = steps_in_order(captured_spans, "planner", "expert")
+    assert in_step_of(captured_spans, one(captured_spans, "chat planner-llm"), "planner") is asking
+    assert in_step_of(captured_spans, one(captured_spans, "chat expert-llm"), "expert") is handed
+    tool = one(captured_spans, "execute_tool transfer_to_agent")
+    assert in_step_of(captured_spans, tool, "planner") is asking
+    assert attrs(handed)["runnertrace.handoff.source"] == "planner"
+    assert attrs(handed)["runnertrace.handoff.target"] == "expert"
+    assert "runnertrace.handoff.source" not in attrs(asking)
+    assert_one_after_another(
+        captured_spans, one(captured_spans, "invoke_agent planner"), [asking, handed]
+    )
+    assert_clean(captured_spans, caplog)
+
+
+# -- nested compositions --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_parallel_branches_then_a_sequential_turn_and_an_agent_tool_in_a_branch(
+    mode: str, captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    inner = specialist()
+    script = [call("specialist", {"request": "Oslo?"}, "l1", input_tokens=53), answer("left ok")]
+    left = LlmAgent(name="left", model=model("left", script), tools=[AgentTool(agent=inner)])
+    right = branch("right", weather_right, (17, 19))
+    summary = LlmAgent(name="summary", model=model("summary", [answer("both ok", input_tokens=3)]))
+    both = ParallelAgent(name="both", sub_agents=[left, right])
+    await run(core(SequentialAgent(name="flow", sub_agents=[both, summary])), mode)
+
+    assert_counted_once(captured_spans, fakes_of(left, right, inner, summary))
+    run_span = one(captured_spans, "invoke_agent flow")
+    tool = one(captured_spans, "execute_tool specialist")
+    left_first = in_step_of(captured_spans, tool, "left")
+    agent_run = one(captured_spans, "invoke_agent specialist")
+    assert parent_of(captured_spans, agent_run) is tool
+    for chat in captured_spans.by_name("chat specialist-llm"):
+        assert parent_of(captured_spans, in_step_of(captured_spans, chat, "specialist")) is (
+            agent_run
+        )
+    right_first = steps_in_order(captured_spans, "right")[0]
+    assert overlap(times(left_first), times(right_first))
+    (summary_step,) = steps_in_order(captured_spans, "summary")
+    assert parent_of(captured_spans, summary_step) is run_span
+    branch_steps = steps_in_order(captured_spans, "left", "right")
+    assert all(times(s)[1] <= times(summary_step)[0] for s in branch_steps)
     assert_clean(captured_spans, caplog)

@@ -104,7 +104,7 @@ from pydantic import JsonValue
 from runnertrace._internal.imports import missing_extra
 
 try:
-    from google.adk.agents import BaseAgent, LlmAgent, RunConfig
+    from google.adk.agents import BaseAgent, LlmAgent, ParallelAgent, RunConfig
     from google.adk.agents.callback_context import CallbackContext
     from google.adk.agents.invocation_context import InvocationContext
 
@@ -357,6 +357,23 @@ _AGENT_TOOL_CALL: ContextVar[str | None] = ContextVar("runnertrace_adk_agent_too
 _LaneKey = tuple[str, str]  # (ADK invocation id, ADK branch)
 
 
+def _concurrent(branch: str, other: str, root: BaseAgent) -> bool:
+    """Whether two ADK branches of one invocation run at the same time: they part
+    right under a ``ParallelAgent`` (ADK names a sub-agent's branch
+    ``<parallel>.<sub-agent>`` under its parent's); a branch and one it contains, or
+    two that part under any other agent, take turns."""
+    ours, theirs = branch.split(".") if branch else [], other.split(".") if other else []
+    shared = 0
+    for mine, yours in zip(ours, theirs, strict=False):
+        if mine != yours:
+            break
+        shared += 1
+    if shared in (0, len(ours), len(theirs)):
+        return False
+    parting = root.find_agent(ours[shared - 1].partition("@")[0])
+    return isinstance(parting, ParallelAgent)
+
+
 class _Lane:
     """One line of steps: the agents of one ADK invocation on one ADK branch take
     turns on it (a transfer, a ``SequentialAgent``, a ``LoopAgent``); a
@@ -434,12 +451,14 @@ class _Mapper:
             lane.step = None
             self.builder.step_end(name, index, branch=lane.branch)
 
-    def _start_step(self, key: _LaneKey, agent_name: str) -> _Lane:
+    def _start_step(self, key: _LaneKey, agent_name: str, root: BaseAgent) -> _Lane:
         """A model call starts a step on its lane: the lane's previous step ends, and
-        so do those of the lanes it branched from (their agent waits for it)."""
+        so do those of the invocation's other lanes, unless they run alongside it
+        (branches of one ``ParallelAgent``): the agent that ran there is done or
+        waits for this one."""
         invocation, branch = key
         for other in [k for k in self._lanes if k[0] == invocation and k != key]:
-            if not other[1] or branch.startswith(other[1] + "."):
+            if not _concurrent(branch, other[1], root):
                 self.end_step(other)
         self.end_step(key)
         lane = self._lane(key)
@@ -458,9 +477,11 @@ class _Mapper:
         return lane
 
     # model calls ----------------------------------------------------------------------
-    def model_started(self, key: _LaneKey, agent_name: str, llm_request: LlmRequest) -> None:
+    def model_started(
+        self, key: _LaneKey, agent_name: str, root: BaseAgent, llm_request: LlmRequest
+    ) -> None:
         self._close(key)
-        lane = self._start_step(key, agent_name)
+        lane = self._start_step(key, agent_name, root)
         fields = _boundary.detail(_request_fields, llm_request) if self._detailed else {}
         message = self.builder.message_start(
             model=llm_request.model,
@@ -631,8 +652,12 @@ class _ObserverPlugin(BasePlugin):
         self, *, callback_context: CallbackContext, llm_request: LlmRequest
     ) -> None:
         with _boundary:
+            invocation = callback_context._invocation_context  # noqa: SLF001 - see _lane_of
             self.mapper.model_started(
-                _lane_of(callback_context), callback_context.agent_name, llm_request
+                _lane_of(callback_context),
+                callback_context.agent_name,
+                invocation.agent.root_agent,
+                llm_request,
             )
 
     async def after_model_callback(

@@ -160,6 +160,10 @@ class ScriptedAdkLlm(BaseLlm):
                     content=types.Content(role="model", parts=[types.Part(text=piece)]),
                     partial=True,
                 )
+        # Logged as the final response is sent: ADK may stop reading after it (a transfer).
+        self.calls.append(
+            CallRecord(started, time.time_ns(), turn.input_tokens, turn.output_tokens)
+        )
         yield LlmResponse(
             content=types.Content(role="model", parts=turn.parts()),
             partial=False,
@@ -168,9 +172,6 @@ class ScriptedAdkLlm(BaseLlm):
             usage_metadata=turn.usage(),
             model_version=self.model,
             **turn.extra,
-        )
-        self.calls.append(
-            CallRecord(started, time.time_ns(), turn.input_tokens, turn.output_tokens)
         )
         if turn.calls and self.pause_after_tool_calls:
             await asyncio.sleep(self.pause_after_tool_calls)
