@@ -357,11 +357,12 @@ _AGENT_TOOL_CALL: ContextVar[str | None] = ContextVar("runnertrace_adk_agent_too
 _LaneKey = tuple[str, str]  # (ADK invocation id, ADK branch)
 
 
-def _concurrent(branch: str, other: str, root: BaseAgent) -> bool:
+def _concurrent(branch: str, other: str, root: BaseAgent | None) -> bool:
     """Whether two ADK branches of one invocation run at the same time: they part
     right under a ``ParallelAgent`` (ADK names a sub-agent's branch
     ``<parallel>.<sub-agent>`` under its parent's); a branch and one it contains, or
-    two that part under any other agent, take turns."""
+    two that part under any other agent, take turns. Agents of no tree we can read
+    (``root`` is ``None``) may run at once: neither's step is ended by the other."""
     ours, theirs = branch.split(".") if branch else [], other.split(".") if other else []
     shared = 0
     for mine, yours in zip(ours, theirs, strict=False):
@@ -370,6 +371,8 @@ def _concurrent(branch: str, other: str, root: BaseAgent) -> bool:
         shared += 1
     if shared in (0, len(ours), len(theirs)):
         return False
+    if root is None:
+        return True
     parting = root.find_agent(ours[shared - 1].partition("@")[0])
     return isinstance(parting, ParallelAgent)
 
@@ -451,7 +454,7 @@ class _Mapper:
             lane.step = None
             self.builder.step_end(name, index, branch=lane.branch)
 
-    def _start_step(self, key: _LaneKey, agent_name: str, root: BaseAgent) -> _Lane:
+    def _start_step(self, key: _LaneKey, agent_name: str, root: BaseAgent | None) -> _Lane:
         """A model call starts a step on its lane: the lane's previous step ends, and
         so do those of the invocation's other lanes, unless they run alongside it
         (branches of one ``ParallelAgent``): the agent that ran there is done or
@@ -478,7 +481,7 @@ class _Mapper:
 
     # model calls ----------------------------------------------------------------------
     def model_started(
-        self, key: _LaneKey, agent_name: str, root: BaseAgent, llm_request: LlmRequest
+        self, key: _LaneKey, agent_name: str, root: BaseAgent | None, llm_request: LlmRequest
     ) -> None:
         self._close(key)
         lane = self._start_step(key, agent_name, root)
@@ -652,11 +655,11 @@ class _ObserverPlugin(BasePlugin):
         self, *, callback_context: CallbackContext, llm_request: LlmRequest
     ) -> None:
         with _boundary:
-            invocation = callback_context._invocation_context  # noqa: SLF001 - see _lane_of
+            agent = callback_context._invocation_context.agent  # noqa: SLF001 - see _lane_of
             self.mapper.model_started(
                 _lane_of(callback_context),
                 callback_context.agent_name,
-                invocation.agent.root_agent,
+                agent.root_agent if isinstance(agent, BaseAgent) else None,
                 llm_request,
             )
 
