@@ -17,8 +17,14 @@ import pytest
 pytest.importorskip("google.adk", reason="needs the adk extra: pip install -e '.[dev,adk]'")
 
 import itertools
+import json
 import logging
+import os
+import subprocess
+import sys
+import textwrap
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from google.adk.agents import BaseAgent, LlmAgent, LoopAgent, ParallelAgent, SequentialAgent
@@ -39,6 +45,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:The `plugins` argument is deprecated"),
 ]
 
+REPO = Path(__file__).resolve().parents[1]
 DELAY = 0.05  # each model call's latency, seconds
 
 
@@ -330,3 +337,124 @@ async def test_parallel_branches_then_a_sequential_turn_and_an_agent_tool_in_a_b
     branch_steps = steps_in_order(captured_spans, "left", "right")
     assert all(times(s)[1] <= times(summary_step)[0] for s in branch_steps)
     assert_clean(captured_spans, caplog)
+
+
+# -- with an app-wide SDK provider: ADK's own spans on --------------------------------------------
+
+APP_PROVIDER = """
+import asyncio, json
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+app = TracerProvider()
+exporter = InMemorySpanExporter()
+app.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(app)  # ADK's spans and (reused) ours go here
+
+from google.adk.agents import LlmAgent, ParallelAgent
+from google.adk.tools.agent_tool import AgentTool
+from runnertrace import traced
+from runnertrace.core import Session
+from runnertrace.core.agent import Agent
+from runnertrace.tracing.config import TraceConfig
+from runnertrace.core.models import AgentRequestText
+from runnertrace.runners.adk import GoogleADKRunner
+from runnertrace.runners.adk_testing import ScriptedAdkLlm, answer, call
+
+def lookup(topic: str) -> str:
+    '''The specialist's tool.'''
+    with trace.get_tracer("user-code").start_as_current_span("db.query lookup"):
+        return f"notes on {topic}"
+
+def agent(runner):
+    inner = LlmAgent(
+        name="specialist",
+        model=ScriptedAdkLlm(
+            model="specialist-llm",
+            script=[call("lookup", {"topic": "Oslo"}, "s1", input_tokens=23), answer("Tue.")],
+        ),
+        tools=[lookup],
+    )
+    boss = LlmAgent(
+        name="boss",
+        model=ScriptedAdkLlm(
+            model="boss-llm",
+            script=[call("specialist", {"request": "Oslo?"}, "b1", input_tokens=31), answer("Ok.")],
+        ),
+        tools=[AgentTool(agent=inner)],
+    )
+    right = LlmAgent(
+        name="right", model=ScriptedAdkLlm(model="right-llm", script=[answer("R.", input_tokens=7)])
+    )
+    return Agent("both", runner, ParallelAgent(name="both", sub_agents=[boss, right])), [
+        boss.model, inner.model, right.model
+    ]
+
+async def go(runner, mode):
+    a, fakes = agent(runner)
+    requests = [AgentRequestText(prompt="Trip?")]
+    if mode == "run":
+        await a.runner.run(a, Session("s1"), requests)
+    else:
+        async for _ in a.runner.stream(a, Session("s1"), requests):
+            pass
+    spans = exporter.get_finished_spans()
+    by_id = {s.context.span_id: s for s in spans}
+    (db,) = [s for s in spans if s.name == "db.query lookup"]
+    parent = by_id.get(db.parent.span_id) if db.parent else None
+    chats = [s for s in spans if s.name.startswith(("chat", "generate_content", "call_llm"))]
+    exporter.clear()
+    return {
+        "names": sorted(s.name for s in spans if s is not db),
+        "db parent": parent.name if parent else None,
+        "model spans": len(chats),
+        "input tokens": sum(s.attributes.get("gen_ai.usage.input_tokens", 0) for s in chats),
+        "reported": sum(c.input_tokens for f in fakes for c in f.calls),
+        "calls": sum(len(f.calls) for f in fakes),
+    }
+
+async def main():
+    out = {}
+    for mode in ("run", "stream"):
+        out["untraced " + mode] = await go(GoogleADKRunner(), mode)
+        tracing = traced(GoogleADKRunner(), TraceConfig(type="tests.backends.MemoryBackend"))
+        out["traced " + mode] = await go(tracing, mode)
+    print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+
+def test_with_an_app_provider_each_call_of_an_agent_tool_and_a_branch_is_ours_once(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(APP_PROVIDER)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env={**clean_env(), "HOME": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    for mode in MODES:
+        # untraced, ADK's own spans record the sub-agent's calls (so the check can fail)
+        adk = seen[f"untraced {mode}"]
+        assert sum(n.startswith("generate_content") for n in adk["names"]) == adk["calls"] == 5
+        traced_run = seen[f"traced {mode}"]
+        assert not [n for n in traced_run["names"] if n.startswith("generate_content")]
+        assert traced_run["model spans"] == traced_run["calls"] == 5
+        assert traced_run["input tokens"] == traced_run["reported"] == 31 + 10 + 23 + 10 + 7
+        assert traced_run["names"].count("invoke_agent specialist") == 1
+        assert traced_run["names"].count("execute_tool lookup") == 1
+        assert traced_run["db parent"] == "execute_tool lookup"
+
+
+def clean_env() -> dict[str, str]:
+    """The host's environment without its OpenTelemetry, runnertrace, pytest and ADK settings."""
+    prefixes = ("RUNNERTRACE_", "OTEL_", "PYTEST_", "GOOGLE_", "ADK_")
+    return {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}

@@ -44,9 +44,23 @@ stream mode always needs it (the events are the stream) but builds the request
 fields only when someone observes.
 
 * A step is one model call and the tool calls it asks for (ADK's LLM-flow step);
-  it starts at ``before_model_callback`` and ends when the next one starts or the
-  run ends. A step of another agent than the previous one (a transfer) records
-  the handoff.
+  it starts at ``before_model_callback`` and ends when the next one on its lane
+  starts or the run ends. A *lane* is one ADK invocation on one ADK branch
+  (``invocation_id``, ``branch``), on which agents take turns: a ``sub_agents``
+  transfer, a ``SequentialAgent``'s agents, a ``LoopAgent``'s iterations. A step
+  after a ``transfer_to_agent`` call by another agent records the handoff (source
+  and target); a turn of a workflow agent is a plain step of the new agent.
+* Compositions are builder branches (see :mod:`runnertrace.runners._kit.builder`):
+  the run's own lane is the run's line, every other lane a branch keyed by its
+  invocation and ADK branch, its steps under the run span. A ``ParallelAgent``
+  gives each sub-agent its own ADK branch, so its branches' steps overlap, each
+  with its own chat and tool spans and agent name; a step on a lane ends the steps
+  of the invocation's lanes that take turns with it (any but one parting right
+  under a ``ParallelAgent``). An ``AgentTool`` runs its agent on a sub-runner of
+  its own invocation, to which ADK passes our plugin: the invocation started
+  while the tool runs (``before_run_callback``, told apart by a context variable
+  set in the tool's task) is that tool call's agent run, an ``invoke_agent``
+  span under the tool's ``execute_tool`` span, holding the sub-agent's steps.
 * The chat span starts when the request is about to be sent, with what is sent:
   ``llm_request.contents`` as GenAI messages, the system instruction as text, the
   generate-content config's sampling parameters and the function declarations.
@@ -77,7 +91,10 @@ the consumer of the stream. When ADK's spans do record, they would be
 the parent of anything opened inside the model call, so the chat span is not
 made current there: such spans are dropped with ADK's ``generate_content`` span
 in traced runs (a non-parent-based sampler would keep ADK's spans, nested under
-our run span). Untraced runs keep ADK's spans untouched.
+our run span). An ``AgentTool``'s sub-runner runs inside the tool, whose span is
+current there: in a traced run whose ADK spans record, an unsampled copy of the
+tool span's context is made current for it too, so the sub-agent's calls appear
+once (ours). Untraced runs keep ADK's spans untouched.
 """
 
 from __future__ import annotations
@@ -415,6 +432,7 @@ class _Mapper:
         self._calls: dict[_LaneKey, _ModelCall] = {}  # lane -> its model call in progress
         self._tool_scopes: dict[str, AbstractContextManager[None]] = {}
         self._agent_tools: dict[str, Token[str | None]] = {}  # AgentTool call id -> var token
+        self._quiet_tools: dict[str, Token[otel_context.Context]] = {}  # AgentTool call -> token
         self._pending: dict[str, str] = {}  # tool call id -> tool name, no result yet
         self._failed: set[str] = set()  # reported failed; a fed-back response follows
 
@@ -580,8 +598,14 @@ class _Mapper:
         self._tool_scopes[call_id] = scope
         if isinstance(tool, AgentTool):  # the sub-runner it starts is this call's agent run
             self._agent_tools[call_id] = _AGENT_TOOL_CALL.set(call_id)
+            if self._detailed and not self._model_scopes:  # traced, and ADK's spans record:
+                # the sub-runner's are dropped, as the run's are (see the module docstring)
+                self._quiet_tools[call_id] = otel_context.attach(_quiet_context())
 
     def _leave_tool_scope(self, call_id: str) -> None:
+        quiet = self._quiet_tools.pop(call_id, None)
+        if quiet is not None:
+            otel_context.detach(quiet)
         token = self._agent_tools.pop(call_id, None)
         if token is not None:
             with suppress(ValueError):  # reset in another context: the task's copy is gone
