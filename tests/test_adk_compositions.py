@@ -30,6 +30,7 @@ from typing import Any
 from google.adk.agents import BaseAgent, LlmAgent, LoopAgent, ParallelAgent, SequentialAgent
 from google.adk.tools.agent_tool import AgentTool
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
 from tests.fidelity_helpers import MODES, in_start_order, one, parent_of, run
 
 from runnertrace import TracingRunner
@@ -458,3 +459,31 @@ def clean_env() -> dict[str, str]:
     """The host's environment without its OpenTelemetry, runnertrace, pytest and ADK settings."""
     prefixes = ("RUNNERTRACE_", "OTEL_", "PYTEST_", "GOOGLE_", "ADK_")
     return {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+
+
+class BranchFailed(RuntimeError):
+    """What the failing branch's model raises."""
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_failing_branch_fails_its_own_call_and_step_only(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    left = LlmAgent(name="left", model=model("left", [BranchFailed("model down")]))
+    right = branch("right", weather_right, (17, 19))
+    right.model.delay = DELAY / 5  # type: ignore[union-attr]
+    with pytest.raises(BranchFailed):
+        await run(core(ParallelAgent(name="both", sub_agents=[left, right])), mode)
+
+    (failed,) = captured_spans.by_name("chat left-llm")
+    assert failed.status.status_code is StatusCode.ERROR
+    assert attrs(failed)["error.type"] == "BranchFailed"
+    step = in_step_of(captured_spans, failed, "left")
+    assert step.status.status_code is StatusCode.ERROR
+    # The other branch finished first: its spans all ended clean, in its own steps.
+    right_spans = [s for s in captured_spans.spans if agent_of(s) == "right"]
+    assert len(right_spans) == 2 + 2 + 1  # its steps, chat spans and tool span
+    for span in right_spans:
+        assert span.status.status_code is StatusCode.UNSET, span.name
+        assert "runnertrace.incomplete" not in attrs(span), span.name
+    assert sum(attrs(s).get("gen_ai.usage.input_tokens", 0) for s in right_spans) == 17 + 19

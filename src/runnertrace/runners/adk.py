@@ -45,8 +45,9 @@ fields only when someone observes.
 
 * A step is one model call and the tool calls it asks for (ADK's LLM-flow step);
   it starts at ``before_model_callback`` and ends when the next one on its lane
-  starts or the run ends. A *lane* is one ADK invocation on one ADK branch
-  (``invocation_id``, ``branch``), on which agents take turns: a ``sub_agents``
+  starts, its agent is done (``after_agent_callback``) or the run ends. A *lane*
+  is one ADK invocation on one ADK branch (``invocation_id``, ``branch``), on
+  which agents take turns: a ``sub_agents``
   transfer, a ``SequentialAgent``'s agents, a ``LoopAgent``'s iterations. A step
   after a ``transfer_to_agent`` call by another agent records the handoff (source
   and target); a turn of a workflow agent is a plain step of the new agent.
@@ -454,6 +455,14 @@ class _Mapper:
             self._close(key)
             self.end_step(key)
 
+    def agent_ended(self, key: _LaneKey, agent_name: str) -> None:
+        """An agent is done: its last step on its lane ends now, not when the lane is
+        next used (a ``ParallelAgent`` branch that finishes first, a failing run)."""
+        lane = self._lanes.get(key)
+        if lane is not None and lane.agent == agent_name:
+            self._close(key)
+            self.end_step(key)
+
     def _lane(self, key: _LaneKey) -> _Lane:
         lane = self._lanes.get(key)
         if lane is None:
@@ -674,6 +683,12 @@ class _ObserverPlugin(BasePlugin):
     async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:
         with _boundary:
             self.mapper.run_ended(invocation_context.invocation_id)
+
+    async def after_agent_callback(
+        self, *, agent: BaseAgent, callback_context: CallbackContext
+    ) -> None:
+        with _boundary:
+            self.mapper.agent_ended(_lane_of(callback_context), agent.name)
 
     async def before_model_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest

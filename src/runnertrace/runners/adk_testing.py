@@ -143,9 +143,9 @@ class ScriptedAdkLlm(BaseLlm):
         self, llm_request: LlmRequest, stream: bool = False
     ) -> AsyncGenerator[LlmResponse, None]:
         started = time.time_ns()
-        turn = self._next(llm_request)
-        if self.delay:
+        if self.delay:  # a failing call takes its time too
             await asyncio.sleep(self.delay)
+        turn = self._next(llm_request)
         if stream:
             if turn.thought:
                 yield LlmResponse(
