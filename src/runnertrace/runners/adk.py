@@ -47,8 +47,8 @@ fields only when someone observes.
   it starts at ``before_model_callback`` and ends when the next one on its lane
   starts, its agent is done (``after_agent_callback``) or the run ends. A *lane*
   is one ADK invocation on one ADK branch (``invocation_id``, ``branch``), on
-  which agents take turns: a ``sub_agents``
-  transfer, a ``SequentialAgent``'s agents, a ``LoopAgent``'s iterations. A step
+  which agents take turns: a ``sub_agents`` transfer, a ``SequentialAgent``'s
+  agents, a ``LoopAgent``'s iterations. A step
   after a ``transfer_to_agent`` call by another agent records the handoff (source
   and target); a turn of a workflow agent is a plain step of the new agent.
 * Compositions are builder branches (see :mod:`runnertrace.runners._kit.builder`):
