@@ -48,10 +48,11 @@ def _new_id(prefix: str) -> str:
 
 
 class _Message:
-    __slots__ = ("calls", "id", "pending", "reasoning")
+    __slots__ = ("branch", "calls", "id", "pending", "reasoning")
 
-    def __init__(self, message_id: str) -> None:
+    def __init__(self, message_id: str, branch: str | None = None) -> None:
         self.id = message_id
+        self.branch = branch
         self.reasoning: str | None = None  # the open reasoning block's id
         self.calls: dict[Any, str] = {}  # chunk index (or id) -> tool call id, in order
         self.pending: dict[Any, list[str]] = {}  # args held back until the id is known
@@ -155,7 +156,7 @@ class EventBuilder:
         """A model request is sent; returns its message id (made up if not given).
         ``branch``: the branch whose step it belongs to (see the module docstring)."""
         message_id = message_id or _new_id("msg")
-        self._messages[message_id] = _Message(message_id)
+        self._messages[message_id] = _Message(message_id, branch)
         self.emit(
             ev.MessageStart(
                 message_id=message_id,
@@ -189,7 +190,9 @@ class EventBuilder:
         message = self._message(message_id)
         if message.reasoning is None:
             message.reasoning = _new_id(f"{message.id}_reasoning")
-            self.emit(ev.ReasoningStart(message_id=message.reasoning, parent_message_id=message.id))
+            # In a branch, another branch's message may be newer: name the one it is part of.
+            parent = message.id if message.branch is not None else None
+            self.emit(ev.ReasoningStart(message_id=message.reasoning, parent_message_id=parent))
         if delta:
             self.emit(ev.ReasoningDelta(message_id=message.reasoning, delta=delta))
 
