@@ -90,6 +90,8 @@ class MessageStart(_Event):
     system_instructions: str | None = None
     request_parameters: dict[str, JsonValue] | None = None
     tool_definitions: list[dict[str, JsonValue]] | None = None
+    branch: str | None = None
+    """The branch whose innermost open step the call belongs to (see ``StepStart.branch``)."""
 
 
 class TextDelta(_Event):
@@ -121,6 +123,8 @@ class ReasoningStart(_Event):
 
     type: Literal["reasoning_start"] = "reasoning_start"
     message_id: str
+    parent_message_id: str | None = None
+    """The message the reasoning is part of (default: the newest open one)."""
 
 
 class ReasoningDelta(_Event):
@@ -180,13 +184,24 @@ class ToolCallResult(_Event):
 
 class StepStart(_Event):
     """A step begins. ``agent_name`` names the agent running it, when it is not the
-    run's agent (after a handoff); ``handoff_from`` names the agent that handed off."""
+    run's agent (after a handoff); ``handoff_from`` names the agent that handed off.
+
+    Several agents of one run can work at once (parallel branches, an agent run as a
+    tool). ``branch`` keys one agent's line of work: a step, and the model calls
+    reported with the same ``branch``, nest in that branch's innermost open step, so
+    overlapping branches keep their own children (``None``: the run's own line).
+    ``parent_tool_call_id`` says the branch is an agent run as that tool call: its
+    steps nest in an ``invoke_agent`` span under the tool's span, which ends with the
+    tool. Without it a branch's first step nests under the run span.
+    """
 
     type: Literal["step_start"] = "step_start"
     step_name: str
     step_index: int | None = None
     agent_name: str | None = None
     handoff_from: str | None = None
+    branch: str | None = None
+    parent_tool_call_id: str | None = None
 
 
 class StepEnd(_Event):
@@ -198,6 +213,7 @@ class StepEnd(_Event):
     step_name: str
     step_index: int | None = None
     code: str | None = None
+    branch: str | None = None
 
 
 StreamEvent = Annotated[

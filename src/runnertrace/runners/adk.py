@@ -44,9 +44,24 @@ stream mode always needs it (the events are the stream) but builds the request
 fields only when someone observes.
 
 * A step is one model call and the tool calls it asks for (ADK's LLM-flow step);
-  it starts at ``before_model_callback`` and ends when the next one starts or the
-  run ends. A step of another agent than the previous one (a transfer) records
-  the handoff.
+  it starts at ``before_model_callback`` and ends when the next one on its lane
+  starts, its agent is done (``after_agent_callback``) or the run ends. A *lane*
+  is one ADK invocation on one ADK branch (``invocation_id``, ``branch``), on
+  which agents take turns: a ``sub_agents`` transfer, a ``SequentialAgent``'s
+  agents, a ``LoopAgent``'s iterations. A step
+  after a ``transfer_to_agent`` call by another agent records the handoff (source
+  and target); a turn of a workflow agent is a plain step of the new agent.
+* Compositions are builder branches (see :mod:`runnertrace.runners._kit.builder`):
+  the run's own lane is the run's line, every other lane a branch keyed by its
+  invocation and ADK branch, its steps under the run span. A ``ParallelAgent``
+  gives each sub-agent its own ADK branch, so its branches' steps overlap, each
+  with its own chat and tool spans and agent name; a step on a lane ends the steps
+  of the invocation's lanes that take turns with it (any but one parting right
+  under a ``ParallelAgent``). An ``AgentTool`` runs its agent on a sub-runner of
+  its own invocation, to which ADK passes our plugin: the invocation started
+  while the tool runs (``before_run_callback``, told apart by a context variable
+  set in the tool's task) is that tool call's agent run, an ``invoke_agent``
+  span under the tool's ``execute_tool`` span, holding the sub-agent's steps.
 * The chat span starts when the request is about to be sent, with what is sent:
   ``llm_request.contents`` as GenAI messages, the system instruction as text, the
   generate-content config's sampling parameters and the function declarations.
@@ -77,7 +92,10 @@ the consumer of the stream. When ADK's spans do record, they would be
 the parent of anything opened inside the model call, so the chat span is not
 made current there: such spans are dropped with ADK's ``generate_content`` span
 in traced runs (a non-parent-based sampler would keep ADK's spans, nested under
-our run span). Untraced runs keep ADK's spans untouched.
+our run span). An ``AgentTool``'s sub-runner runs inside the tool, whose span is
+current there: in a traced run whose ADK spans record, an unsampled copy of the
+tool span's context is made current for it too, so the sub-agent's calls appear
+once (ours). Untraced runs keep ADK's spans untouched.
 """
 
 from __future__ import annotations
@@ -94,6 +112,7 @@ from contextlib import (
     contextmanager,
     suppress,
 )
+from contextvars import ContextVar, Token
 from typing import Any, ClassVar
 
 from opentelemetry import context as otel_context
@@ -103,7 +122,7 @@ from pydantic import JsonValue
 from runnertrace._internal.imports import missing_extra
 
 try:
-    from google.adk.agents import BaseAgent, LlmAgent, RunConfig
+    from google.adk.agents import BaseAgent, LlmAgent, ParallelAgent, RunConfig
     from google.adk.agents.callback_context import CallbackContext
     from google.adk.agents.invocation_context import InvocationContext
 
@@ -117,6 +136,7 @@ try:
     from google.adk.runners import Runner as ADKRunner
     from google.adk.sessions import BaseSessionService, InMemorySessionService
     from google.adk.sessions.base_session_service import GetSessionConfig
+    from google.adk.tools.agent_tool import AgentTool
     from google.adk.tools.base_tool import BaseTool
     from google.adk.tools.tool_context import ToolContext
     from google.genai import types
@@ -146,6 +166,7 @@ logger = logging.getLogger("runnertrace")
 STATE_KEY = "adk"
 _boundary = MappingBoundary("google_adk")
 PLUGIN_NAME = "runnertrace"
+_TRANSFER = "transfer_to_agent"  # ADK's tool for a transfer to another agent
 DEFAULT_USER_ID = "runnertrace"
 
 # ADK's scoped state prefixes: app-, user- and invocation-wide values, not the run's context.
@@ -346,70 +367,178 @@ class _ModelCall:
         self.streamed: set[bool] = set()
 
 
+# The tool call whose AgentTool is running in this task: the sub-runner ADK starts
+# there sends its callbacks to our plugin too (ADK passes the plugins down), and its
+# invocation is that agent's run. Set and reset in the tool's own task.
+_AGENT_TOOL_CALL: ContextVar[str | None] = ContextVar("runnertrace_adk_agent_tool", default=None)
+
+_LaneKey = tuple[str, str]  # (ADK invocation id, ADK branch)
+
+
+def _concurrent(branch: str, other: str, root: BaseAgent | None) -> bool:
+    """Whether two ADK branches of one invocation run at the same time: they part
+    right under a ``ParallelAgent`` (ADK names a sub-agent's branch
+    ``<parallel>.<sub-agent>`` under its parent's); a branch and one it contains, or
+    two that part under any other agent, take turns. Agents of no tree we can read
+    (``root`` is ``None``) may run at once: neither's step is ended by the other."""
+    ours, theirs = branch.split(".") if branch else [], other.split(".") if other else []
+    shared = 0
+    for mine, yours in zip(ours, theirs, strict=False):
+        if mine != yours:
+            break
+        shared += 1
+    if shared in (0, len(ours), len(theirs)):
+        return False
+    if root is None:
+        return True
+    parting = root.find_agent(ours[shared - 1].partition("@")[0])
+    return isinstance(parting, ParallelAgent)
+
+
+class _Lane:
+    """One line of steps: the agents of one ADK invocation on one ADK branch take
+    turns on it (a transfer, a ``SequentialAgent``, a ``LoopAgent``); a
+    ``ParallelAgent`` gives each sub-agent its own branch, an ``AgentTool`` its
+    agent its own invocation. ``branch`` is its builder branch (``None``: the run's
+    own line); ``parent_tool`` the tool call that runs its agent."""
+
+    __slots__ = ("agent", "branch", "parent_tool", "step", "transferring")
+
+    def __init__(self, branch: str | None, parent_tool: str | None) -> None:
+        self.branch = branch
+        self.parent_tool = parent_tool
+        self.step: tuple[str, int] | None = None
+        self.agent: str | None = None
+        self.transferring = False  # its step called transfer_to_agent
+
+
 class _Mapper:
     """Turns one run's plugin callbacks into builder calls.
 
-    One instance per run. Model calls are tracked per agent, since the agents of
-    a ``ParallelAgent`` call their models at the same time. ``model_scopes`` says
-    whether the chat span may be made current around the model call (see the
-    module docstring).
+    One instance per run, shared by the sub-runners of its ``AgentTool`` calls.
+    Steps, model calls and their tool calls are kept per lane (see :class:`_Lane`),
+    since the agents of a ``ParallelAgent`` call their models at the same time.
+    ``model_scopes`` says whether the chat span may be made current around the
+    model call (see the module docstring).
     """
 
     def __init__(self, builder: EventBuilder, *, model_scopes: bool) -> None:
         self.builder = builder
         self._detailed = builder.observed
         self._model_scopes = model_scopes
-        self._step: tuple[str, int] | None = None
         self._steps = 0
-        self._agent: str | None = None
-        self._calls: dict[str, _ModelCall] = {}  # agent name -> its model call in progress
+        self._root: str | None = None  # the run's own invocation id
+        self._agent_runs: dict[str, str] = {}  # sub-runner invocation id -> its tool call
+        self._lanes: dict[_LaneKey, _Lane] = {}
+        self._calls: dict[_LaneKey, _ModelCall] = {}  # lane -> its model call in progress
         self._tool_scopes: dict[str, AbstractContextManager[None]] = {}
+        self._agent_tools: dict[str, Token[str | None]] = {}  # AgentTool call id -> var token
+        self._quiet_tools: dict[str, Token[otel_context.Context]] = {}  # AgentTool call -> token
         self._pending: dict[str, str] = {}  # tool call id -> tool name, no result yet
         self._failed: set[str] = set()  # reported failed; a fed-back response follows
 
-    # steps --------------------------------------------------------------------------
-    def end_step(self) -> None:
-        if self._step is not None:
-            name, index = self._step
-            self._step = None
-            self.builder.step_end(name, index)
+    # invocations and lanes ----------------------------------------------------------
+    def run_started(self, invocation_id: str) -> None:
+        """A runner starts an invocation: the first is the run's own, one started
+        inside an ``AgentTool`` call is that tool's agent run."""
+        if self._root is None:
+            self._root = invocation_id
+            return
+        tool_call = _AGENT_TOOL_CALL.get()
+        if tool_call is not None:
+            self._agent_runs[invocation_id] = tool_call
 
-    def _start_step(self, agent_name: str) -> None:
-        self.end_step()
-        handoff = self._agent if self._agent not in (None, agent_name) else None
-        self._agent = agent_name
+    def run_ended(self, invocation_id: str) -> None:
+        """An invocation is over: its lanes' last steps end (an agent run's before its
+        tool's result closes its span)."""
+        for key in [k for k in self._lanes if k[0] == invocation_id]:
+            self._close(key)
+            self.end_step(key)
+
+    def agent_ended(self, key: _LaneKey, agent_name: str) -> None:
+        """An agent is done: its last step on its lane ends now, not when the lane is
+        next used (a ``ParallelAgent`` branch that finishes first, a failing run)."""
+        lane = self._lanes.get(key)
+        if lane is not None and lane.agent == agent_name:
+            self._close(key)
+            self.end_step(key)
+
+    def _lane(self, key: _LaneKey) -> _Lane:
+        lane = self._lanes.get(key)
+        if lane is None:
+            invocation, branch = key
+            own_line = invocation == self._root and not branch
+            lane = self._lanes[key] = _Lane(
+                None if own_line else f"{invocation}:{branch}", self._agent_runs.get(invocation)
+            )
+        return lane
+
+    # steps --------------------------------------------------------------------------
+    def end_step(self, key: _LaneKey) -> None:
+        lane = self._lanes.get(key)
+        if lane is not None and lane.step is not None:
+            name, index = lane.step
+            lane.step = None
+            self.builder.step_end(name, index, branch=lane.branch)
+
+    def _start_step(self, key: _LaneKey, agent_name: str, root: BaseAgent | None) -> _Lane:
+        """A model call starts a step on its lane: the lane's previous step ends, and
+        so do those of the invocation's other lanes, unless they run alongside it
+        (branches of one ``ParallelAgent``): the agent that ran there is done or
+        waits for this one."""
+        invocation, branch = key
+        for other in [k for k in self._lanes if k[0] == invocation and k != key]:
+            if not _concurrent(branch, other[1], root):
+                self.end_step(other)
+        self.end_step(key)
+        lane = self._lane(key)
+        handoff = lane.agent if lane.transferring and lane.agent != agent_name else None
+        lane.agent, lane.transferring = agent_name, False
         self._steps += 1
-        self._step = (agent_name, self._steps)
+        lane.step = (agent_name, self._steps)
         self.builder.step_start(
-            agent_name, self._steps, agent_name=agent_name, handoff_from=handoff
+            agent_name,
+            self._steps,
+            agent_name=agent_name,
+            handoff_from=handoff,
+            branch=lane.branch,
+            parent_tool_call_id=lane.parent_tool,
         )
+        return lane
 
     # model calls ----------------------------------------------------------------------
-    def model_started(self, agent_name: str, llm_request: LlmRequest) -> None:
-        self._close(agent_name)
-        self._start_step(agent_name)
+    def model_started(
+        self, key: _LaneKey, agent_name: str, root: BaseAgent | None, llm_request: LlmRequest
+    ) -> None:
+        self._close(key)
+        lane = self._start_step(key, agent_name, root)
         fields = _boundary.detail(_request_fields, llm_request) if self._detailed else {}
         message = self.builder.message_start(
-            model=llm_request.model, provider=_provider_of(llm_request.model), **fields
+            model=llm_request.model,
+            provider=_provider_of(llm_request.model),
+            branch=lane.branch,
+            **fields,
         )
         scope = self.builder.model_scope(message) if self._model_scopes else None
-        self._calls[agent_name] = _ModelCall(message, scope)
+        self._calls[key] = _ModelCall(message, scope)
         if scope is not None:
             scope.__enter__()
 
-    def _end(self, agent_name: str) -> _ModelCall | None:
-        """The agent's model call is over: its scope is left (same task as entered)."""
-        call = self._calls.pop(agent_name, None)
+    def _end(self, key: _LaneKey) -> _ModelCall | None:
+        """The lane's model call is over: its scope is left (same task as entered)."""
+        call = self._calls.pop(key, None)
         if call is not None and call.scope is not None:
             call.scope.__exit__(None, None, None)
         return call
 
-    def model_responded(self, agent_name: str, response: LlmResponse) -> None:
-        call = self._calls.get(agent_name)
+    def model_responded(self, key: _LaneKey, response: LlmResponse) -> None:
+        call = self._calls.get(key)
         if call is None:  # a response no request of ours announced (a callback's)
-            call = self._calls[agent_name] = _ModelCall(
+            call = self._calls[key] = _ModelCall(
                 self.builder.message_start(
-                    model=response.model_version, provider=_provider_of(response.model_version)
+                    model=response.model_version,
+                    provider=_provider_of(response.model_version),
+                    branch=self._lane(key).branch,
                 ),
                 None,
             )
@@ -434,7 +563,7 @@ class _Mapper:
                 )
         usage = response.usage_metadata
         reason = response.finish_reason
-        self._end(agent_name)
+        self._end(key)
         self.builder.message_end(
             message,
             finish_reason="error"
@@ -458,24 +587,38 @@ class _Mapper:
                 else:
                     self.builder.text(part.text, message)
 
-    def model_failed(self, agent_name: str, error: BaseException) -> None:
-        call = self._end(agent_name)
+    def model_failed(self, key: _LaneKey, error: BaseException) -> None:
+        call = self._end(key)
         if call is not None:
             self.builder.message_end(call.message, error=error)
 
-    def _close(self, agent_name: str) -> None:
+    def _close(self, key: _LaneKey) -> None:
         """A model call no response closed (an agent callback answered for the model)."""
-        call = self._end(agent_name)
+        call = self._end(key)
         if call is not None:
             self.builder.message_end(call.message)
 
     # tools ----------------------------------------------------------------------------
-    def tool_started(self, call_id: str) -> None:
+    def tool_started(self, key: _LaneKey, call_id: str, tool: BaseTool) -> None:
+        if tool.name == _TRANSFER:
+            self._lane(key).transferring = True
         scope = self.builder.tool_scope(call_id)
         scope.__enter__()
         self._tool_scopes[call_id] = scope
+        if isinstance(tool, AgentTool):  # the sub-runner it starts is this call's agent run
+            self._agent_tools[call_id] = _AGENT_TOOL_CALL.set(call_id)
+            if self._detailed and not self._model_scopes:  # traced, and ADK's spans record:
+                # the sub-runner's are dropped, as the run's are (see the module docstring)
+                self._quiet_tools[call_id] = otel_context.attach(_quiet_context())
 
     def _leave_tool_scope(self, call_id: str) -> None:
+        quiet = self._quiet_tools.pop(call_id, None)
+        if quiet is not None:
+            otel_context.detach(quiet)
+        token = self._agent_tools.pop(call_id, None)
+        if token is not None:
+            with suppress(ValueError):  # reset in another context: the task's copy is gone
+                _AGENT_TOOL_CALL.reset(token)
         scope = self._tool_scopes.pop(call_id, None)
         if scope is not None:
             scope.__exit__(None, None, None)
@@ -509,9 +652,16 @@ class _Mapper:
     def finish(self) -> None:
         """The native run ended: what is still open closes (a message a callback
         answered for, the last step)."""
-        for agent_name in list(self._calls):
-            self._close(agent_name)
-        self.end_step()
+        for key in list(self._calls):
+            self._close(key)
+        for key in list(self._lanes):
+            self.end_step(key)
+
+
+def _lane_of(context: CallbackContext) -> _LaneKey:
+    """The lane a callback belongs to: its ADK invocation and branch."""
+    invocation = context._invocation_context  # noqa: SLF001 - ADK exposes no public branch
+    return invocation.invocation_id, invocation.branch or ""
 
 
 class _ObserverPlugin(BasePlugin):
@@ -526,30 +676,52 @@ class _ObserverPlugin(BasePlugin):
         super().__init__(PLUGIN_NAME)
         self.mapper = mapper
 
+    async def before_run_callback(self, *, invocation_context: InvocationContext) -> None:
+        with _boundary:
+            self.mapper.run_started(invocation_context.invocation_id)
+
+    async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:
+        with _boundary:
+            self.mapper.run_ended(invocation_context.invocation_id)
+
+    async def after_agent_callback(
+        self, *, agent: BaseAgent, callback_context: CallbackContext
+    ) -> None:
+        with _boundary:
+            self.mapper.agent_ended(_lane_of(callback_context), agent.name)
+
     async def before_model_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest
     ) -> None:
         with _boundary:
-            self.mapper.model_started(callback_context.agent_name, llm_request)
+            agent = callback_context._invocation_context.agent  # noqa: SLF001 - see _lane_of
+            self.mapper.model_started(
+                _lane_of(callback_context),
+                callback_context.agent_name,
+                agent.root_agent if isinstance(agent, BaseAgent) else None,
+                llm_request,
+            )
 
     async def after_model_callback(
         self, *, callback_context: CallbackContext, llm_response: LlmResponse
     ) -> None:
         with _boundary:
-            self.mapper.model_responded(callback_context.agent_name, llm_response)
+            self.mapper.model_responded(_lane_of(callback_context), llm_response)
 
     async def on_model_error_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception
     ) -> None:
         with _boundary:
-            self.mapper.model_failed(callback_context.agent_name, error)
+            self.mapper.model_failed(_lane_of(callback_context), error)
 
     async def before_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
     ) -> None:
         if tool_context.function_call_id:
             with _boundary:
-                self.mapper.tool_started(tool_context.function_call_id)
+                self.mapper.tool_started(
+                    _lane_of(tool_context), tool_context.function_call_id, tool
+                )
 
     async def after_tool_callback(
         self,

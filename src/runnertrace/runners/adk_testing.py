@@ -15,6 +15,7 @@ it ADK logs "Skipping missing token usage metadata" on each call).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -31,7 +32,7 @@ try:
 except ImportError as exc:
     raise missing_extra(exc, "adk") from exc
 
-__all__ = ["ScriptedAdkLlm", "Turn", "answer", "call"]
+__all__ = ["CallRecord", "ScriptedAdkLlm", "Turn", "answer", "call"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,17 @@ def call(name: str, args: dict[str, Any], call_id: str, **kw: Any) -> Turn:
     return Turn(calls=[(name, args, call_id)], **kw)
 
 
+@dataclass(frozen=True)
+class CallRecord:
+    """One answered model call, as the fake model saw it: when it started and sent
+    its final response (``time.time_ns()``) and the usage it reported."""
+
+    started_ns: int
+    ended_ns: int
+    input_tokens: int
+    output_tokens: int
+
+
 ScriptItem: TypeAlias = "Turn | BaseException | Callable[[LlmRequest], Turn]"
 
 
@@ -96,6 +108,10 @@ class ScriptedAdkLlm(BaseLlm):
     the script over when it is used up (for benchmarks). ``pause_after_tool_calls``
     keeps a response that asks for function calls open that many seconds after it
     announced them (a model that streams on; ADK acts on the calls meanwhile).
+    ``delay`` is each call's latency in seconds (awaited before the first chunk, so
+    the agents of a ``ParallelAgent`` really overlap), and ``calls`` logs every call
+    it answered as :class:`CallRecord` (its own clock and usage, independent of any
+    span).
     """
 
     model: str = "scripted-llm"
@@ -103,6 +119,8 @@ class ScriptedAdkLlm(BaseLlm):
     loop: bool = False
     pause_after_tool_calls: float = 0.0
     requests: list[LlmRequest] = Field(default_factory=list)
+    delay: float = 0.0
+    calls: list[CallRecord] = Field(default_factory=list)
     _position: int = PrivateAttr(default=0)
 
     def _next(self, llm_request: LlmRequest) -> Turn:
@@ -124,6 +142,9 @@ class ScriptedAdkLlm(BaseLlm):
     async def generate_content_async(
         self, llm_request: LlmRequest, stream: bool = False
     ) -> AsyncGenerator[LlmResponse, None]:
+        started = time.time_ns()
+        if self.delay:  # a failing call takes its time too
+            await asyncio.sleep(self.delay)
         turn = self._next(llm_request)
         if stream:
             if turn.thought:
@@ -139,6 +160,10 @@ class ScriptedAdkLlm(BaseLlm):
                     content=types.Content(role="model", parts=[types.Part(text=piece)]),
                     partial=True,
                 )
+        # Logged as the final response is sent: ADK may stop reading after it (a transfer).
+        self.calls.append(
+            CallRecord(started, time.time_ns(), turn.input_tokens, turn.output_tokens)
+        )
         yield LlmResponse(
             content=types.Content(role="model", parts=turn.parts()),
             partial=False,

@@ -73,6 +73,8 @@ class _Open:
     origin: _Open | None = None  # the step a tool call was announced in
     message: _Open | None = None  # the message a reasoning block is part of
     failure: EventError | None = None  # a step's failed model call: the step ends ERROR
+    branch: str | None = None  # the branch a step, message or tool call belongs to
+    agent: str | None = None  # a branch span's agent (its children inherit it)
     sanitized: tuple[str, ...] = ()  # keys already named in runnertrace.sanitized
 
     def __init__(self, span: Span, kind: str, start_ns: int) -> None:
@@ -84,6 +86,17 @@ class _Open:
         if self.ctx is None:
             self.ctx = trace_api.set_span_in_context(self.span)
         return self.ctx
+
+
+class _Branch:
+    """One agent's line of work in a run (``StepStart.branch``): its open steps,
+    innermost last, and the span its steps nest under when none is open."""
+
+    __slots__ = ("root", "steps")
+
+    def __init__(self, root: _Open) -> None:
+        self.root = root
+        self.steps: list[tuple[tuple[str, Any], _Open]] = []
 
 
 def _error_type(exc: BaseException) -> str:
@@ -139,6 +152,8 @@ class RunTracer:
                 agent_name, framework, session_id, user_id, mode, policy
             )
         self.steps: list[tuple[tuple[str, Any], _Open]] = []
+        self.branches: dict[str, _Branch] = {}
+        self.agent_runs: dict[str, _Open] = {}  # tool call id -> the agent it runs
         self.messages: dict[str, _Open] = {}
         self.reasoning: dict[str, _Open] = {}
         self.tools: dict[str, _Open] = {}
@@ -180,9 +195,21 @@ class RunTracer:
                 what,
             )
 
-    def _container(self) -> _Open:
-        """Where a message or tool call nests: the innermost open step, else the run."""
-        return self.steps[-1][1] if self.steps else self.run
+    def _container(self, branch: str | None = None) -> _Open:
+        """Where a message or tool call nests: the innermost open step of its branch,
+        else the branch's root (the run's own line: the run)."""
+        return self._innermost(branch) or self._root(branch)
+
+    def _innermost(self, branch: str | None) -> _Open | None:
+        """The innermost open step of ``branch`` (``None``: the run's own line)."""
+        if branch is None:
+            return self.steps[-1][1] if self.steps else None
+        found = self.branches.get(branch)
+        return found.steps[-1][1] if found is not None and found.steps else None
+
+    def _root(self, branch: str | None) -> _Open:
+        found = self.branches.get(branch) if branch is not None else None
+        return found.root if found is not None else self.run
 
     def _start(
         self,
@@ -193,17 +220,20 @@ class RunTracer:
         label: str | None = None,
         span_kind: SpanKind = _INTERNAL,
         start_ns: int | None = None,
+        agent: str | None = None,
     ) -> _Open:
         """Open a child span with ``self.templates[kind]`` plus its own ``fields``.
 
         The fields are cleaned first, and the name is ``operation`` followed by the
         cleaned value of ``fields[label]`` (when given): a name never holds what
         its attribute could not. ``start_ns`` backdates the span (a tool that ran
-        before the tracer heard of it).
+        before the tracer heard of it). A span in a branch names the branch's agent
+        (``agent``, else its parent's); any other names the run's current agent.
         """
         now = time.time_ns() if start_ns is None else start_ns
-        if self.agent is not None:
-            fields[A.AGENT_NAME] = self.agent
+        agent = agent or parent.agent
+        if agent is not None or self.agent is not None:
+            fields[A.AGENT_NAME] = agent or self.agent
         fields = self.clean(fields)
         name = operation if label is None or label not in fields else f"{operation} {fields[label]}"
         attrs = _merged(self.templates[kind], fields)
@@ -213,6 +243,7 @@ class RunTracer:
             name, context=parent.context(), kind=span_kind, attributes=attrs, start_time=now
         )
         item = _Open(span, kind, now)
+        item.agent = agent
         marked = attrs.get(A.SANITIZED)
         if marked:
             item.sanitized = marked
@@ -317,29 +348,78 @@ class RunTracer:
         name = _field(event, "step_name", "name")
         index = getattr(event, "step_index", None)
         agent = getattr(event, "agent_name", None)
-        if agent:
-            self.agent = agent if type(agent) is str else str(agent)
+        agent = (agent if type(agent) is str else str(agent)) if agent else None
+        branch_key = getattr(event, "branch", None)
+        if branch_key is None:
+            if agent:
+                self.agent = agent
+            steps, parent, agent = self.steps, self._container(), None
+        else:
+            branch_key = _text(branch_key)
+            branch = self.branches.get(branch_key)
+            if branch is None:
+                root = self._agent_run(getattr(event, "parent_tool_call_id", None))
+                branch = self.branches[branch_key] = _Branch(root)
+            steps, parent = branch.steps, self._container(branch_key)
+            agent = agent or parent.agent
         fields: dict[str, Any] = {A.STEP_NAME: _text(name)}
         if index is not None:
             fields[A.STEP_INDEX] = _number(index)
         source = getattr(event, "handoff_from", None)
         if source:
             fields[A.HANDOFF_SOURCE] = _text(source)
-            fields[A.HANDOFF_TARGET] = self.agent or self.common[A.AGENT_NAME]
-        steps = self.steps
-        parent = steps[-1][1] if steps else self.run
-        step = self._start("agent_step", "step", parent, fields, A.STEP_NAME)
+            fields[A.HANDOFF_TARGET] = agent or self.agent or self.common[A.AGENT_NAME]
+        step = self._start("agent_step", "step", parent, fields, A.STEP_NAME, agent=agent)
+        step.branch = branch_key
         steps.append(((name, index), step))
+
+    def _agent_run(self, tool_call_id: Any) -> _Open:
+        """The ``invoke_agent`` span of the agent run as tool call ``tool_call_id``,
+        under the tool's span (opened by the branch's first step; one per call,
+        shared by the branches of that agent). No such call: the run span."""
+        if tool_call_id is None:
+            return self.run
+        tool_call_id = _text(tool_call_id)
+        found = self.agent_runs.get(tool_call_id)
+        if found is not None:
+            return found
+        tool = self.tools.get(tool_call_id)
+        if tool is None:
+            self._anomaly(f"agent run as unknown tool call {tool_call_id!r}")
+            return self.run
+        if tool.pending is not None:  # the agent runs, so its tool does
+            self._run_tool(tool)
+        fields = {A.OPERATION: "invoke_agent", A.AGENT_ID: tool.name}
+        item = self._start("invoke_agent", "run", tool, fields, A.AGENT_NAME, agent=tool.name)
+        self.agent_runs[tool_call_id] = item
+        return item
+
+    def _end_agent_run(self, tool_call_id: str) -> None:
+        """The tool that ran an agent ended: the agent's branches end, then its span."""
+        item = self.agent_runs.pop(tool_call_id, None)
+        if item is None:
+            return
+        for key in [k for k, b in self.branches.items() if b.root is item]:
+            branch = self.branches.pop(key)
+            if branch.steps:
+                self._anomaly(f"{len(branch.steps)} step(s) of branch {key!r} open at its end")
+            for _, step in reversed(branch.steps):
+                self._close_children(step)
+                self._close(step, incomplete=True)
+        self._close(item, incomplete=False)
 
     def _on_step_end(self, event: Any) -> None:
         key = (_field(event, "step_name", "name"), getattr(event, "step_index", None))
-        for pos in range(len(self.steps) - 1, -1, -1):
-            if self.steps[pos][0] == key:
+        branch_key = getattr(event, "branch", None)
+        branch = self.branches.get(_text(branch_key)) if branch_key is not None else None
+        steps = self.steps if branch_key is None else branch.steps if branch else []
+        for pos in range(len(steps) - 1, -1, -1):
+            if steps[pos][0] == key:
                 break
         else:
             self._anomaly(f"step_end for {key} without a step_start")
             return
-        popped = [item for _, item in self.steps[pos:]]
+        popped = [item for _, item in steps[pos:]]
         code = getattr(event, "code", None)
         if code and self.capture:
             self._put(popped[0], {A.STEP_CODE: self.policy.truncate(_text(code))})
@@ -348,7 +428,7 @@ class RunTracer:
         for step in reversed(popped):  # still listed while closing: a fault leaves none open
             self._close_children(step)
             self._close(step, incomplete=step is not popped[0])
-        del self.steps[pos:]
+        del steps[pos:]
 
     def _close_children(self, step: _Open) -> None:
         """End what a step left open; an open message or reasoning block is incomplete.
@@ -397,10 +477,14 @@ class RunTracer:
                 fields[A.SYSTEM_INSTRUCTIONS] = self.policy.parts(
                     [{"type": "text", "content": instructions}]
                 )
-        owner = self.steps[-1][1] if self.steps else None
-        item = self._start("chat", "message", owner or self.run, fields, A.REQUEST_MODEL, _CLIENT)
+        branch = getattr(event, "branch", None)
+        branch = _text(branch) if branch is not None else None
+        owner = self._innermost(branch)
+        parent = owner or self._root(branch)
+        item = self._start("chat", "message", parent, fields, A.REQUEST_MODEL, _CLIENT)
         self.messages[mid] = item
         item.owner = owner
+        item.branch = branch
         if self.capture:
             item.parts = []
 
@@ -523,8 +607,12 @@ class RunTracer:
         if rid in self.reasoning:
             self._anomaly(f"duplicate reasoning_start {rid!r}")
             self._close(self.reasoning.pop(rid), incomplete=True)
-        owner = self.steps[-1][1] if self.steps else None
-        message = next(reversed(self.messages.values())) if self.messages else None
+        parent_id = getattr(event, "parent_message_id", None)
+        if parent_id is not None:
+            message = self.messages.get(parent_id)
+        else:
+            message = next(reversed(self.messages.values())) if self.messages else None
+        owner = message.owner if message is not None else self._innermost(None)
         item = self._start("reasoning", "reasoning", message or owner or self.run, {})
         self.reasoning[rid] = item
         item.owner = owner
@@ -565,14 +653,19 @@ class RunTracer:
             self._close(self.tools.pop(cid), incomplete=True)
         name = _text(_field(event, "tool_name", "name"))
         fields: dict[str, Any] = {A.TOOL_NAME: name, A.TOOL_CALL_ID: _text(cid)}
-        owner = self.steps[-1][1] if self.steps else None
+        parent_id = getattr(event, "parent_message_id", None)
+        asked = self.messages.get(parent_id) if parent_id is not None else None
+        # A call belongs to its asking message's branch (and step), else the run's line.
+        branch = asked.branch if asked is not None else None
+        owner = self._innermost(branch)
         # The model announced the call; its span opens when the tool runs (_run_tool).
         item = _Open(trace_api.INVALID_SPAN, "tool", time.time_ns())
         item.pending = fields
         item.owner = item.origin = owner
+        item.branch = branch
         self.tools[cid] = item
         item.name = name
-        item.parent_id = parent_id = getattr(event, "parent_message_id", None)
+        item.parent_id = parent_id
         if self.capture:
             item.parts = []
         if parent_id is not None:  # a tool call is a chunk of the asking message's reply too
@@ -588,10 +681,10 @@ class RunTracer:
         that announced it."""
         attrs, item.pending = item.pending or {}, None
         if late:
-            parent, start_ns = item.origin or self.run, start_ns or item.start_ns
+            parent, start_ns = item.origin or self._root(item.branch), start_ns or item.start_ns
         else:
-            parent, start_ns = self._container(), None
-            item.owner = self.steps[-1][1] if self.steps else None
+            parent, start_ns = self._container(item.branch), None
+            item.owner = self._innermost(item.branch)
             item.awaiting = False
         opened = self._start("execute_tool", "tool", parent, attrs, A.TOOL_NAME, start_ns=start_ns)
         item.span, item.start_ns, item.ctx = opened.span, opened.start_ns, None
@@ -647,6 +740,8 @@ class RunTracer:
         error = _event_error(getattr(event, "error", None))
         if error is None and getattr(event, "is_error", False):
             error = EventError(type="_OTHER", message=_text(getattr(event, "content", "")))
+        if self.agent_runs:
+            self._end_agent_run(cid)
         if error is not None:
             self._put(item, {A.ERROR_TYPE: error.type})
             self._fail(item, error)
@@ -713,7 +808,7 @@ class RunTracer:
         self.accepting = False
         try:
             try:
-                if self.reasoning or self.messages or self.tools or self.steps:
+                if self.reasoning or self.messages or self.tools or self.steps or self.branches:
                     self._close_dangling(error, cancelled)
             finally:
                 self._end_run(reply, error, cancelled)
@@ -755,6 +850,9 @@ class RunTracer:
 
     def _close_dangling(self, error: BaseException | None, cancelled: bool) -> None:
         dangling = [*self.reasoning.values(), *self.messages.values(), *self.tools.values()]
+        for branch in self.branches.values():
+            dangling += [step for _, step in reversed(branch.steps)]
+        dangling += reversed(self.agent_runs.values())
         dangling += [step for _, step in reversed(self.steps)]
         # Tools whose step ended while they awaited a result end normally.
         unexpected = [item for item in dangling if not item.awaiting]
@@ -770,6 +868,8 @@ class RunTracer:
         self.reasoning.clear()
         self.messages.clear()
         self.tools.clear()
+        self.branches.clear()
+        self.agent_runs.clear()
         self.steps.clear()
         if faults:
             raise faults[0]

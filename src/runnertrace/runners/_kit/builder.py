@@ -12,6 +12,14 @@ re-implement the same pairing rules; :class:`EventBuilder` holds them once:
 * a message ends its calls' argument streams (``tool_call_end``) before it ends;
 * :meth:`EventBuilder.fail` closes what is open, the message with the error.
 
+Several agents at once (parallel branches, an agent run as a tool): a runner
+passes ``branch=`` (any key the framework gives to tell the agents apart) to
+:meth:`~EventBuilder.step_start`, :meth:`~EventBuilder.step_end` and
+:meth:`~EventBuilder.message_start`; each branch then has its own innermost step,
+and a message's reasoning and tool calls stay in the message's branch. A branch
+started with ``parent_tool_call_id=`` is an agent run as that tool call (see
+:class:`~runnertrace.core.events.StepStart`).
+
 Each event is handed to the run's observer the moment it is made (so spans start
 when things happen) and, in stream mode, queued for the runner to yield
 (:meth:`EventBuilder.drain`). The builder never drops or reorders an event.
@@ -40,10 +48,11 @@ def _new_id(prefix: str) -> str:
 
 
 class _Message:
-    __slots__ = ("calls", "id", "pending", "reasoning")
+    __slots__ = ("branch", "calls", "id", "pending", "reasoning")
 
-    def __init__(self, message_id: str) -> None:
+    def __init__(self, message_id: str, branch: str | None = None) -> None:
         self.id = message_id
+        self.branch = branch
         self.reasoning: str | None = None  # the open reasoning block's id
         self.calls: dict[Any, str] = {}  # chunk index (or id) -> tool call id, in order
         self.pending: dict[Any, list[str]] = {}  # args held back until the id is known
@@ -57,7 +66,7 @@ class EventBuilder:
         self._queue: deque[ev.StreamEvent] | None = deque() if queue else None
         self._messages: dict[str, _Message] = {}
         self._announced: set[str] = set()  # tool call ids whose start was emitted
-        self._steps: list[tuple[str, int | None]] = []
+        self._steps: list[tuple[str, int | None, str | None]] = []
 
     @property
     def observed(self) -> bool:
@@ -98,25 +107,38 @@ class EventBuilder:
         *,
         agent_name: str | None = None,
         handoff_from: str | None = None,
+        branch: str | None = None,
+        parent_tool_call_id: str | None = None,
     ) -> None:
-        self._steps.append((name, index))
+        """A step starts; ``branch`` / ``parent_tool_call_id``: see the module docstring."""
+        self._steps.append((name, index, branch))
         self.emit(
             ev.StepStart(
-                step_name=name, step_index=index, agent_name=agent_name, handoff_from=handoff_from
+                step_name=name,
+                step_index=index,
+                agent_name=agent_name,
+                handoff_from=handoff_from,
+                branch=branch,
+                parent_tool_call_id=parent_tool_call_id,
             )
         )
 
     def step_end(
-        self, name: str | None = None, index: int | None = None, *, code: str | None = None
+        self,
+        name: str | None = None,
+        index: int | None = None,
+        *,
+        code: str | None = None,
+        branch: str | None = None,
     ) -> None:
         """End the named step (default: the innermost open one); ``code`` is what it ran."""
         if name is None:
             if not self._steps:
                 return
-            name, index = self._steps[-1]
-        if (name, index) in self._steps:
-            self._steps.remove((name, index))
-        self.emit(ev.StepEnd(step_name=name, step_index=index, code=code))
+            name, index, branch = self._steps[-1]
+        if (name, index, branch) in self._steps:
+            self._steps.remove((name, index, branch))
+        self.emit(ev.StepEnd(step_name=name, step_index=index, code=code, branch=branch))
 
     # -- model calls ----------------------------------------------------------------------
     def message_start(
@@ -129,10 +151,12 @@ class EventBuilder:
         system_instructions: str | None = None,
         request_parameters: dict[str, JsonValue] | None = None,
         tool_definitions: list[dict[str, JsonValue]] | None = None,
+        branch: str | None = None,
     ) -> str:
-        """A model request is sent; returns its message id (made up if not given)."""
+        """A model request is sent; returns its message id (made up if not given).
+        ``branch``: the branch whose step it belongs to (see the module docstring)."""
         message_id = message_id or _new_id("msg")
-        self._messages[message_id] = _Message(message_id)
+        self._messages[message_id] = _Message(message_id, branch)
         self.emit(
             ev.MessageStart(
                 message_id=message_id,
@@ -142,6 +166,7 @@ class EventBuilder:
                 system_instructions=system_instructions,
                 request_parameters=request_parameters,
                 tool_definitions=tool_definitions,
+                branch=branch,
             )
         )
         return message_id
@@ -165,7 +190,9 @@ class EventBuilder:
         message = self._message(message_id)
         if message.reasoning is None:
             message.reasoning = _new_id(f"{message.id}_reasoning")
-            self.emit(ev.ReasoningStart(message_id=message.reasoning))
+            # In a branch, another branch's message may be newer: name the one it is part of.
+            parent = message.id if message.branch is not None else None
+            self.emit(ev.ReasoningStart(message_id=message.reasoning, parent_message_id=parent))
         if delta:
             self.emit(ev.ReasoningDelta(message_id=message.reasoning, delta=delta))
 
