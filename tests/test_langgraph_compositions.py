@@ -325,3 +325,37 @@ async def test_a_root_agents_parallel_tool_calls_share_one_step_on_the_runs_line
     model_steps = in_start_order(captured_spans, "agent_step agent")
     assert [parent_of(captured_spans, s) for s in model_steps] == [run_span, run_span]
     assert_clean(captured_spans, caplog)
+
+
+# -- parallel edges: two agents in one superstep ---------------------------------------------------
+@pytest.mark.parametrize("mode", MODES)
+async def test_agents_on_parallel_edges_keep_their_own_steps_calls_and_tools(
+    mode: str, captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    fakes = {
+        name: Fake(name, [lookup_call(city, tokens[0]), answer(f"{city} done", tokens[1])])
+        for name, (city, tokens) in zip(("north", "south"), CITIES.items(), strict=True)
+    }
+    graph = StateGraph(MessagesState)
+    for name, fake in fakes.items():
+        graph.add_node(name, react(name, fake))
+        graph.add_edge(START, name)
+        graph.add_edge(name, END)
+    await run(core(graph.compile(name="pair")), mode)
+
+    assert_counted_once(captured_spans, list(fakes.values()))
+    run_span = one(captured_spans, "invoke_agent pair")
+    node_steps = [one(captured_spans, f"agent_step {name}") for name in fakes]
+    (a, b) = (times(s) for s in node_steps)
+    assert a[0] < b[1] and b[0] < a[1]  # the two agents ran at once
+    for name, node_step in zip(fakes, node_steps, strict=True):
+        assert parent_of(captured_spans, node_step) is run_span
+        for chat in in_start_order(captured_spans, f"chat {name}-llm"):
+            step = in_step(captured_spans, chat, f"{name}/agent", name)
+            assert parent_of(captured_spans, step) is node_step
+    for tool_span in captured_spans.by_name("execute_tool lookup"):
+        city = "Oslo" if "Oslo" in str(attrs(tool_span)["gen_ai.tool.call.arguments"]) else "Rome"
+        name = "north" if city == "Oslo" else "south"
+        step = in_step(captured_spans, tool_span, f"{name}/tools", name)
+        assert parent_of(captured_spans, step) is one(captured_spans, f"agent_step {name}")
+    assert_clean(captured_spans, caplog)

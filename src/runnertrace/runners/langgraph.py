@@ -28,6 +28,13 @@ How the contract maps onto LangGraph:
   instructions), the invocation parameters and the bound tools. Failed model
   calls and tools end their own spans with the exception (``on_llm_error``,
   ``on_tool_error``), so each ``RetryPolicy`` attempt is a span of its own.
+- **Compositions.** A subgraph's nodes are steps inside its node's step, named
+  ``<node>/<inner node>`` and carrying the subgraph's name as their agent (a
+  supervisor routing between agent subgraphs is a row of such node steps on the
+  run's line). Root-graph tasks that run at once (``Send`` branches, parallel
+  edges) are builder branches keyed by their task in LangGraph's checkpoint
+  namespace: each keeps its own steps and calls while they overlap. Concurrent
+  tasks *inside* a subgraph stay on their root task's lane.
 - **Run mode** untraced is a plain ``ainvoke``: no handler is installed. Traced,
   the handler reports to the observer and makes each tool's and model call's
   span current while it runs (see :class:`_TracedMapper`).
