@@ -50,10 +50,10 @@ class Fake:
 
     def __init__(self, name: str, replies: Sequence[AIMessage] | None = None) -> None:
         self.reported: list[int] = []
-        self.model = ScriptedChatModel(responses=[self._reply] * 8, model_name=f"{name}-llm")
+        self.model = ScriptedChatModel(responses=[self.respond] * 8, model_name=f"{name}-llm")
         self._replies = list(replies or [])
 
-    def _reply(self, messages: list[BaseMessage]) -> AIMessage:
+    def respond(self, messages: list[BaseMessage]) -> AIMessage:
         reply = self.reply(messages)
         assert reply.usage_metadata is not None
         self.reported.append(reply.usage_metadata["input_tokens"])
@@ -359,3 +359,52 @@ async def test_agents_on_parallel_edges_keep_their_own_steps_calls_and_tools(
         step = in_step(captured_spans, tool_span, f"{name}/tools", name)
         assert parent_of(captured_spans, step) is one(captured_spans, f"agent_step {name}")
     assert_clean(captured_spans, caplog)
+
+
+# -- a failing Send branch -------------------------------------------------------------------------
+class SlowOsloModel(ScriptedChatModel):
+    """Answers calls about Oslo only after a pause, so they are in flight while the
+    other branch fails (the pause is before the scripted turn is played)."""
+
+    async def _agenerate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        await self._pause(messages)
+        return await super()._agenerate(messages, *args, **kwargs)
+
+    async def _astream(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        await self._pause(messages)
+        async for chunk in super()._astream(messages, *args, **kwargs):
+            yield chunk
+
+    @staticmethod
+    async def _pause(messages: list[BaseMessage]) -> None:
+        if "Oslo" in str(messages[0].text):
+            await asyncio.sleep(TOOL_SECONDS)
+
+
+class RomeFails(CityFake):
+    def reply(self, messages: list[BaseMessage]) -> AIMessage:
+        if "Rome" in str(messages[0].text):
+            raise BranchError("Rome is unreachable")
+        return super().reply(messages)
+
+
+class BranchError(RuntimeError):
+    """What the failing branch's model call raises."""
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_failing_send_branch_does_not_end_the_other_branchs_call_with_its_error(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    fake = RomeFails("worker")
+    fake.model = SlowOsloModel(responses=[fake.respond] * 8, model_name="worker-llm")
+    with pytest.raises(BranchError):
+        await run(core(fan_out_graph(fake)), mode)
+
+    chats = chat_spans(captured_spans)
+    (rome,) = [c for c in chats if "research Rome" in str(attrs(c)["gen_ai.input.messages"])]
+    (oslo,) = [c for c in chats if "research Oslo" in str(attrs(c)["gen_ai.input.messages"])]
+    assert attrs(rome)["error.type"] == "BranchError"
+    # Oslo's call was cut short by LangGraph cancelling its branch, not by Rome's error.
+    assert attrs(oslo).get("error.type") == "CancelledError"
+    assert times(oslo)[0] < times(rome)[1]  # it was in flight when Rome failed

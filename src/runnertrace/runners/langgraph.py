@@ -441,6 +441,7 @@ _StepKey: TypeAlias = tuple[str, int, str | None]
 @dataclass
 class _Model:
     message_id: str
+    lane: str | None = None  # the builder branch of the call's task
     streamed: bool = False
     call_ids: set[str] = field(default_factory=set)
 
@@ -579,13 +580,17 @@ class _Mapper(BaseCallbackHandler):
         self._end_chain(run_id)
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        if run_id in self._steps:
+        key = self._steps.get(run_id)
+        if key is not None:
             # A failed or cancelled step: LangChain may report its model call's error
             # only later (from a shielded task), so the call ends here, inside its step.
+            # Only its own lane's: another branch's call ends when that branch does.
+            lane = key[2]
             with self._lock, _boundary:
-                for model in self._models.values():
-                    self.builder.message_end(model.message_id, error=error)
-                self._models.clear()
+                for model_run, model in list(self._models.items()):
+                    if model.lane == lane:
+                        self.builder.message_end(model.message_id, error=error)
+                        del self._models[model_run]
         self._end_chain(run_id)
 
     def _end_chain(self, run_id: UUID) -> None:
@@ -625,14 +630,15 @@ class _Mapper(BaseCallbackHandler):
             else {}
         )
         with self._lock, _boundary:
+            lane = self._lanes.get(_task_of(metadata))
             message_id = self.builder.message_start(
                 str(run_id),
                 model=str(model) if model else None,
                 provider=str(provider) if provider else None,
-                branch=self._lanes.get(_task_of(metadata)),
+                branch=lane,
                 **request,
             )
-            self._models[run_id] = _Model(message_id)
+            self._models[run_id] = _Model(message_id, lane)
             self._enter(run_id, self.builder.model_scope(message_id))
 
     def on_llm_new_token(
