@@ -21,7 +21,8 @@ pytest.importorskip(
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -43,6 +44,14 @@ from runnertrace.testing import CapturedSpans
 pytestmark = pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
 
 TOOL_SECONDS = 0.05  # each tool's latency: long enough for Send branches to overlap
+USER: dict[str, Any] = {}  # the user's tracer, on the test's span capture
+
+
+@contextmanager
+def user_span(name: str) -> Iterator[None]:
+    """A span the user's code (or an HTTP client) opens inside a tool or a model call."""
+    with USER["tracer"].start_as_current_span(name):
+        yield
 
 
 class Fake:
@@ -79,7 +88,8 @@ def answer(text: str, input_tokens: int) -> AIMessage:
 @tool
 async def lookup(city: str) -> str:
     """Notes on a city."""
-    await asyncio.sleep(TOOL_SECONDS)
+    with user_span(f"db.query {city}"):
+        await asyncio.sleep(TOOL_SECONDS)
     return f"notes on {city}"
 
 
@@ -139,6 +149,11 @@ def times(span: ReadableSpan) -> tuple[int, int]:
 @pytest.fixture(autouse=True)
 def _warnings(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="runnertrace")
+
+
+@pytest.fixture(autouse=True)
+def _user_tracer(captured_spans: CapturedSpans) -> None:
+    USER["tracer"] = captured_spans.provider.get_tracer("user-code")
 
 
 # -- a subgraph ------------------------------------------------------------------------------------
@@ -241,6 +256,8 @@ class CityFake(Fake):
     def reply(self, messages: list[BaseMessage]) -> AIMessage:
         city = str(messages[0].text).split()[-1]
         first, second = CITIES[city]
+        with user_span(f"http.request {city}"):
+            pass
         if messages[-1].type == "tool":
             return answer(f"{city} done", second)
         return lookup_call(city, first)
@@ -291,6 +308,12 @@ async def test_send_branches_overlap_and_keep_their_own_steps_calls_and_tools(
         steps = [in_step(captured_spans, c, "worker/agent", "worker") for c in mine]
         assert len({s.context.span_id for s in steps}) == 2  # one step per call
         in_step(captured_spans, tool_span, "worker/tools", "worker")
+        # What the city's tool and model calls opened nests under those very calls.
+        assert parent_of(captured_spans, one(captured_spans, f"db.query {city}")) is tool_span
+        http = captured_spans.by_name(f"http.request {city}")
+        assert {parent_of(captured_spans, h).context.span_id for h in http} == {
+            c.context.span_id for c in mine
+        }
         owners = {
             branch_step(captured_spans, s, run_span).context.span_id for s in [*mine, tool_span]
         }
