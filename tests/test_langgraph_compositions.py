@@ -431,3 +431,45 @@ async def test_a_failing_send_branch_does_not_end_the_other_branchs_call_with_it
     # Oslo's call was cut short by LangGraph cancelling its branch, not by Rome's error.
     assert attrs(oslo).get("error.type") == "CancelledError"
     assert times(oslo)[0] < times(rome)[1]  # it was in flight when Rome failed
+
+
+# -- with OpenInference's LangChain instrumentor on the same provider ------------------------------
+def supervisor_case() -> tuple[Any, list[Fake]]:
+    boss = Fake("boss", [answer("researcher", 3), answer("FINISH", 7)])
+    researcher = Fake("researcher", [lookup_call("Oslo", 11), answer("Oslo is cold.", 13)])
+    writer = Fake("writer")
+    return supervisor_graph(boss, researcher, writer), [boss, researcher]
+
+
+def send_case() -> tuple[Any, list[Fake]]:
+    fake = CityFake("worker")
+    return fan_out_graph(fake), [fake]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", [supervisor_case, send_case], ids=["supervisor", "send"])
+async def test_each_call_of_a_composition_is_ours_once_with_openinference_active(
+    mode: str, case: Any, captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    instrumentation = pytest.importorskip("openinference.instrumentation.langchain")
+    instrumentor = instrumentation.LangChainInstrumentor()
+    instrumentor.instrument(tracer_provider=captured_spans.provider)
+    try:
+        graph, fakes = case()
+        await run(core(graph), mode)
+        theirs = [
+            s.name
+            for s in captured_spans.spans
+            if s.instrumentation_scope is not None
+            and s.instrumentation_scope.name.startswith("openinference")
+        ]
+        assert theirs == []
+        assert_counted_once(captured_spans, fakes)
+        assert_clean(captured_spans, caplog)
+        # the instrumentor is live: an untraced run of the same composition is its to trace
+        captured_spans.clear()
+        graph, fakes = case()
+        await graph.ainvoke({"messages": [HumanMessage("research Oslo")]})
+        assert any(s.name == "ScriptedChatModel" for s in captured_spans.spans)
+    finally:
+        instrumentor.uninstrument()
