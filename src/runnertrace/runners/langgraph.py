@@ -28,6 +28,13 @@ How the contract maps onto LangGraph:
   instructions), the invocation parameters and the bound tools. Failed model
   calls and tools end their own spans with the exception (``on_llm_error``,
   ``on_tool_error``), so each ``RetryPolicy`` attempt is a span of its own.
+- **Compositions.** A subgraph's nodes are steps inside its node's step, named
+  ``<node>/<inner node>`` and carrying the subgraph's name as their agent (a
+  supervisor routing between agent subgraphs is a row of such node steps on the
+  run's line). Root-graph tasks that run at once (``Send`` branches, parallel
+  edges) are builder branches keyed by their task in LangGraph's checkpoint
+  namespace: each keeps its own steps and calls while they overlap. Concurrent
+  tasks *inside* a subgraph stay on their root task's lane.
 - **Run mode** untraced is a plain ``ainvoke``: no handler is installed. Traced,
   the handler reports to the observer and makes each tool's and model call's
   span current while it runs (see :class:`_TracedMapper`).
@@ -399,6 +406,17 @@ def _usage(message: BaseMessage | None) -> dict[str, Any]:
     }
 
 
+def _task_of(metadata: Mapping[str, Any]) -> str:
+    """The root graph's task a callback belongs to: the first segment of its checkpoint
+    namespace (``"<node>:<task id>"``), or ``""`` outside any task."""
+    return str(metadata.get("langgraph_checkpoint_ns") or "").split("|", 1)[0]
+
+
+def _is_tool_call_task(inputs: Any) -> bool:
+    """A per-call task of a prebuilt agent's ``tools`` node (one ``Send`` per tool call)."""
+    return isinstance(inputs, Mapping) and inputs.get("__type") == "tool_call_with_context"
+
+
 def _step_name(name: str, metadata: Mapping[str, Any]) -> str:
     """The node name, prefixed by the enclosing nodes when inside a subgraph."""
     namespace = str(metadata.get("langgraph_checkpoint_ns") or "")
@@ -416,9 +434,14 @@ _entered: contextvars.ContextVar[UUID | None] = contextvars.ContextVar(
 )
 
 
+# An open step: (step name, step index, builder branch or None for the run's line).
+_StepKey: TypeAlias = tuple[str, int, str | None]
+
+
 @dataclass
 class _Model:
     message_id: str
+    lane: str | None = None  # the builder branch of the call's task
     streamed: bool = False
     call_ids: set[str] = field(default_factory=set)
 
@@ -431,8 +454,14 @@ class _Mapper(BaseCallbackHandler):
       A step's agent is the graph that runs the node: a subgraph's name inside
       it, the run's agent at the top; a change of agent between steps is a
       handoff from the previous one.
+    - Tasks of the root graph running at once (``Send`` branches, parallel edges) are
+      lanes: the first holds the run's own line, each other one is a builder branch
+      keyed by its task (the first segment of LangGraph's checkpoint namespace), so
+      its steps, nested subgraph steps and model calls stay its own while they overlap.
+      Per-call ``tools`` tasks share their node's step (and lane) instead.
     - A chat-model run is a message whose id is the run id, started with what it
-      was sent (messages, system instructions, parameters, bound tools).
+      was sent (messages, system instructions, parameters, bound tools), in the lane
+      of its task.
     - A tool run answers the call whose id LangChain passes at its start.
 
     Deliberately a *sync* handler that runs inline: LangChain calls it directly,
@@ -457,8 +486,10 @@ class _Mapper(BaseCallbackHandler):
         self._agent: str | None = None  # the agent of the last step (None: the run's)
         self._lock = threading.Lock()
         self._chains: dict[UUID, str] = {}  # every open chain run -> its name
-        self._steps: dict[UUID, tuple[str, int]] = {}
-        self._open_steps: dict[tuple[str, int], int] = {}
+        self._steps: dict[UUID, _StepKey] = {}
+        self._open_steps: dict[_StepKey, int] = {}
+        self._lanes: dict[str, str | None] = {}  # root-graph task -> its builder branch
+        self._task_nodes: dict[UUID, str] = {}  # a root-graph node's run -> its task
         self._models: dict[UUID, _Model] = {}
         self._tools: dict[UUID, tuple[str, str]] = {}  # tool run -> (call id, tool name)
 
@@ -493,7 +524,13 @@ class _Mapper(BaseCallbackHandler):
             self._chains[run_id] = name
             if index is None:
                 return
-            key = (_step_name(name, metadata or {}), index)
+            metadata = metadata or {}
+            step = (_step_name(name, metadata), index)
+            task = _task_of(metadata)
+            lane = self._lane(task, step, inputs)
+            if task and "|" not in str(metadata.get("langgraph_checkpoint_ns")):
+                self._task_nodes[run_id] = task
+            key = (*step, lane)
             self._steps[run_id] = key
             count = self._open_steps.get(key, 0)
             self._open_steps[key] = count + 1
@@ -503,14 +540,39 @@ class _Mapper(BaseCallbackHandler):
             agent = None
             if parent_run_id is not None and parent_run_id != self.root:
                 agent = self._chains.get(parent_run_id)
+            if lane is not None:  # a branch: no handoff, its agent is its own
+                self.builder.step_start(
+                    step[0], index, agent_name=agent or self._agent_name, branch=lane
+                )
+                return
             handoff = agent != self._agent
             self.builder.step_start(
-                key[0],
+                step[0],
                 index,
                 agent_name=agent or (self._agent_name if handoff else None),
                 handoff_from=(self._agent or self._agent_name) if handoff else None,
             )
             self._agent = agent
+
+    def _lane(self, task: str, step: tuple[str, int], inputs: Any) -> str | None:
+        """The builder branch of a step of root-graph task ``task`` (None: the run's line).
+
+        A task's first step (the root graph's node) picks the lane: a per-call tool
+        task joins its node's open step; otherwise the run's line if no other task
+        holds it, else a branch of its own. The task's nested steps follow it."""
+        if not task:
+            return None
+        if task in self._lanes:
+            return self._lanes[task]
+        lane: str | None = task
+        if _is_tool_call_task(inputs):
+            shared = next((k for k in self._open_steps if k[:2] == step), None)
+            if shared is not None:
+                lane = shared[2]
+        if lane == task and all(key[2] is not None for key in self._open_steps):
+            lane = None  # the run's own line is free
+        self._lanes[task] = lane
+        return lane
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         if run_id == self.root:
@@ -518,13 +580,17 @@ class _Mapper(BaseCallbackHandler):
         self._end_chain(run_id)
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        if run_id in self._steps:
+        key = self._steps.get(run_id)
+        if key is not None:
             # A failed or cancelled step: LangChain may report its model call's error
             # only later (from a shielded task), so the call ends here, inside its step.
+            # Only its own lane's: another branch's call ends when that branch does.
+            lane = key[2]
             with self._lock, _boundary:
-                for model in self._models.values():
-                    self.builder.message_end(model.message_id, error=error)
-                self._models.clear()
+                for model_run, model in list(self._models.items()):
+                    if model.lane == lane:
+                        self.builder.message_end(model.message_id, error=error)
+                        del self._models[model_run]
         self._end_chain(run_id)
 
     def _end_chain(self, run_id: UUID) -> None:
@@ -533,11 +599,15 @@ class _Mapper(BaseCallbackHandler):
             key = self._steps.pop(run_id, None)
             if key is None:
                 return
+            task = self._task_nodes.pop(run_id, None)
+            if task is not None:  # the task's root-graph node ended: its lane is gone
+                self._lanes.pop(task, None)
             count = self._open_steps.pop(key) - 1
             if count:
                 self._open_steps[key] = count
-            else:
-                self.builder.step_end(*key)
+                return
+            name, index, lane = key
+            self.builder.step_end(name, index, branch=lane)
 
     # -- model calls --------------------------------------------------------------------
     def on_chat_model_start(
@@ -560,13 +630,15 @@ class _Mapper(BaseCallbackHandler):
             else {}
         )
         with self._lock, _boundary:
+            lane = self._lanes.get(_task_of(metadata))
             message_id = self.builder.message_start(
                 str(run_id),
                 model=str(model) if model else None,
                 provider=str(provider) if provider else None,
+                branch=lane,
                 **request,
             )
-            self._models[run_id] = _Model(message_id)
+            self._models[run_id] = _Model(message_id, lane)
             self._enter(run_id, self.builder.model_scope(message_id))
 
     def on_llm_new_token(
@@ -665,9 +737,11 @@ class _Mapper(BaseCallbackHandler):
         """The run failed: end what LangChain left open (innermost first)."""
         with self._lock, _boundary:
             self.builder.fail(error)
-            for key in reversed(list(self._open_steps)):
-                self.builder.step_end(*key)
+            for name, index, lane in reversed(list(self._open_steps)):
+                self.builder.step_end(name, index, branch=lane)
             self._open_steps.clear()
+            self._lanes.clear()
+            self._task_nodes.clear()
             self._steps.clear()
 
 
