@@ -19,7 +19,9 @@ pytest.importorskip(
 )
 
 
-from agents import Agent, Usage, function_tool
+from typing import Any
+
+from agents import Agent, RunHooks, Usage, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan
@@ -74,7 +76,21 @@ TOKENS = {
 }
 
 
-def as_tool_team() -> CoreAgent:
+class CountingHooks(RunHooks[Any]):
+    """The user's hooks for the agent tool's run: how often each model call is seen."""
+
+    def __init__(self) -> None:
+        self.llm_ends = 0
+
+    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        self.llm_ends += 1
+
+
+async def ignore(event: Any) -> None:
+    """An ``on_stream`` callback: ``as_tool()`` then streams the inner run."""
+
+
+def as_tool_team(**as_tool: Any) -> CoreAgent:
     r_in, r_out = zip(*TOKENS["researcher-llm"], strict=True)
     researcher = Agent(
         name="researcher",
@@ -96,7 +112,7 @@ def as_tool_team() -> CoreAgent:
     planner = Agent(
         name="planner",
         instructions="You plan trips.",
-        tools=[researcher.as_tool("research", "Research the weather.")],
+        tools=[researcher.as_tool("research", "Research the weather.", **as_tool)],
         model=PlannerModel(
             [
                 ModelStep(
@@ -150,11 +166,15 @@ def ancestors(spans: CapturedSpans, span: ReadableSpan) -> list[str]:
     return names
 
 
+VARIANTS = {"plain": {}, "streamed": {"on_stream": ignore}}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("mode", MODES)
 async def test_an_agent_as_tool_is_an_invoke_agent_span_under_its_tool(
-    mode: str, captured_spans: CapturedSpans
+    mode: str, variant: str, captured_spans: CapturedSpans
 ) -> None:
-    await run(as_tool_team(), mode)
+    await run(as_tool_team(**VARIANTS[variant]), mode)
     tool = one(captured_spans, "execute_tool research")
     inner = one(captured_spans, "invoke_agent researcher")
     assert parent_of(captured_spans, inner) == tool
@@ -178,11 +198,12 @@ async def test_an_agent_as_tool_is_an_invoke_agent_span_under_its_tool(
     assert inner.end_time <= tool.end_time  # the inner run ends inside its tool
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("mode", MODES)
 async def test_each_model_call_of_an_agent_as_tool_appears_once_with_its_tokens(
-    mode: str, captured_spans: CapturedSpans
+    mode: str, variant: str, captured_spans: CapturedSpans
 ) -> None:
-    await run(as_tool_team(), mode)
+    await run(as_tool_team(**VARIANTS[variant]), mode)
     for model in ("planner-llm", "researcher-llm"):
         spans = chats(captured_spans, model)
         assert [
@@ -217,3 +238,13 @@ async def test_a_handoff_is_a_new_step_of_the_new_agent_in_the_same_run(
     ) == TOKENS["booker-llm"][0]
     transfer = one(captured_spans, "execute_tool transfer_to_booker")
     assert parent_of(captured_spans, transfer) == planner_step
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_hooks_given_to_as_tool_still_fire_once_per_call(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    hooks = CountingHooks()
+    await run(as_tool_team(hooks=hooks), mode)
+    assert hooks.llm_ends == len(TOKENS["researcher-llm"])
+    assert len(chats(captured_spans, "researcher-llm")) == len(TOKENS["researcher-llm"])

@@ -762,7 +762,7 @@ def _observed_options(
     for key, value in changes.items():
         setattr(observed, key, value)
     if traced:
-        _origins[id(observed)] = (observed, declared, keep_sdk_tracing)
+        _origins[id(observed)] = (observed, declared, keep_sdk_tracing, observation)
     return {**options, "hooks": _compose(observation, options.get("hooks")), "run_config": observed}
 
 
@@ -770,7 +770,7 @@ def _observed_options(
 # Observed configs of traced runs (id -> the config, what the user declared, whether the
 # SDK's tracing is kept), so that an agent run as a tool (which is handed this run's
 # config, but no hooks) is told apart. Entries go when the run ends (see _Run.close).
-_origins: dict[int, tuple[Any, Any, bool]] = {}
+_origins: dict[int, tuple[Any, Any, bool, _Mapper]] = {}
 
 
 class _NestingAgentRunner(AgentRunner):
@@ -809,7 +809,35 @@ class _NestingAgentRunner(AgentRunner):
         return result
 
     def run_streamed(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
-        return self.inner.run_streamed(starting_agent, input, **kwargs)
+        nested = self._nested(starting_agent, input, kwargs)
+        if nested is None:
+            return self.inner.run_streamed(starting_agent, input, **kwargs)
+        run, mapper, options = nested
+        result = self.inner.run_streamed(starting_agent, input, **options)
+        prompt = input if isinstance(input, str) else ""
+
+        def ended(task: Any) -> None:
+            # The hooks carried the inner run; its loop task's end is the run's end.
+            _origins.pop(id(options["run_config"]), None)
+            with _boundary:
+                error = None if task.cancelled() else task.exception()
+                error = error or getattr(result, "_stored_exception", None)
+                if task.cancelled():
+                    run.finish(cancelled=True)
+                elif error is not None:
+                    mapper.fail(error)
+                    run.finish(error=error)
+                else:
+                    mapper.finish()
+                    run.finish(reply=_reply(result, prompt))
+
+        if result.run_loop_task is None:  # no loop to wait for: nothing more will come
+            with _boundary:
+                mapper.finish()
+                run.finish()
+        else:
+            result.run_loop_task.add_done_callback(ended)
+        return result
 
     def run_sync(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
         return self.inner.run_sync(starting_agent, input, **kwargs)
@@ -820,10 +848,13 @@ class _NestingAgentRunner(AgentRunner):
         agent tool of a traced run; ``None`` for any other run."""
         config = kwargs.get("run_config")
         origin = _origins.get(id(config))
-        if kwargs.get("hooks") is not None or origin is None or origin[0] is not config:
+        if origin is None or origin[0] is not config:
             return None
+        hooks = kwargs.get("hooks")
+        if hooks is origin[3] or (isinstance(hooks, _ComposedHooks) and origin[3] in hooks.hooks):
+            return None  # the traced run itself
         with _boundary:
-            _, declared, keep_sdk_tracing = origin
+            _, declared, keep_sdk_tracing, _ = origin
             name = getattr(starting_agent, "name", None) or "agent"
             requests = [AgentRequestText(prompt=input)] if isinstance(input, str) else None
             run = open_nested_run(name, mode="run", requests=requests)
