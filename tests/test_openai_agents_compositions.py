@@ -25,6 +25,7 @@ from agents import Agent, RunHooks, Usage, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
 from tests.fidelity_helpers import MODES, one, parent_of, run
 
 from runnertrace import TracingRunner
@@ -90,14 +91,15 @@ async def ignore(event: Any) -> None:
     """An ``on_stream`` callback: ``as_tool()`` then streams the inner run."""
 
 
-def as_tool_team(**as_tool: Any) -> CoreAgent:
+def as_tool_team(researcher_steps: list[Any] | None = None, **as_tool: Any) -> CoreAgent:
     r_in, r_out = zip(*TOKENS["researcher-llm"], strict=True)
     researcher = Agent(
         name="researcher",
         instructions="You look the weather up.",
         tools=[lookup],
         model=ResearcherModel(
-            [
+            researcher_steps
+            or [
                 ModelStep(
                     output=[function_call("lookup", {"city": "Oslo"}, call_id="r1")],
                     usage=usage(r_in[0], r_out[0]),
@@ -248,3 +250,21 @@ async def test_the_hooks_given_to_as_tool_still_fire_once_per_call(
     await run(as_tool_team(hooks=hooks), mode)
     assert hooks.llm_ends == len(TOKENS["researcher-llm"])
     assert len(chats(captured_spans, "researcher-llm")) == len(TOKENS["researcher-llm"])
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_failed_model_call_of_an_agent_as_tool_ends_its_own_run_with_the_error(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    broken = ModelStep.raise_error(ConnectionError("researcher endpoint reset the connection"))
+    await run(
+        as_tool_team([broken]), mode
+    )  # the SDK tells the planner the tool failed; the planner answers
+    inner = one(captured_spans, "invoke_agent researcher")
+    (failed,) = chats(captured_spans, "researcher-llm")
+    for span in (inner, failed):
+        assert span.status.status_code is StatusCode.ERROR
+        assert span.attributes["error.type"] == "ConnectionError"
+    assert parent_of(captured_spans, inner) == one(captured_spans, "execute_tool research")
+    assert one(captured_spans, "invoke_agent planner").status.status_code is StatusCode.UNSET
+    assert len(chats(captured_spans, "planner-llm")) == 2
