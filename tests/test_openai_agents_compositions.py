@@ -91,12 +91,16 @@ async def ignore(event: Any) -> None:
     """An ``on_stream`` callback: ``as_tool()`` then streams the inner run."""
 
 
-def as_tool_team(researcher_steps: list[Any] | None = None, **as_tool: Any) -> CoreAgent:
+def as_tool_team(
+    researcher_steps: list[Any] | None = None,
+    researcher_tools: list[Any] | None = None,
+    **as_tool: Any,
+) -> CoreAgent:
     r_in, r_out = zip(*TOKENS["researcher-llm"], strict=True)
     researcher = Agent(
         name="researcher",
         instructions="You look the weather up.",
-        tools=[lookup],
+        tools=researcher_tools or [lookup],
         model=ResearcherModel(
             researcher_steps
             or [
@@ -268,3 +272,33 @@ async def test_a_failed_model_call_of_an_agent_as_tool_ends_its_own_run_with_the
     assert parent_of(captured_spans, inner) == one(captured_spans, "execute_tool research")
     assert one(captured_spans, "invoke_agent planner").status.status_code is StatusCode.UNSET
     assert len(chats(captured_spans, "planner-llm")) == 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_agents_as_tools_nest_inside_each_other(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    class FetcherModel(ScriptedModel):
+        model = "fetcher-llm"
+
+    fetcher = Agent(
+        name="fetcher",
+        model=FetcherModel([ModelStep(output=[assistant_message("raw: sunny")])]),
+    )
+    calls_fetcher = [
+        ModelStep(output=[function_call("fetch", {"input": "Oslo"}, call_id="f1")]),
+        ModelStep(output=[assistant_message("sunny in Oslo")]),
+    ]
+    fetch_tool = fetcher.as_tool("fetch", "Fetch raw data.")
+    await run(as_tool_team(calls_fetcher, [fetch_tool]), mode)
+    fetch = one(captured_spans, "execute_tool fetch")
+    inner = one(captured_spans, "invoke_agent fetcher")
+    assert parent_of(captured_spans, inner) == fetch
+    assert fetch.attributes["gen_ai.agent.name"] == "researcher"
+    assert ancestors(captured_spans, fetch)[:3] == [
+        "agent_step researcher",
+        "invoke_agent researcher",
+        "execute_tool research",
+    ]
+    (chat,) = chats(captured_spans, "fetcher-llm")
+    assert chat.attributes["gen_ai.agent.name"] == "fetcher"
