@@ -19,6 +19,7 @@ pytest.importorskip(
 )
 
 
+from collections.abc import Iterator
 from typing import Any
 
 from agents import Agent, RunHooks, Usage, function_tool
@@ -302,3 +303,32 @@ async def test_agents_as_tools_nest_inside_each_other(
     ]
     (chat,) = chats(captured_spans, "fetcher-llm")
     assert chat.attributes["gen_ai.agent.name"] == "fetcher"
+
+
+@pytest.fixture
+def openinference(captured_spans: CapturedSpans) -> Iterator[None]:
+    """OpenInference's OpenAI Agents instrumentor, exporting to the same provider."""
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    instrumentor = OpenAIAgentsInstrumentor()
+    instrumentor.instrument(tracer_provider=captured_spans.provider)
+    try:
+        yield
+    finally:
+        instrumentor.uninstrument()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.usefixtures("openinference")
+async def test_with_openinference_an_agent_tools_calls_appear_once(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    await run(as_tool_team(), mode)
+    assert {
+        s.instrumentation_scope.name for s in captured_spans.spans if s.instrumentation_scope
+    } <= {
+        "runnertrace",
+        "user-code",
+    }
+    assert len(chats(captured_spans, "researcher-llm")) == len(TOKENS["researcher-llm"])
+    assert len(captured_spans.by_name("execute_tool lookup")) == 1
