@@ -19,6 +19,7 @@ pytest.importorskip(
 )
 
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +29,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 from tests.fidelity_helpers import MODES, one, parent_of, run
+from tests.tracing_helpers import OpenSpanTracker, cancel_and_settle
 
 from runnertrace import TracingRunner
 from runnertrace.core.agent import Agent as CoreAgent
@@ -332,3 +334,25 @@ async def test_with_openinference_an_agent_tools_calls_appear_once(
     }
     assert len(chats(captured_spans, "researcher-llm")) == len(TOKENS["researcher-llm"])
     assert len(captured_spans.by_name("execute_tool lookup")) == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_cancelling_the_run_ends_an_agent_tools_run_as_cancelled(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    tracker = OpenSpanTracker()
+    captured_spans.provider.add_span_processor(tracker)
+    reached = asyncio.Event()
+
+    async def hang(call: Any) -> ModelStep:
+        reached.set()
+        await asyncio.Event().wait()  # until cancelled
+        raise AssertionError("never answered")
+
+    task = asyncio.create_task(run(as_tool_team([ModelStep.respond(hang)]), mode))
+    await reached.wait()
+    await cancel_and_settle(task)
+    assert not tracker.open  # everything, the agent tool's run included, ended
+    inner = one(captured_spans, "invoke_agent researcher")
+    assert inner.attributes["runnertrace.cancelled"] is True
+    assert parent_of(captured_spans, inner) == one(captured_spans, "execute_tool research")

@@ -78,7 +78,7 @@ import copy
 import inspect
 import json
 import time
-from asyncio import current_task
+from asyncio import CancelledError, current_task
 from collections.abc import (
     AsyncGenerator,
     AsyncIterable,
@@ -796,6 +796,11 @@ class _NestingAgentRunner(AgentRunner):
         run, mapper, options = nested
         try:
             result = await self.inner.run(starting_agent, input, **options)
+        except CancelledError:
+            with _boundary:
+                mapper.exit_model_scope()
+                run.finish(cancelled=True)
+            raise
         except BaseException as error:
             with _boundary:
                 mapper.fail(error)
