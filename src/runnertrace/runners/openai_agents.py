@@ -40,6 +40,11 @@ How the SDK maps onto the contract, and why:
   exception for the call's result and hands over to the user's formatter.
 - **Identity**: after a handoff, steps carry the new agent's name and the agent
   that handed off; the transfer call gets the SDK's transfer message as result.
+- **An agent run as a tool** (``Agent.as_tool()``) is a run of its own, an
+  ``invoke_agent`` span under the tool's ``execute_tool`` span with its own steps,
+  chat and tool spans. The SDK starts it with the outer run's config and no hooks;
+  the SDK's default agent runner, wrapped at the first traced run, recognises that
+  config and observes the inner run (see :class:`_NestingAgentRunner`).
 - **Ids**: the step's message opens before the response has an id, so message
   ids are made up; the response id travels on ``MessageEnd``. Tool calls keep
   the model's ``call_id``.
@@ -73,7 +78,7 @@ import copy
 import inspect
 import json
 import time
-from asyncio import current_task
+from asyncio import CancelledError, current_task
 from collections.abc import (
     AsyncGenerator,
     AsyncIterable,
@@ -86,9 +91,9 @@ from contextlib import AbstractContextManager, aclosing, asynccontextmanager
 from typing import Any, ClassVar, cast
 
 from runnertrace._internal.imports import missing_extra
-from runnertrace.core.models import AgentReply, AgentRequest
+from runnertrace.core.models import AgentReply, AgentRequest, AgentRequestText
 from runnertrace.core.module import Module
-from runnertrace.core.observer import claim_observer, in_traced_run
+from runnertrace.core.observer import claim_observer, in_traced_run, open_nested_run
 from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.runners._kit.genai import (
     Message,
@@ -127,6 +132,7 @@ try:
     from agents.models import get_default_model
     from agents.models.fake_id import FAKE_RESPONSES_ID
     from agents.result import RunResultBase, RunResultStreaming
+    from agents.run import AgentRunner, get_default_agent_runner, set_default_agent_runner
 except ImportError as exc:
     raise missing_extra(exc, "openai-agents") from exc
 
@@ -716,7 +722,11 @@ def _compose(ours: RunHooksBase[Any, Any], declared: Any) -> Any:
 
 
 def _observed_options(
-    options: dict[str, Any], observation: _Mapper, keep_sdk_tracing: bool
+    options: dict[str, Any],
+    observation: _Mapper,
+    keep_sdk_tracing: bool,
+    *,
+    traced: bool | None = None,
 ) -> dict[str, Any]:
     """The run options of an observed run: our hooks composed with the user's, our
     tool error formatter in front of theirs, the SDK's own tracing off in a traced
@@ -742,14 +752,131 @@ def _observed_options(
         "tool_error_formatter": formatter,
         "model_settings": (config.model_settings or ModelSettings()).resolve(retry),
     }
-    if in_traced_run() and not keep_sdk_tracing:
+    traced = in_traced_run() if traced is None else traced
+    if traced and not keep_sdk_tracing:
         changes["tracing_disabled"] = True
+        _install_nesting_runner()
     # A shallow copy: ``dataclasses.replace`` would rebuild every field's default
     # and costs more than the rest of the observation together.
     observed = copy.copy(config)
     for key, value in changes.items():
         setattr(observed, key, value)
+    if traced:
+        _origins[id(observed)] = (observed, declared, keep_sdk_tracing, observation)
     return {**options, "hooks": _compose(observation, options.get("hooks")), "run_config": observed}
+
+
+# -- agents run as tools ---------------------------------------------------------------
+# Observed configs of traced runs (id -> the config, what the user declared, whether the
+# SDK's tracing is kept), so that an agent run as a tool (which is handed this run's
+# config, but no hooks) is told apart. Entries go when the run ends (see _Run.close).
+_origins: dict[int, tuple[Any, Any, bool, _Mapper]] = {}
+
+
+class _NestingAgentRunner(AgentRunner):
+    """The SDK's default runner, with one addition: a run started inside a tool of a
+    traced run, with that run's config and no hooks (what ``Agent.as_tool()`` does), is
+    traced as a run of its own nested under the tool's ``execute_tool`` span.
+
+    ``Agent.as_tool()`` calls ``Runner.run`` without hooks, and nothing else of ours
+    reaches the inner run but the config; the SDK's ``set_default_agent_runner`` is the
+    one place a run can be observed from. It is installed at the first traced run and
+    delegates everything else to the runner it replaced, so untraced runs are the
+    SDK's own. A runner the user sets later replaces it (the agent tool then shows as
+    its tool span only).
+    """
+
+    def __init__(self, inner: AgentRunner) -> None:
+        self.inner = inner
+
+    async def run(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
+        nested = self._nested(starting_agent, input, kwargs)
+        if nested is None:
+            return await self.inner.run(starting_agent, input, **kwargs)
+        run, mapper, options = nested
+        try:
+            result = await self.inner.run(starting_agent, input, **options)
+        except CancelledError:
+            with _boundary:
+                mapper.exit_model_scope()
+                run.finish(cancelled=True)
+            raise
+        except BaseException as error:
+            with _boundary:
+                mapper.fail(error)
+                run.finish(error=error)
+            raise
+        finally:
+            _origins.pop(id(options["run_config"]), None)
+        with _boundary:
+            mapper.finish()
+            run.finish(reply=_reply(result, input if isinstance(input, str) else ""))
+        return result
+
+    def run_streamed(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
+        nested = self._nested(starting_agent, input, kwargs)
+        if nested is None:
+            return self.inner.run_streamed(starting_agent, input, **kwargs)
+        run, mapper, options = nested
+        result = self.inner.run_streamed(starting_agent, input, **options)
+        prompt = input if isinstance(input, str) else ""
+
+        def ended(task: Any) -> None:
+            # The hooks carried the inner run; its loop task's end is the run's end.
+            _origins.pop(id(options["run_config"]), None)
+            with _boundary:
+                error = None if task.cancelled() else task.exception()
+                error = error or getattr(result, "_stored_exception", None)
+                if task.cancelled():
+                    run.finish(cancelled=True)
+                elif error is not None:
+                    mapper.fail(error)
+                    run.finish(error=error)
+                else:
+                    mapper.finish()
+                    run.finish(reply=_reply(result, prompt))
+
+        if result.run_loop_task is None:  # no loop to wait for: nothing more will come
+            with _boundary:
+                mapper.finish()
+                run.finish()
+        else:
+            result.run_loop_task.add_done_callback(ended)
+        return result
+
+    def run_sync(self, starting_agent: Any, input: Any, **kwargs: Any) -> Any:
+        return self.inner.run_sync(starting_agent, input, **kwargs)
+
+    @staticmethod
+    def _nested(starting_agent: Any, input: Any, kwargs: dict[str, Any]) -> Any:
+        """The nested run, its mapper and the observed options for a run started by an
+        agent tool of a traced run; ``None`` for any other run."""
+        config = kwargs.get("run_config")
+        origin = _origins.get(id(config))
+        if origin is None or origin[0] is not config:
+            return None
+        hooks = kwargs.get("hooks")
+        if hooks is origin[3] or (isinstance(hooks, _ComposedHooks) and origin[3] in hooks.hooks):
+            return None  # the traced run itself
+        with _boundary:
+            _, declared, keep_sdk_tracing, _ = origin
+            name = getattr(starting_agent, "name", None) or "agent"
+            requests = [AgentRequestText(prompt=input)] if isinstance(input, str) else None
+            run = open_nested_run(name, mode="run", requests=requests)
+            if run is None:
+                return None
+            mapper = _Mapper(EventBuilder(run), declared, starting_agent, streaming=False)
+            options = _observed_options(
+                {**kwargs, "run_config": declared}, mapper, keep_sdk_tracing, traced=True
+            )
+            return run, mapper, options
+        return None
+
+
+def _install_nesting_runner() -> None:
+    current = get_default_agent_runner()
+    if not isinstance(current, _NestingAgentRunner):
+        set_default_agent_runner(_NestingAgentRunner(current))
 
 
 # -- replies --------------------------------------------------------------------------------
@@ -822,6 +949,7 @@ class _Run(FrameworkRun[RunResultBase]):
             self.mapper.finish()
 
     def close(self) -> None:
+        _origins.pop(id(self.options.get("run_config")), None)
         if self.mapper is not None:  # cancelled too: the caller's context never keeps the chat span
             self.mapper.exit_model_scope()
         if self.result is not None and not self.completed:
