@@ -106,29 +106,35 @@ class TracingRunner:
     def _begin(self, agent: Any, session: Any, requests: Any, mode: str) -> RunTracer | None:
         # The boundary of handle_internal_errors, inline: this runs once per run.
         try:
-            setup = self.setup
-            if setup.disabled:
-                return None
             outer = _active_run.get()
-            parent = outer.nesting_context() if outer is not None else None
             policy = self.policy
-            return RunTracer(
-                setup.tracer,
-                policy,
+            return self._tracer(
                 agent_name=str(getattr(agent, "name", None) or type(agent).__name__),
-                framework=self._framework,
                 session_id=getattr(session, "id", None),
-                user_id=self.settings.user_id,
                 mode=mode,
-                deltas_as_events=self._deltas_as_events,
-                legacy_keys=self._legacy_keys,
-                parent=parent,
+                parent=outer.nesting_context() if outer is not None else None,
                 requests=requests,
                 instructions=_instructions(agent) if policy.capture else None,
             )
         except Exception as exc:  # noqa: BLE001 - telemetry boundary
             report_internal_error("starting the run span", exc)
         return None
+
+    def _tracer(self, **run: Any) -> RunTracer | None:
+        """A run's tracer with this runner's settings (``None`` when tracing is off);
+        ``run`` holds what differs between a run of ours and a nested one."""
+        setup = self.setup
+        if setup.disabled:
+            return None
+        return RunTracer(
+            setup.tracer,
+            self.policy,
+            framework=self._framework,
+            user_id=self.settings.user_id,
+            deltas_as_events=self._deltas_as_events,
+            legacy_keys=self._legacy_keys,
+            **run,
+        )
 
     def _end(self, run: RunTracer, **outcome: Any) -> None:
         run.finish(**outcome)
@@ -141,20 +147,11 @@ class TracingRunner:
         docstring): this runner's settings, under the current span, in the outer run's
         conversation; ``requests`` is what the inner agent was asked."""
         try:
-            setup = self.setup
-            if setup.disabled:
-                return None
             outer = _active_run.get()
-            return RunTracer(
-                setup.tracer,
-                self.policy,
+            return self._tracer(
                 agent_name=agent_name,
-                framework=self._framework,
                 session_id=outer.common.get(A.CONVERSATION_ID) if outer is not None else None,
-                user_id=self.settings.user_id,
                 mode=mode,
-                deltas_as_events=self._deltas_as_events,
-                legacy_keys=self._legacy_keys,
                 parent=None,
                 requests=requests,
             )
