@@ -27,8 +27,10 @@ LINGER_SECONDS = 0.3
 SLACK_NS = 1_000_000
 """How far a span may start before the tool's entry, or end after its exit."""
 LINGERS = [0.0, LINGER_SECONDS]
-ATTEMPTS = 3
-"""Runs of a scenario before a timing miss fails the test (see the assertion)."""
+ATTEMPTS = 8
+"""Runs of a scenario before a timing miss fails the test (see the assertion). A clean CI
+run on Python 3.13 once missed by 0.27 ms in 3 of 3; a span opened at the announcement misses
+by the 0.3 s linger in every run, so more attempts cannot hide a broken fix."""
 CITIES = ("Oslo", "Rome")
 """The two calls each test's model asks for, in one response."""
 
