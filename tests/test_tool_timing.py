@@ -3,7 +3,8 @@
 Per runner and mode, an agent whose model calls one tool (``weather``, which notes
 when it really ran) and then answers; once with a model that finishes as soon as it
 announced the call, once with one that keeps streaming for 0.3 s after. The tool's
-span must bracket the tool's own run within 1 ms, sit under the step that ran it,
+span must bracket the tool's own run within SLACK_NS (5 ms, see tool_timing_helpers), sit
+under the step that ran it,
 and end before that step.
 """
 
