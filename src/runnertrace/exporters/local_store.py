@@ -18,11 +18,22 @@ the same transaction as the spans it summarises. Listing and filtering runs
 then reads one indexed row per run instead of grouping every span of the
 store, which is what keeps ``runnertrace ui`` fast at 100k runs. Stores from
 before the table (schema 1) are upgraded and back-filled once, on first open.
+
+A run's numbers (tokens, cost, model and tool calls, errors, unpriced calls) are
+its root span's: every ``invoke_agent`` span carries its whole subtree's totals
+(SEMCONV.md, "Totals and nesting"), and the store copies them, computing nothing
+of its own. Only a trace whose top run spans carry none of those keys (another
+app's, sent over OTLP, or one written before them) gets sums of its model-call
+spans instead, marked ``derived``. Beside each run, ``run_agents`` holds one row
+per agent of the trace (its own work and what it started, summed over its runs):
+the per-agent tables, the cost-by-agent chart and the "agent anywhere" filter
+read it. Schema 3 added both; older stores are upgraded and back-filled once.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sqlite3
@@ -30,7 +41,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +67,7 @@ __all__ = [
     "stored_span",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS spans (
@@ -98,7 +109,14 @@ CREATE TABLE IF NOT EXISTS runs (
     session_id    TEXT,
     user_id       TEXT,
     cost          REAL,
-    seq           INTEGER NOT NULL
+    seq           INTEGER NOT NULL,
+    model_calls     INTEGER NOT NULL DEFAULT 0,
+    tool_calls      INTEGER NOT NULL DEFAULT 0,
+    errors          INTEGER NOT NULL DEFAULT 0,
+    unpriced_calls  INTEGER NOT NULL DEFAULT 0,
+    unpriced_models TEXT,
+    nested_runs     INTEGER NOT NULL DEFAULT 0,
+    derived         INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_by_start ON runs (start_ns, trace_id);
 CREATE INDEX IF NOT EXISTS runs_by_agent ON runs (agent, start_ns, trace_id);
@@ -109,24 +127,127 @@ CREATE INDEX IF NOT EXISTS runs_by_seq ON runs (seq);
 -- Covers the dashboard's per-agent charts: they read no table row at all.
 CREATE INDEX IF NOT EXISTS runs_for_charts
     ON runs (start_ns, agent, name, end_ns, input_tokens, output_tokens, cost);
+-- One row per agent of a trace: what it did itself ("own") and with what it started.
+CREATE TABLE IF NOT EXISTS run_agents (
+    trace_id            TEXT    NOT NULL,
+    agent               TEXT    NOT NULL,
+    start_ns            INTEGER NOT NULL,
+    runs                INTEGER NOT NULL,
+    cancelled           INTEGER NOT NULL,
+    failed              INTEGER NOT NULL,
+    depth               INTEGER NOT NULL,
+    started_by          TEXT,
+    own_input_tokens    INTEGER NOT NULL,
+    own_output_tokens   INTEGER NOT NULL,
+    own_cost            REAL,
+    own_unpriced_calls  INTEGER NOT NULL,
+    own_model_calls     INTEGER NOT NULL,
+    own_tool_calls      INTEGER NOT NULL,
+    own_errors          INTEGER NOT NULL,
+    own_ns              INTEGER NOT NULL,
+    input_tokens        INTEGER NOT NULL,
+    output_tokens       INTEGER NOT NULL,
+    cost                REAL,
+    unpriced_calls      INTEGER NOT NULL,
+    model_calls         INTEGER NOT NULL,
+    tool_calls          INTEGER NOT NULL,
+    errors              INTEGER NOT NULL,
+    total_ns            INTEGER NOT NULL,
+    unpriced_models     TEXT,
+    PRIMARY KEY (trace_id, agent)
+) WITHOUT ROWID;
+-- "This agent anywhere in the tree": the traces of one agent, newest first.
+CREATE INDEX IF NOT EXISTS run_agents_by_agent ON run_agents (agent, trace_id);
+-- Covers the cost-by-agent chart.
+CREATE INDEX IF NOT EXISTS run_agents_by_start
+    ON run_agents (start_ns, agent, own_cost, own_unpriced_calls);
 """
-# The cost of a chat or run span, when a price was known (never guessed).
+# Columns schema 3 added to a schema 2 ``runs`` table (name, declaration).
+_RUNS_ADDED = (
+    ("model_calls", "INTEGER NOT NULL DEFAULT 0"),
+    ("tool_calls", "INTEGER NOT NULL DEFAULT 0"),
+    ("errors", "INTEGER NOT NULL DEFAULT 0"),
+    ("unpriced_calls", "INTEGER NOT NULL DEFAULT 0"),
+    ("unpriced_models", "TEXT"),
+    ("nested_runs", "INTEGER NOT NULL DEFAULT 0"),
+    ("derived", "INTEGER NOT NULL DEFAULT 0"),
+)
+# Indexes whose columns changed since schema 2: dropped, then made anew.
+_REBUILT_INDEXES: tuple[str, ...] = ()
+# The cost of a chat span, when a price was known (never guessed).
 COST = "gen_ai.usage.cost"
 
 RUN_COLUMNS = (
     "trace_id, name, start_ns, end_ns, span_count, error_count, input_tokens, output_tokens, "
-    "status, agent, framework, mode, session_id, user_id, cost"
+    "status, agent, framework, mode, session_id, user_id, cost, model_calls, tool_calls, "
+    "errors, unpriced_calls, unpriced_models, nested_runs, derived"
 )
 _RUN_SELECT = f"SELECT {RUN_COLUMNS} FROM runs"
 _RUN_UPSERT_HEAD = f"INSERT OR REPLACE INTO runs ({RUN_COLUMNS}, seq) VALUES "
-_RUN_WIDTH = 16
-# Per trace: the aggregates, and chat spans' cost for a run span that has none (yet).
+_RUN_WIDTH = 23
+
+
+def _key(name: str) -> str:
+    return f"'$.\"{name}\"'"
+
+
+# Per trace: its span count, error spans and time span.
 _RUN_AGGREGATES = (
-    "SELECT trace_id, MIN(start_ns), MAX(end_ns), COUNT(*), SUM(status_code = 'ERROR'), "
-    "SUM(input_tokens), SUM(output_tokens), "
-    f"SUM(CASE WHEN span_type = 'message' THEN json_extract(attributes, '$.\"{COST}\"') END) "
+    "SELECT trace_id, MIN(start_ns), MAX(end_ns), COUNT(*), SUM(status_code = 'ERROR') "
     "FROM spans WHERE trace_id IN ({}) GROUP BY trace_id"
 )
+# The sums of a trace's model-call and tool spans: a run's numbers only when its top run
+# spans carry none (a foreign trace: derived). Read for those traces alone. A model call
+# with tokens and no price is unpriced; its [provider, model, request model] name it.
+_UNPRICED_CHAT = (
+    "span_type = 'message' AND input_tokens + output_tokens > 0 "
+    f"AND json_extract(attributes, {_key(COST)}) IS NULL"
+)
+_CALL_SUMS = (
+    "SELECT trace_id, "
+    "SUM(CASE WHEN span_type = 'message' THEN input_tokens ELSE 0 END), "
+    "SUM(CASE WHEN span_type = 'message' THEN output_tokens ELSE 0 END), "
+    f"SUM(CASE WHEN span_type = 'message' THEN json_extract(attributes, {_key(COST)}) END), "
+    "SUM(span_type = 'message'), SUM(span_type = 'tool'), "
+    "SUM(span_type IN ('message', 'tool') AND status_code = 'ERROR'), "
+    f"SUM({_UNPRICED_CHAT}), "
+    f"json_group_array(DISTINCT CASE WHEN {_UNPRICED_CHAT} THEN json_extract(attributes, "
+    f"{_key(attr.PROVIDER)}, {_key(attr.RESPONSE_MODEL)}, {_key(attr.REQUEST_MODEL)}) END) "
+    "FROM spans WHERE trace_id IN ({}) GROUP BY trace_id"
+)
+# Every run span of the traces, with its nearest run span above it (NULL: a top run),
+# found by walking up the parent links through the primary key (at most 64 spans up).
+_RUN_TREE = (
+    "WITH RECURSIVE up(trace_id, run_id, at, hops, parent_run) AS ("
+    "SELECT trace_id, span_id, parent_span_id, 0, NULL FROM spans "
+    "WHERE trace_id IN ({}) AND +span_type = 'run' "
+    "UNION ALL SELECT up.trace_id, up.run_id, s.parent_span_id, up.hops + 1, "
+    "CASE WHEN s.span_type = 'run' THEN s.span_id END "
+    "FROM up JOIN spans AS s ON s.trace_id = up.trace_id AND s.span_id = up.at "
+    "WHERE up.parent_run IS NULL AND up.hops < 64) "
+    "SELECT r.trace_id, r.span_id, p.parent_run, r.is_root, r.name, r.start_ns, r.end_ns, "
+    "r.status_code, r.attributes "
+    "FROM (SELECT trace_id, run_id, MAX(parent_run) AS parent_run FROM up "
+    "GROUP BY trace_id, run_id) AS p "
+    "JOIN spans AS r ON r.trace_id = p.trace_id AND r.span_id = p.run_id"
+)
+# The tree of a derived trace with several runs: each model or tool call is its nearest
+# run's own work. (A trace of ours never needs this: its run spans say it.)
+_CALL_SPANS = (
+    "SELECT trace_id, span_id, parent_span_id, span_type, status_code, input_tokens, "
+    f"output_tokens, CASE WHEN span_type = 'message' THEN json_extract(attributes, "
+    f"{_key(COST)}) END, CASE WHEN {_UNPRICED_CHAT} THEN json_extract(attributes, "
+    f"{_key(attr.PROVIDER)}, {_key(attr.RESPONSE_MODEL)}, {_key(attr.REQUEST_MODEL)}) END "
+    "FROM spans WHERE trace_id IN ({})"
+)
+AGENT_COLUMNS = (
+    "trace_id, agent, start_ns, runs, cancelled, failed, depth, started_by, "
+    "own_input_tokens, own_output_tokens, own_cost, own_unpriced_calls, own_model_calls, "
+    "own_tool_calls, own_errors, own_ns, input_tokens, output_tokens, cost, unpriced_calls, "
+    "model_calls, tool_calls, errors, total_ns, unpriced_models"
+)
+_AGENT_INSERT_HEAD = f"INSERT OR REPLACE INTO run_agents ({AGENT_COLUMNS}) VALUES "
+_AGENT_WIDTH = 25
 
 _COLUMNS = (
     "trace_id, span_id, parent_span_id, is_root, name, kind, span_type, start_ns, end_ns, "
@@ -212,7 +333,13 @@ class StoredSpan:
 
 @dataclass(frozen=True)
 class RunSummary:
-    """One row of ``runnertrace traces``: a trace, described by its top span and run span."""
+    """One row of ``runnertrace traces``: a trace, described by its top span and run span.
+
+    The numbers (tokens, cost, calls, errors) are the top run span's totals, which
+    cover its whole subtree, nested agent runs included; ``derived`` says they were
+    summed from the trace's model-call and tool spans instead, because its run spans
+    carry no totals (another app's trace).
+    """
 
     trace_id: str
     name: str
@@ -220,6 +347,7 @@ class RunSummary:
     end_ns: int
     span_count: int
     error_count: int
+    """Spans in error, of any kind (``errors`` counts failed model and tool calls)."""
     input_tokens: int
     output_tokens: int
     status: str
@@ -230,7 +358,19 @@ class RunSummary:
     session_id: str | None = None
     user_id: str | None = None
     cost: float | None = None
-    """USD, from ``gen_ai.usage.cost`` (the run span's, else the sum of its chat spans')."""
+    """USD: the sum of the priced model calls (``None``: none was priced). Partial when
+    ``unpriced_calls`` > 0."""
+    model_calls: int = 0
+    tool_calls: int = 0
+    errors: int = 0
+    """Model and tool calls that ended in error."""
+    unpriced_calls: int = 0
+    """Model calls that reported tokens but got no price: the cost leaves them out."""
+    unpriced_models: tuple[str, ...] = ()
+    """The models no price was found for."""
+    nested_runs: int = 0
+    derived: bool = False
+    """The numbers are sums of the trace's model-call spans (its run spans carry none)."""
 
     @property
     def duration_ns(self) -> int:
@@ -239,6 +379,198 @@ class RunSummary:
     @property
     def tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+    @property
+    def cost_status(self) -> str | None:
+        """``priced``, ``partial`` (some calls unpriced), ``unpriced`` (no call priced),
+        or ``None`` (no model call reported tokens)."""
+        return cost_status(self.cost, self.unpriced_calls)
+
+    @property
+    def cost_label(self) -> str:
+        """The cost as every viewer prints it, e.g. ``$0.0002206 (partial: 2 calls unpriced)``."""
+        return cost_label(self.cost, self.unpriced_calls)
+
+
+def format_cost(cost: float) -> str:
+    """USD to four significant digits, as the pages' ``RT.cost`` prints it."""
+    if cost == 0:
+        return "$0"
+    if cost >= 1:
+        return f"${cost:.2f}"
+    digits = min(10, max(2, 3 - math.floor(math.log10(cost))))
+    return "$" + f"{cost:.{digits}f}".rstrip("0").rstrip(".")
+
+
+def cost_status(cost: float | None, unpriced_calls: int) -> str | None:
+    """Whether a cost covers every call: ``priced``, ``partial``, ``unpriced`` or ``None``."""
+    if unpriced_calls > 0:
+        return "unpriced" if cost is None else "partial"
+    return None if cost is None else "priced"
+
+
+def cost_label(cost: float | None, unpriced_calls: int) -> str:
+    """A cost that says when it misses calls: ``$0.003``, ``$0.0002 (partial: 2 calls
+    unpriced)``, ``unpriced`` (calls, none priced), or ``-`` (no model call had tokens)."""
+    if unpriced_calls > 0:
+        if cost is None:
+            return "unpriced"
+        calls = f"{unpriced_calls} call{'s' if unpriced_calls != 1 else ''}"
+        return f"{format_cost(cost)} (partial: {calls} unpriced)"
+    return "-" if cost is None else format_cost(cost)
+
+
+@dataclass(slots=True)
+class Usage:
+    """What a share of a trace's work added up to: tokens, cost, calls, errors and time."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float | None = None
+    unpriced_calls: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+    errors: int = 0
+    duration_ns: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            _add_cost(self.cost, other.cost),
+            self.unpriced_calls + other.unpriced_calls,
+            self.model_calls + other.model_calls,
+            self.tool_calls + other.tool_calls,
+            self.errors + other.errors,
+            self.duration_ns + other.duration_ns,
+        )
+
+    @property
+    def cost_label(self) -> str:
+        return cost_label(self.cost, self.unpriced_calls)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["cost_status"] = cost_status(self.cost, self.unpriced_calls)
+        return data
+
+
+_NO_USAGE = Usage()
+
+
+def _add_cost(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else a + b
+
+
+@dataclass(frozen=True, slots=True)
+class AgentAccount:
+    """One agent of a trace (or a session): its own work, and with what it started.
+
+    ``own`` counts the model and tool calls of the agent's runs, without the runs
+    nested in them; ``total`` adds everything those nested runs did. An agent that
+    ran several times sums its runs; one nested in itself is counted once in
+    ``total`` (its outermost runs only). Times: ``total`` is the wall time of those
+    outermost runs, ``own`` that of its runs minus the time its nested runs took.
+    """
+
+    agent: str
+    start_ns: int
+    runs: int
+    cancelled: int
+    failed: int
+    depth: int
+    """How many runs it sits under at the least (0: a top run)."""
+    started_by: tuple[str, ...]
+    own: Usage
+    total: Usage
+    unpriced_models: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "agent": self.agent,
+            "start_ns": self.start_ns,
+            "runs": self.runs,
+            "cancelled": self.cancelled,
+            "failed": self.failed,
+            "depth": self.depth,
+            "started_by": list(self.started_by),
+            "own": self.own.to_json(),
+            "total": self.total.to_json(),
+            "unpriced_models": list(self.unpriced_models),
+        }
+
+    def row(self, trace_id: str) -> tuple[object, ...]:
+        own, total = self.own, self.total
+        return (
+            trace_id,
+            self.agent,
+            self.start_ns,
+            self.runs,
+            self.cancelled,
+            self.failed,
+            self.depth,
+            _dumps(list(self.started_by)) if self.started_by else None,
+            own.input_tokens,
+            own.output_tokens,
+            own.cost,
+            own.unpriced_calls,
+            own.model_calls,
+            own.tool_calls,
+            own.errors,
+            own.duration_ns,
+            total.input_tokens,
+            total.output_tokens,
+            total.cost,
+            total.unpriced_calls,
+            total.model_calls,
+            total.tool_calls,
+            total.errors,
+            total.duration_ns,
+            _dumps(list(self.unpriced_models)) if self.unpriced_models else None,
+        )
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> AgentAccount:
+        """From the columns of ``AGENT_COLUMNS`` but the trace id (a sum of rows works too)."""
+        return cls(
+            agent=row[0],
+            start_ns=int(row[1]),
+            runs=int(row[2]),
+            cancelled=int(row[3]),
+            failed=int(row[4]),
+            depth=int(row[5]),
+            started_by=_names(row[6]),
+            own=_usage(row[7:15]),
+            total=_usage(row[15:23]),
+            unpriced_models=_names(row[23]),
+        )
+
+
+def _usage(values: Sequence[Any]) -> Usage:
+    """A :class:`Usage` from its 8 columns, in field order (a cost may be NULL)."""
+    cost = values[2]
+    return Usage(
+        int(values[0] or 0),
+        int(values[1] or 0),
+        float(cost) if cost is not None else None,
+        *(int(v or 0) for v in values[3:8]),
+    )
+
+
+def _names(value: object) -> tuple[str, ...]:
+    """The names in a column's JSON list (or in several, comma-joined by a GROUP_CONCAT)."""
+    if not isinstance(value, str) or not value:
+        return ()
+    try:
+        found = json.loads(f"[{value}]")
+    except ValueError:
+        return ()
+    names: list[str] = []
+    for item in found:
+        for name in item if isinstance(item, list) else [item]:
+            if isinstance(name, str) and name not in names:
+                names.append(name)
+    return tuple(names)
 
 
 _METRICS_SCHEMA = """
@@ -479,44 +811,485 @@ def span_tree(spans: Iterable[StoredSpan]) -> list[tuple[StoredSpan, int]]:
 
 def run_summary(row: Sequence[Any]) -> RunSummary:
     """A :class:`RunSummary` from a ``runs`` row (the columns of ``RUN_COLUMNS``)."""
-    return RunSummary(*row)
+    return RunSummary(
+        **dict(zip(_RUN_FIELDS, row[:19], strict=True)),
+        unpriced_models=_names(row[19]),
+        nested_runs=int(row[20] or 0),
+        derived=bool(row[21]),
+    )
 
 
-# The top span (a root, else the earliest) and the first run span of each trace, in one
-# query for a whole batch: the window ranks only keys, then the two rows are read.
-_SUMMARY_SPANS = (
-    "SELECT s.trace_id, r.top_rank = 1, s.span_type = 'run' AND r.run_rank = 1, "
-    "s.is_root, s.name, s.start_ns, s.end_ns, s.status_code, s.attributes "
-    "FROM (SELECT trace_id, span_id, span_type, "
-    "ROW_NUMBER() OVER (PARTITION BY trace_id ORDER BY is_root DESC, start_ns, span_id) "
-    "AS top_rank, "
-    "ROW_NUMBER() OVER (PARTITION BY trace_id, span_type = 'run' ORDER BY start_ns, span_id) "
-    "AS run_rank "
-    "FROM spans WHERE trace_id IN ({})) AS r "
-    "JOIN spans AS s ON s.trace_id = r.trace_id AND s.span_id = r.span_id "
-    "WHERE r.top_rank = 1 OR (r.span_type = 'run' AND r.run_rank = 1)"
+_RUN_FIELDS = tuple(name.strip() for name in RUN_COLUMNS.split(","))[:19]
+
+
+def agent_account(row: Sequence[Any]) -> AgentAccount:
+    """An :class:`AgentAccount` from a ``run_agents`` row (``AGENT_COLUMNS`` but the trace id)."""
+    return AgentAccount.from_row(row)
+
+
+# -- a run's numbers ------------------------------------------------------------------------
+# The totals contract's keys (runnertrace.tracing.attributes, SEMCONV.md "Totals and nesting").
+_AGG_MODEL_CALLS = "runnertrace.aggregated.model_calls"
+_AGG_TOOL_CALLS = "runnertrace.aggregated.tool_calls"
+_AGG_ERRORS = "runnertrace.aggregated.errors"
+_UNPRICED_CALLS = "runnertrace.usage.unpriced_calls"
+_UNPRICED_MODELS = "runnertrace.usage.unpriced_models"
+_NESTED_RUNS = "runnertrace.nested_runs"
+_OWN_INPUT_TOKENS = "runnertrace.own.input_tokens"
+_OWN_OUTPUT_TOKENS = "runnertrace.own.output_tokens"
+_OWN_COST = "runnertrace.own.cost"
+_OWN_UNPRICED_CALLS = "runnertrace.own.unpriced_calls"
+_OWN_MODEL_CALLS = "runnertrace.own.model_calls"
+_OWN_TOOL_CALLS = "runnertrace.own.tool_calls"
+_OWN_ERRORS = "runnertrace.own.errors"
+_OWN_KEYS = (
+    _OWN_INPUT_TOKENS,
+    _OWN_OUTPUT_TOKENS,
+    _OWN_COST,
+    _OWN_UNPRICED_CALLS,
+    _OWN_MODEL_CALLS,
+    _OWN_TOOL_CALLS,
+    _OWN_ERRORS,
 )
-# is_root, name, start_ns, end_ns, status_code, attributes
-_SummarySpan = tuple[int, str, int, int, str, str]
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _money(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _model_label(found: object) -> str:
+    """``provider/model`` from ``[provider, response model, request model]`` (SQL's answer)."""
+    provider, *models = found if isinstance(found, list) else [None, found]
+    model = next((m for m in models if isinstance(m, str) and m), None)
+    if isinstance(provider, str) and provider and model:
+        return f"{provider}/{model}"
+    return model or (provider if isinstance(provider, str) and provider else "unknown")
+
+
+@dataclass
+class _Run:
+    """One ``invoke_agent`` span of a trace, with its totals and its own work."""
+
+    span_id: str
+    parent: str | None  # the nearest run span above it
+    agent: str
+    start_ns: int
+    end_ns: int
+    failed: bool
+    cancelled: bool
+    ours: bool  # it carries the totals keys
+    total: Usage
+    own: Usage
+    unpriced_models: tuple[str, ...]
+    nested_runs: int
+
+
+def _run(
+    span_id: str,
+    parent: str | None,
+    name: str,
+    start_ns: int,
+    end_ns: int,
+    status: str,
+    attrs: dict[str, Any],
+) -> _Run:
+    """A run from its span: the totals its span carries, and its own work (the
+    ``runnertrace.own.*`` keys, present when it had nested runs; else its totals)."""
+    ours = _AGG_MODEL_CALLS in attrs
+    agent = attrs.get(attr.AGENT_NAME)
+    if not ours:  # another app's run, or one from before the totals: its calls say
+        return _Run(
+            span_id,
+            parent,
+            agent if isinstance(agent, str) and agent else name,
+            start_ns,
+            end_ns,
+            status == "ERROR",
+            bool(attrs.get(attr.CANCELLED)),
+            False,
+            _NO_USAGE,
+            _NO_USAGE,
+            (),
+            0,
+        )
+    total = Usage(
+        _count(attrs.get(attr.AGG_INPUT_TOKENS)),
+        _count(attrs.get(attr.AGG_OUTPUT_TOKENS)),
+        _money(attrs.get(attr.AGG_COST)),
+        _count(attrs.get(_UNPRICED_CALLS)),
+        _count(attrs.get(_AGG_MODEL_CALLS)),
+        _count(attrs.get(_AGG_TOOL_CALLS)),
+        _count(attrs.get(_AGG_ERRORS)),
+    )
+    if _NESTED_RUNS in attrs or any(key in attrs for key in _OWN_KEYS):
+        own = Usage(
+            _count(attrs.get(_OWN_INPUT_TOKENS)),
+            _count(attrs.get(_OWN_OUTPUT_TOKENS)),
+            _money(attrs.get(_OWN_COST)),
+            _count(attrs.get(_OWN_UNPRICED_CALLS)),
+            _count(attrs.get(_OWN_MODEL_CALLS)),
+            _count(attrs.get(_OWN_TOOL_CALLS)),
+            _count(attrs.get(_OWN_ERRORS)),
+        )
+    else:
+        own = total
+    models = attrs.get(_UNPRICED_MODELS)
+    return _Run(
+        span_id=span_id,
+        parent=parent,
+        agent=agent if isinstance(agent, str) and agent else name,
+        start_ns=start_ns,
+        end_ns=end_ns,
+        failed=status == "ERROR",
+        cancelled=bool(attrs.get(attr.CANCELLED)),
+        ours=True,
+        total=total,
+        own=own,
+        unpriced_models=tuple(m for m in models if isinstance(m, str))
+        if isinstance(models, list | tuple)
+        else (),
+        nested_runs=_count(attrs.get(_NESTED_RUNS)),
+    )
+
+
+def _is_ours(runs: Sequence[_Run]) -> bool:
+    """Do the trace's top runs carry the totals? Then they are its numbers."""
+    tops = [r for r in runs if r.parent is None]
+    return bool(tops) and all(r.ours for r in tops)
+
+
+# (span_id, parent_span_id, span_type, status_code, tokens in, out, cost, unpriced model)
+_CallSpan = tuple[str, str | None, str | None, str, int, int, object, object]
+
+
+def _attributed(runs: Sequence[_Run], spans: Sequence[_CallSpan]) -> list[_Run]:
+    """``runs`` with totals summed from the model and tool spans under them: a call is
+    the own work of its nearest run, a run's total its own plus its nested runs'.
+    (For a trace whose spans carry no totals; ours never need it.)"""
+    parents = {s[0]: s[1] for s in spans}
+    by_id = {r.span_id: r for r in runs}
+    own: dict[str, Usage] = {r.span_id: Usage() for r in runs}
+    models: dict[str, list[str]] = {r.span_id: [] for r in runs}
+    for _, parent, span_type, status, tokens_in, tokens_out, cost, model in spans:
+        if span_type not in ("message", "tool"):
+            continue
+        at, hops = parent, 0
+        while at is not None and at not in by_id and hops < 64:
+            at, hops = parents.get(at), hops + 1
+        if at not in by_id:
+            continue
+        assert at is not None
+        failed = int(status == "ERROR")
+        if span_type == "message":
+            unpriced = int(tokens_in + tokens_out > 0 and cost is None)
+            call = Usage(tokens_in, tokens_out, _money(cost), unpriced, 1, 0, failed)
+            if unpriced and (label := _model_label(model)) not in models[at]:
+                models[at].append(label)
+        else:
+            call = Usage(tool_calls=1, errors=failed)
+        own[at] += call
+    children: dict[str, list[str]] = {}
+    for run in runs:
+        if run.parent in by_id:
+            children.setdefault(run.parent, []).append(run.span_id)
+    totals: dict[str, tuple[Usage, list[str]]] = {}
+
+    def total(run_id: str, seen: frozenset[str]) -> tuple[Usage, list[str]]:
+        if run_id not in totals:
+            usage, found = own[run_id], list(models[run_id])
+            for child in children.get(run_id, ()):
+                if child not in seen:  # a malformed store's parent cycle
+                    more, their = total(child, seen | {child})
+                    usage += more
+                    found += [m for m in their if m not in found]
+            totals[run_id] = (usage, found)
+        return totals[run_id]
+
+    out = []
+    for run in runs:
+        usage, found = total(run.span_id, frozenset({run.span_id}))
+        out.append(_replace(run, total=usage, own=own[run.span_id], models=tuple(found)))
+    return out
+
+
+def _replace(run: _Run, *, total: Usage, own: Usage, models: tuple[str, ...]) -> _Run:
+    return _Run(
+        run.span_id,
+        run.parent,
+        run.agent,
+        run.start_ns,
+        run.end_ns,
+        run.failed,
+        run.cancelled,
+        run.ours,
+        total,
+        own,
+        models,
+        0,
+    )
+
+
+def _covered(intervals: Sequence[tuple[int, int]], start: int, end: int) -> int:
+    """Nanoseconds of ``start..end`` that ``intervals`` cover (overlaps counted once)."""
+    covered, reach = 0, start
+    for a, b in sorted((max(a, start), min(b, end)) for a, b in intervals):
+        if b <= reach:
+            continue
+        covered += b - max(a, reach)
+        reach = b
+    return covered
+
+
+def _accounts(runs: Sequence[_Run]) -> list[AgentAccount]:
+    """One :class:`AgentAccount` per agent of the trace, first started first."""
+    if len(runs) == 1:  # the common case: one agent, once
+        [run] = runs
+        duration = max(0, run.end_ns - run.start_ns)
+        return [
+            AgentAccount(
+                agent=run.agent,
+                start_ns=run.start_ns,
+                runs=1,
+                cancelled=int(run.cancelled),
+                failed=int(run.failed),
+                depth=0,
+                started_by=(),
+                own=_with_time(run.own, duration),
+                total=_with_time(run.total, duration),
+                unpriced_models=run.unpriced_models,
+            )
+        ]
+    by_id = {r.span_id: r for r in runs}
+    children: dict[str, list[_Run]] = {}
+    for run in runs:
+        if run.parent in by_id:
+            children.setdefault(run.parent, []).append(run)
+    found: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        chain: list[str] = []  # the agents of the runs above it, nearest first
+        at, seen = run.parent, {run.span_id}
+        while at is not None and at in by_id and at not in seen:
+            seen.add(at)
+            chain.append(by_id[at].agent)
+            at = by_id[at].parent
+        duration = max(0, run.end_ns - run.start_ns)
+        nested = [(c.start_ns, c.end_ns) for c in children.get(run.span_id, ())]
+        own_ns = max(0, duration - _covered(nested, run.start_ns, run.end_ns))
+        entry = found.get(run.agent)
+        if entry is None:
+            entry = found[run.agent] = {
+                "start_ns": run.start_ns,
+                "runs": 0,
+                "cancelled": 0,
+                "failed": 0,
+                "depth": len(chain),
+                "started_by": [],
+                "own": Usage(),
+                "total": Usage(),
+                "models": [],
+            }
+        entry["start_ns"] = min(entry["start_ns"], run.start_ns)
+        entry["runs"] += 1
+        entry["cancelled"] += int(run.cancelled)
+        entry["failed"] += int(run.failed)
+        entry["depth"] = min(entry["depth"], len(chain))
+        if chain and chain[0] not in entry["started_by"]:
+            entry["started_by"].append(chain[0])
+        entry["own"] += _with_time(run.own, own_ns)
+        if run.agent not in chain:  # nested in itself: its outermost run counted it already
+            entry["total"] += _with_time(run.total, duration)
+            entry["models"] += [m for m in run.unpriced_models if m not in entry["models"]]
+    accounts = [
+        AgentAccount(
+            agent=agent,
+            start_ns=e["start_ns"],
+            runs=e["runs"],
+            cancelled=e["cancelled"],
+            failed=e["failed"],
+            depth=e["depth"],
+            started_by=tuple(e["started_by"]),
+            own=e["own"],
+            total=e["total"],
+            unpriced_models=tuple(e["models"]),
+        )
+        for agent, e in found.items()
+    ]
+    return sorted(accounts, key=lambda a: (a.start_ns, a.agent))
+
+
+def _with_time(usage: Usage, duration_ns: int) -> Usage:
+    return Usage(
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cost,
+        usage.unpriced_calls,
+        usage.model_calls,
+        usage.tool_calls,
+        usage.errors,
+        duration_ns,
+    )
+
+
+def _trace_runs(
+    stored: Sequence[_Run],
+    calls: Sequence[_CallSpan] | None,
+    derived: tuple[Usage, tuple[str, ...]],
+    top_is_run: bool,
+) -> list[_Run]:
+    """The trace's runs with the totals the accounts read: as their spans say (ours), or
+    summed from the calls under them (a derived trace)."""
+    if _is_ours(stored) or not stored:
+        return list(stored)
+    if len(stored) == 1 and top_is_run:  # one run, the root: every call is its own
+        [run] = stored
+        usage, models = derived
+        return [_replace(run, total=usage, own=usage, models=models)]
+    return _attributed(stored, calls or ())
+
+
+def agent_accounts(spans: Sequence[StoredSpan]) -> list[AgentAccount]:
+    """The per-agent table of one trace, from its spans: what the store keeps in
+    ``run_agents``, by the same rules (the report draws it from this)."""
+    by_id = {s.span_id: s for s in spans}
+    stored: list[_Run] = []
+    for span in spans:
+        if span.span_type != "run":
+            continue
+        at, hops = span.parent_span_id, 0
+        while at is not None and at in by_id and by_id[at].span_type != "run" and hops < 64:
+            at, hops = by_id[at].parent_span_id, hops + 1
+        parent = at if at is not None and at in by_id and by_id[at].span_type == "run" else None
+        stored.append(
+            _run(
+                span.span_id,
+                parent,
+                span.name,
+                span.start_ns,
+                span.end_ns,
+                span.status_code,
+                span.attributes,
+            )
+        )
+    calls: list[_CallSpan] = []
+    derived = Usage()
+    models: list[str] = []
+    for span in spans:
+        a = span.attributes
+        tokens_in, tokens_out = (
+            _tokens(a.get(attr.INPUT_TOKENS)),
+            _tokens(a.get(attr.OUTPUT_TOKENS)),
+        )
+        cost = a.get(COST) if span.span_type == "message" else None
+        model = [a.get(attr.PROVIDER), a.get(attr.RESPONSE_MODEL), a.get(attr.REQUEST_MODEL)]
+        calls.append(
+            (span.span_id, span.parent_span_id, span.span_type, span.status_code,
+             tokens_in, tokens_out, cost, model)
+        )  # fmt: skip
+        if span.span_type == "message":
+            unpriced = int(tokens_in + tokens_out > 0 and cost is None)
+            failed = int(span.is_error)
+            derived += Usage(tokens_in, tokens_out, _money(cost), unpriced, 1, 0, failed)
+            if unpriced and (label := _model_label(model)) not in models:
+                models.append(label)
+        elif span.span_type == "tool":
+            derived += Usage(tool_calls=1, errors=int(span.is_error))
+    ordered = sorted(spans, key=lambda s: (not s.is_root, s.start_ns, s.span_id))
+    top_is_run = bool(ordered) and ordered[0].span_type == "run"
+    return _accounts(_trace_runs(stored, calls, (derived, tuple(models)), top_is_run))
+
+
+# The top span of each trace: its root (the earliest, if several), else its earliest span.
+# Roots are found by scanning each trace's primary-key range; the attributes of a run span
+# are not sent again (the run tree has them).
+_TOP_COLUMNS = (
+    "trace_id, span_id, is_root, name, start_ns, end_ns, status_code, "
+    "CASE WHEN span_type = 'run' THEN NULL ELSE attributes END"
+)
+_ROOT_SPANS = f"SELECT {_TOP_COLUMNS} FROM spans WHERE trace_id IN ({{}}) AND is_root = 1"
+# A trace whose root is not stored (yet): its earliest span (SQLite's bare columns come
+# from the row MIN() picked).
+_EARLIEST_SPANS = (
+    f"SELECT {_TOP_COLUMNS}, MIN(start_ns) FROM spans WHERE trace_id IN ({{}}) GROUP BY trace_id"
+)
+# span_id, is_root, name, start_ns, end_ns, status_code, attributes (None: a run span's)
+_SummarySpan = tuple[str, int, str, int, int, str, str | None]
+
+
+@dataclass
+class _Trace:
+    """What one batch's queries found about one trace."""
+
+    top: _SummarySpan | None = None
+    runs: list[_Run] = field(default_factory=list)
+    attributes: dict[str, dict[str, Any]] = field(default_factory=dict)  # run spans', by id
+
+    def top_attributes(self) -> dict[str, Any]:
+        assert self.top is not None
+        text = self.top[6]
+        return self.attributes.get(self.top[0], {}) if text is None else json.loads(text)
+
+    def top_is_run(self) -> bool:
+        return self.top is not None and self.top[6] is None
+
+
+_NO_CALLS: tuple[Usage, tuple[str, ...]] = (Usage(), ())
+
+
+def _derived_usage(sums: Sequence[Any]) -> tuple[Usage, tuple[str, ...]]:
+    """A trace's numbers summed from its model-call and tool spans (a ``_CALL_SUMS`` row)."""
+    (tokens_in, tokens_out, cost, chats, tools, failed, unpriced, models) = sums[1:9]
+    labels: list[str] = []
+    for found in json.loads(models) if models and models != "[null]" else ():
+        if found is not None and (label := _model_label(found)) not in labels:
+            labels.append(label)
+    usage = Usage(
+        int(tokens_in or 0),
+        int(tokens_out or 0),
+        _money(cost),
+        int(unpriced or 0),
+        int(chats or 0),
+        int(tools or 0),
+        int(failed or 0),
+    )
+    return usage, tuple(labels)
 
 
 def _summarise(
-    aggregates: Sequence[Any], top: _SummarySpan, run: _SummarySpan | None
+    aggregates: Sequence[Any],
+    trace: _Trace,
+    runs: Sequence[_Run],
+    derived: tuple[Usage, tuple[str, ...]],
 ) -> tuple[object, ...]:
-    """The ``runs`` row of one trace, from its aggregates and its top and run spans.
+    """The ``runs`` row of one trace: its top run spans' totals (or, for a trace whose
+    spans carry none, the sums of its calls), with the facts of its top and run span.
 
     Only the columns a summary needs are read (no events or resource JSON to parse):
     this runs for every trace of every batch the writer stores.
     """
-    trace_id, first, last, count, errors, tokens_in, tokens_out, chat_cost = aggregates
-    run = run or top
-    is_root, name, top_start, top_end, top_status = top[:5]
-    run_attributes: dict[str, Any] = json.loads(run[5])
+    trace_id, first, last, count, error_spans = aggregates[:5]
+    top = trace.top
+    assert top is not None
+    top_id, is_root, name, top_start, top_end, top_status = top[:6]
+    earliest = min(trace.runs, key=lambda r: (r.start_ns, r.span_id)) if trace.runs else None
+    if earliest is not None:
+        run_id, run_failed = earliest.span_id, earliest.failed
+        run_attributes = trace.attributes[run_id]
+    else:
+        run_id, run_failed = top_id, top_status == "ERROR"
+        run_attributes = trace.top_attributes()
     if not is_root:
         status = "incomplete"
-    elif top_status == "ERROR" or run[4] == "ERROR":
+    elif top_status == "ERROR" or run_failed:
         status = "error"
-    elif run_attributes.get(attr.CANCELLED) or json.loads(top[5]).get(attr.CANCELLED):
+    elif run_attributes.get(attr.CANCELLED) or (
+        run_id != top_id and trace.top_attributes().get(attr.CANCELLED)
+    ):
         status = "cancelled"
     else:
         status = "ok"
@@ -529,30 +1302,46 @@ def _summarise(
                 return value
         return None
 
-    cost = run_attributes.get(COST)
-    if not isinstance(cost, int | float) or isinstance(cost, bool):
-        cost = chat_cost
+    tops = [r for r in runs if r.parent is None]
+    ours = _is_ours(runs)
+    if ours:
+        usage = sum((r.total for r in tops), Usage())
+        models: list[str] = []
+        for r in tops:
+            models += [m for m in r.unpriced_models if m not in models]
+        unpriced_models: tuple[str, ...] = tuple(models)
+        nested = sum(r.nested_runs for r in tops)
+    else:
+        usage, unpriced_models = derived
+        nested = sum(1 for r in runs if r.parent is not None)
     return (
         trace_id,
         name,
         top_start if is_root else first,
         top_end if is_root else last,
         count,
-        errors,
-        tokens_in,
-        tokens_out,
+        error_spans,
+        usage.input_tokens,
+        usage.output_tokens,
         status,
         text(attr.AGENT_NAME),
         text(attr.FRAMEWORK),
         text(attr.MODE),
         text(attr.CONVERSATION_ID, attr.SESSION_ID),
         text(attr.USER_ID),
-        float(cost) if cost is not None else None,
+        usage.cost,
+        usage.model_calls,
+        usage.tool_calls,
+        usage.errors,
+        usage.unpriced_calls,
+        _dumps(list(unpriced_models)) if unpriced_models else None,
+        nested,
+        0 if ours else 1,
     )
 
 
 def _upgrade(conn: sqlite3.Connection) -> None:
-    """Create or upgrade the schema, back-filling ``runs`` from the spans once.
+    """Create or upgrade the schema, back-filling ``runs`` and ``run_agents`` from the spans once.
 
     One transaction: two processes opening an old file at once serialise on
     BEGIN IMMEDIATE, and the loser sees the new version and does nothing.
@@ -560,6 +1349,13 @@ def _upgrade(conn: sqlite3.Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+            have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+            if have:  # a schema 2 runs table: the columns schema 3 added
+                for column, declaration in _RUNS_ADDED:
+                    if column not in have:
+                        conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {declaration}")
+            for index in _REBUILT_INDEXES:
+                conn.execute(f"DROP INDEX IF EXISTS {index}")
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)
@@ -573,7 +1369,8 @@ def _upgrade(conn: sqlite3.Connection) -> None:
 
 
 def _refresh_runs(conn: sqlite3.Connection, trace_ids: Iterable[str]) -> None:
-    """Recompute the ``runs`` rows of ``trace_ids`` (inside the caller's transaction).
+    """Recompute the ``runs`` and ``run_agents`` rows of ``trace_ids`` (inside the
+    caller's transaction).
 
     Each row gets a new ``seq``, higher than any before, so a viewer polling
     for ``seq > last seen`` finds every run that changed. A few statements per
@@ -584,21 +1381,60 @@ def _refresh_runs(conn: sqlite3.Connection, trace_ids: Iterable[str]) -> None:
     for start in range(0, len(wanted), 500):
         chunk = wanted[start : start + 500]
         marks = ", ".join("?" * len(chunk))
-        tops: dict[str, _SummarySpan] = {}
-        runs: dict[str, _SummarySpan] = {}
-        for trace_id, is_top, is_run, *summary_span in conn.execute(
-            _SUMMARY_SPANS.format(marks), chunk
+        traces: dict[str, _Trace] = {trace_id: _Trace() for trace_id in chunk}
+        for trace_id, *top in conn.execute(_ROOT_SPANS.format(marks), chunk).fetchall():
+            trace = traces[trace_id]
+            if trace.top is None or (top[3], top[0]) < (trace.top[3], trace.top[0]):
+                trace.top = tuple(top)
+        rootless = [trace_id for trace_id, trace in traces.items() if trace.top is None]
+        if rootless:
+            for trace_id, *top, _ in conn.execute(
+                _EARLIEST_SPANS.format(", ".join("?" * len(rootless))), rootless
+            ).fetchall():
+                traces[trace_id].top = tuple(top)
+        for trace_id, span_id, parent, _, name, begin, end, status, text in conn.execute(
+            _RUN_TREE.format(marks), chunk
         ).fetchall():
-            if is_top:
-                tops[trace_id] = tuple(summary_span)
-            if is_run:
-                runs[trace_id] = tuple(summary_span)
+            trace = traces[trace_id]
+            attributes = trace.attributes[span_id] = json.loads(text)
+            trace.runs.append(_run(span_id, parent, name, begin, end, status, attributes))
+        # Derived traces with several runs (or one under a foreign root): their calls.
+        attributed = [
+            trace_id
+            for trace_id, trace in traces.items()
+            if trace.runs
+            and not _is_ours(trace.runs)
+            and not (len(trace.runs) == 1 and trace.top_is_run())
+        ]
+        derived: dict[str, tuple[Usage, tuple[str, ...]]] = {}
+        fallback = [trace_id for trace_id, trace in traces.items() if not _is_ours(trace.runs)]
+        if fallback:
+            for sums in conn.execute(
+                _CALL_SUMS.format(", ".join("?" * len(fallback))), fallback
+            ).fetchall():
+                derived[sums[0]] = _derived_usage(sums)
+        calls: dict[str, list[_CallSpan]] = {}
+        if attributed:
+            for trace_id, *call in conn.execute(
+                _CALL_SPANS.format(", ".join("?" * len(attributed))), attributed
+            ).fetchall():
+                model = call[7]
+                call[7] = json.loads(model) if isinstance(model, str) else model
+                calls.setdefault(trace_id, []).append(tuple(call))
         rows = []
+        agent_rows = []
         for aggregates in conn.execute(_RUN_AGGREGATES.format(marks), chunk).fetchall():
             seq += 1
             trace_id = aggregates[0]
-            rows.append((*_summarise(aggregates, tops[trace_id], runs.get(trace_id)), seq))
+            trace = traces[trace_id]
+            sums = derived.get(trace_id, _NO_CALLS)
+            runs = _trace_runs(trace.runs, calls.get(trace_id), sums, trace.top_is_run())
+            rows.append((*_summarise(aggregates, trace, runs, sums), seq))
+            agent_rows += [account.row(trace_id) for account in _accounts(runs)]
         for sql, params in _multi_row(conn, _RUN_UPSERT_HEAD, _RUN_WIDTH, rows):
+            conn.execute(sql, params)
+        conn.execute(f"DELETE FROM run_agents WHERE trace_id IN ({marks})", chunk)
+        for sql, params in _multi_row(conn, _AGENT_INSERT_HEAD, _AGENT_WIDTH, agent_rows):
             conn.execute(sql, params)
 
 
