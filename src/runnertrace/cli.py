@@ -38,7 +38,7 @@ from runnertrace.tracing import drops
 from runnertrace.tracing.config import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE, ConfigError
 
 if TYPE_CHECKING:
-    from runnertrace.exporters.local_store import RunSummary, SpanStore
+    from runnertrace.exporters.local_store import AgentAccount, RunSummary, SpanStore
     from runnertrace.tracing.backend import Check
     from runnertrace.tracing.config import Settings
 
@@ -158,6 +158,7 @@ def _runs_table(runs: Sequence[RunSummary], title: str) -> Table:
     table.add_column("spans", justify="right")
     table.add_column("status", no_wrap=True)
     table.add_column("tokens", justify="right")
+    table.add_column("cost", justify="right")
     table.add_column("trace id", no_wrap=True, style="dim")
     for run in runs:
         status = run.status
@@ -171,7 +172,72 @@ def _runs_table(runs: Sequence[RunSummary], title: str) -> Table:
             str(run.span_count),
             Text(status, style=STATUS_STYLES.get(run.status, "")),
             str(run.tokens) if run.tokens else "-",
+            _cost_text(run.cost_label, run.cost_status),
             run.trace_id,
+        )
+    return table
+
+
+def _cost_text(label: str, status: str | None) -> Text:
+    """A cost, in the warning colour when it misses unpriced calls."""
+    return Text(label, style="yellow" if status in ("partial", "unpriced") else "")
+
+
+def _totals_line(run: RunSummary) -> Text:
+    """The run's numbers, as the root span carries them (nested runs included)."""
+    line = Text("totals ", style="dim")
+    line.append(f"{run.input_tokens:,} in / {run.output_tokens:,} out tokens")
+    line.append(" · cost ", style="dim")
+    line.append_text(_cost_text(run.cost_label, run.cost_status))
+    if run.unpriced_models:
+        line.append(f" (no price for {', '.join(run.unpriced_models)})", style="dim")
+    line.append(" · ", style="dim")
+    line.append(f"{_many(run.model_calls, 'model call')}, {_many(run.tool_calls, 'tool call')}")
+    if run.errors:
+        line.append(f", {run.errors} failed", style="red")
+    if run.nested_runs:
+        line.append(f" · {_many(run.nested_runs, 'nested run')}", style="dim")
+    if run.derived and run.model_calls:
+        line.append(" · summed from the model calls (the root span carries no totals)", "dim")
+    return line
+
+
+def _many(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _agents_table(accounts: Sequence[AgentAccount]) -> Table:
+    """One row per agent: its own work, and with what it started."""
+    table = Table(
+        title=Text("per agent: own work / with what it started"),
+        title_justify="left",
+        header_style="bold",
+    )
+    table.add_column("agent")
+    table.add_column("runs", justify="right")
+    for name in ("model calls", "tokens in", "tokens out", "cost", "tool calls", "errors", "time"):
+        table.add_column(name, justify="right")
+    for account in accounts:
+        own, total = account.own, account.total
+        runs = str(account.runs)
+        if account.cancelled:
+            runs += f" ({account.cancelled} cancelled)"
+        if account.failed:
+            runs += f" ({account.failed} failed)"
+
+        def pair(a: object, b: object) -> str:
+            return str(a) if a == b else f"{a} / {b}"
+
+        table.add_row(
+            Text("  " * account.depth + account.agent),
+            runs,
+            pair(own.model_calls, total.model_calls),
+            pair(f"{own.input_tokens:,}", f"{total.input_tokens:,}"),
+            pair(f"{own.output_tokens:,}", f"{total.output_tokens:,}"),
+            pair(own.cost_label, total.cost_label),
+            pair(own.tool_calls, total.tool_calls),
+            pair(own.errors, total.errors),
+            pair(format_duration(own.duration_ns), format_duration(total.duration_ns)),
         )
     return table
 
@@ -192,8 +258,13 @@ def cmd_show(args: argparse.Namespace, out: Console) -> int:
     store = _open_store(args.db)
     with _reading(store.path):
         trace_id = store.resolve(args.trace)
-        tree = render_trace_tree(store.get_trace(trace_id), store.get_run(trace_id))
+        run = store.get_run(trace_id)
+        tree = render_trace_tree(store.get_trace(trace_id), run)
+        accounts = store.agents(trace_id)
     out.print(tree)
+    out.print(_totals_line(run))
+    if len(accounts) > 1 or run.nested_runs:
+        out.print(_agents_table(accounts))
     return 0
 
 

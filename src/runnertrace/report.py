@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from runnertrace import __version__
-from runnertrace.exporters.local_store import RunSummary, SpanStore, StoredSpan, span_tree
+from runnertrace.exporters.local_store import (
+    RunSummary,
+    SpanStore,
+    StoredSpan,
+    agent_accounts,
+    span_tree,
+)
 
 __all__ = ["FORMAT_SCRIPT", "render_report", "write_report"]
 
@@ -69,8 +75,18 @@ def _report_data(spans: Sequence[StoredSpan], run: RunSummary | None) -> dict[st
             output_tokens=run.output_tokens,
             session_id=run.session_id,
             cost=run.cost,
+            cost_status=run.cost_status,
+            unpriced_calls=run.unpriced_calls,
+            unpriced_models=list(run.unpriced_models),
+            model_calls=run.model_calls,
+            tool_calls=run.tool_calls,
+            errors=run.errors,
+            nested_runs=run.nested_runs,
+            derived=run.derived,
         )
-    return {"version": __version__, "summary": summary, "spans": rows}
+    # One row per agent: its own work, and with what it started (the store's run_agents).
+    agents = [account.to_json() for account in agent_accounts(spans)]
+    return {"version": __version__, "summary": summary, "spans": rows, "agents": agents}
 
 
 def _script_json(data: object) -> str:
@@ -141,7 +157,92 @@ var RT = (function () {
     return (typeof n === "number" && isFinite(n) ? n : 0).toLocaleString("en-US");
   }
   function seconds(s) { return duration(s * 1e9); }
-  return { duration: duration, cost: cost, tokens: tokens, seconds: seconds };
+  function calls(n) { return n + (n === 1 ? " call" : " calls"); }
+  // A cost that says when it misses calls: "$0.0002206 (partial: 2 calls unpriced)", or
+  // "unpriced" when calls reported tokens and none got a price ("-": no call had tokens).
+  function costOf(c, unpriced) {
+    var n = typeof unpriced === "number" && unpriced > 0 ? unpriced : 0;
+    if (!n) return cost(c);
+    if (typeof c !== "number" || !isFinite(c)) return "unpriced";
+    return cost(c) + " (partial: " + calls(n) + " unpriced)";
+  }
+  // What the hover says about those calls: how many, and the models without a price.
+  function unpricedNote(unpriced, models) {
+    if (!(typeof unpriced === "number" && unpriced > 0)) return "";
+    var names = Array.isArray(models) && models.length ? ": " + models.join(", ") : "";
+    return calls(unpriced) + " got no price, so the cost leaves them out" +
+      (names ? "; no price for" + names : "");
+  }
+  // The per-agent table (the trace page and a session's): one row per agent, its own work
+  // and with what it started, each agent's runs summed. Text only ever via textContent.
+  var FIGURES = [["model_calls", "model calls", tokens], ["input_tokens", "tokens in", tokens],
+    ["output_tokens", "tokens out", tokens], ["cost", "cost", null],
+    ["tool_calls", "tool calls", tokens], ["errors", "errors", tokens],
+    ["duration_ns", "time", duration]];
+  function node(tag, cls, text) {
+    var n = document.createElement(tag);
+    if (cls) n.className = cls;
+    if (text !== undefined && text !== null) n.textContent = String(text);
+    return n;
+  }
+  function agentTable(agents) {
+    var table = node("table", "agents");
+    var head = node("thead");
+    var groups = node("tr");
+    groups.appendChild(node("th"));
+    groups.appendChild(node("th"));
+    [["own", "own work"], ["total", "with what it started"]].forEach(function (g) {
+      var th = node("th", "group", g[1]);
+      th.colSpan = FIGURES.length;
+      th.setAttribute("data-group", g[0]);
+      groups.appendChild(th);
+    });
+    head.appendChild(groups);
+    var names = node("tr");
+    names.appendChild(node("th", null, "agent"));
+    names.appendChild(node("th", "num", "runs"));
+    ["own", "total"].forEach(function () {
+      FIGURES.forEach(function (f, i) {
+        names.appendChild(node("th", "num" + (i === 0 ? " first" : ""), f[1]));
+      });
+    });
+    head.appendChild(names);
+    table.appendChild(head);
+    var body = node("tbody");
+    agents.forEach(function (agent) {
+      var tr = node("tr");
+      tr.setAttribute("data-agent", agent.agent);
+      var name = node("td", "agent", agent.agent);
+      name.style.paddingLeft = (6 + agent.depth * 14) + "px";
+      if (agent.started_by.length) name.title = "started by " + agent.started_by.join(", ");
+      tr.appendChild(name);
+      var runs = node("td", "num", agent.runs);
+      runs.setAttribute("data-k", "runs");
+      if (agent.cancelled) runs.appendChild(node("span", "cancel", " (" + agent.cancelled +
+        " cancelled)"));
+      if (agent.failed) runs.appendChild(node("span", "err", " (" + agent.failed + " failed)"));
+      tr.appendChild(runs);
+      ["own", "total"].forEach(function (g) {
+        var u = agent[g];
+        FIGURES.forEach(function (f, i) {
+          var text = f[0] === "cost" ? costOf(u.cost, u.unpriced_calls) : f[2](u[f[0]]);
+          var td = node("td", "num" + (i === 0 ? " first" : ""), text);
+          td.setAttribute("data-k", g + "." + f[0]);
+          if (f[0] === "cost") {
+            td.setAttribute("data-cost-status", u.cost_status || "");
+            td.title = unpricedNote(u.unpriced_calls, g === "total" ? agent.unpriced_models
+              : null);
+          }
+          tr.appendChild(td);
+        });
+      });
+      body.appendChild(tr);
+    });
+    table.appendChild(body);
+    return table;
+  }
+  return { duration: duration, cost: cost, tokens: tokens, seconds: seconds, costOf: costOf,
+    unpricedNote: unpricedNote, agentTable: agentTable };
 })();
 """
 
@@ -313,6 +414,20 @@ details summary { cursor: pointer; color: var(--muted); margin-top: 14px; }
 .err-head { display: flex; gap: 8px; align-items: baseline; }
 .err-head b { color: var(--error); }
 .err-msg { margin: 4px 0; font-weight: 600; word-break: break-word; }
+.row.cancelled .label .name { color: var(--warn); }
+.row .meta .cancel, .agents .cancel { color: var(--warn); font-weight: 600; }
+.row .meta .agg { color: var(--fg); }
+.agents .err { color: var(--error); font-weight: 600; }
+details.agents { margin-top: 8px; }
+details.agents summary { margin-top: 0; }
+table.agents { border-collapse: collapse; margin-top: 6px; font-size: 12px; }
+table.agents th, table.agents td { padding: 2px 8px; border-bottom: 1px solid var(--grid);
+  white-space: nowrap; text-align: left; }
+table.agents th { color: var(--muted); font-weight: 600; font-size: 11px; }
+table.agents th.group { text-align: center; border-bottom: 1px solid var(--line); }
+table.agents .num { text-align: right; font-family: var(--mono); }
+table.agents .first { border-left: 1px solid var(--line); }
+table.agents td.agent { font-weight: 600; }
 @media (max-width: 900px) { main { grid-template-columns: 1fr; } #detail { border-left: 0;
   border-top: 1px solid var(--line); } }
 """
@@ -349,26 +464,44 @@ _SCRIPT = r"""
     h1.appendChild(el("span", "tid", summary.trace_id));
     header.appendChild(h1);
     var chips = el("div", "chips");
-    function chip(label, value) {
-      if (value === undefined || value === null || value === "") return;
+    function chip(label, value, key) {
+      if (value === undefined || value === null || value === "") return null;
       var c = el("span", null, label + " ");
+      c.setAttribute("data-chip", key || label);
       c.appendChild(el("b", null, value));
       chips.appendChild(c);
+      return c;
     }
     chip("agent", summary.agent);
     chip("framework", summary.framework);
     chip("mode", summary.mode);
     chip("duration", RT.duration(summary.duration_ns));
     chip("spans", summary.span_count);
+    // The run's numbers are its root span's totals: everything it caused, nested runs in.
     if (summary.input_tokens !== undefined) {
       chip("tokens", RT.tokens(summary.input_tokens + summary.output_tokens) + " (" +
         RT.tokens(summary.input_tokens) + " in / " + RT.tokens(summary.output_tokens) + " out)");
     }
-    if (typeof summary.cost === "number") chip("cost", RT.cost(summary.cost));
+    if (typeof summary.cost === "number" || summary.unpriced_calls) {
+      var costChip = chip("cost", RT.costOf(summary.cost, summary.unpriced_calls));
+      costChip.setAttribute("data-cost-status", summary.cost_status || "");
+      costChip.title = RT.unpricedNote(summary.unpriced_calls, summary.unpriced_models);
+    }
+    if (summary.model_calls !== undefined) {
+      chip("model calls", summary.model_calls);
+      chip("tool calls", summary.tool_calls);
+      if (summary.errors) chip("failed calls", summary.errors);
+    }
+    if (summary.nested_runs) chip("nested runs", summary.nested_runs);
     if (summary.error_count) chip("error spans", summary.error_count);
+    if (summary.derived && summary.model_calls) {
+      chip("totals", "summed from the model calls", "derived").title = "The root span " +
+        "carries no totals (another app's trace): these are the sums of its model-call spans.";
+    }
     chip("session", summary.session_id);
     chip("started", summary.started);
     header.appendChild(chips);
+    renderAgents(header);
     var legend = el("div", "legend");
     TYPES.forEach(function (t) {
       var item = el("span");
@@ -377,6 +510,18 @@ _SCRIPT = r"""
       legend.appendChild(item);
     });
     header.appendChild(legend);
+  }
+
+  function renderAgents(header) {
+    var agents = data.agents || [];
+    if (!agents.length) return;
+    var box = el("details", "agents");
+    box.id = "agents";
+    box.open = agents.length > 1;
+    box.appendChild(el("summary", null, "Agents (" + agents.length + "): own work \u00b7 " +
+      "with what it started"));
+    box.appendChild(RT.agentTable(agents));
+    header.appendChild(box);
   }
 
   function renderAxis() {
@@ -401,15 +546,32 @@ _SCRIPT = r"""
       RT.tokens(tokens) + " tok"));
     if (typeof a["gen_ai.usage.cost"] === "number") meta.appendChild(el("span", "cost",
       RT.cost(a["gen_ai.usage.cost"])));
+    if (span.type === "run") {
+      // an agent run: what its whole subtree added up to (its nested runs included)
+      var sub = (a["gen_ai.aggregated_usage.input_tokens"] || 0) +
+        (a["gen_ai.aggregated_usage.output_tokens"] || 0);
+      var agg = a["gen_ai.aggregated_usage.cost"], unpriced = a["runnertrace.usage.unpriced_calls"];
+      if (sub > 0) meta.appendChild(el("span", "tok agg", "\u03a3 " + RT.tokens(sub) + " tok"));
+      if (typeof agg === "number" || unpriced) {
+        // compact: a partial sum is "at least" that much (the header spells it out)
+        var total = el("span", "cost agg", !unpriced ? RT.cost(agg)
+          : typeof agg === "number" ? "\u2265" + RT.cost(agg) : "unpriced");
+        total.title = "this run with what it started" + (unpriced ? "; " +
+          RT.unpricedNote(unpriced, a["runnertrace.usage.unpriced_models"]) : "");
+        meta.appendChild(total);
+      }
+    }
     if (span.status_code === "ERROR") meta.appendChild(el("span", "err",
       "\u26a0 " + (a["error.type"] || "error")));
+    else if (a["runnertrace.cancelled"]) meta.appendChild(el("span", "cancel", "\u2298 cancelled"));
     return meta;
   }
 
   function renderRows() {
     spans.forEach(function (span) {
       spanById[span.span_id] = span;
-      var row = el("div", "row" + (span.status_code === "ERROR" ? " error" : ""));
+      var row = el("div", "row" + (span.status_code === "ERROR" ? " error"
+        : (span.attributes || {})["runnertrace.cancelled"] ? " cancelled" : ""));
       row.setAttribute("data-span-id", span.span_id);
       row.setAttribute("data-depth", span.depth);
       row.setAttribute("role", "treeitem");
@@ -813,7 +975,24 @@ _SCRIPT = r"""
     var tout = a["gen_ai.usage.output_tokens"] || a["gen_ai.aggregated_usage.output_tokens"];
     if (tin || tout) shown.push(["tokens in / out", RT.tokens(tin) + " / " + RT.tokens(tout)]);
     var c = first(a, ["gen_ai.aggregated_usage.cost", "gen_ai.usage.cost"]);
-    if (typeof c === "number") shown.push(["cost", RT.cost(c)]);
+    var unpriced = a["runnertrace.usage.unpriced_calls"];
+    if (typeof c === "number" || unpriced) shown.push(["cost", RT.costOf(c, unpriced)]);
+    if (unpriced) shown.push(["unpriced", RT.unpricedNote(unpriced,
+      a["runnertrace.usage.unpriced_models"])]);
+    if (a["runnertrace.aggregated.model_calls"] !== undefined) {
+      shown.push(["model calls", a["runnertrace.aggregated.model_calls"]]);
+      shown.push(["tool calls", a["runnertrace.aggregated.tool_calls"]]);
+      shown.push(["failed calls", a["runnertrace.aggregated.errors"]]);
+    }
+    if (a["runnertrace.nested_runs"]) {
+      // its own work, without the runs it started
+      shown.push(["nested runs", a["runnertrace.nested_runs"]]);
+      shown.push(["own tokens in / out", RT.tokens(a["runnertrace.own.input_tokens"]) + " / " +
+        RT.tokens(a["runnertrace.own.output_tokens"])]);
+      shown.push(["own cost", RT.costOf(a["runnertrace.own.cost"],
+        a["runnertrace.own.unpriced_calls"])]);
+      shown.push(["own model calls", a["runnertrace.own.model_calls"]]);
+    }
     detailEl.appendChild(facts(shown));
     if (span.status_code === "ERROR") detailEl.appendChild(errorNode(span, a));
     var panes = common.slice();

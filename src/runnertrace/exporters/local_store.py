@@ -1803,6 +1803,16 @@ class SpanStore:
             raise TraceNotFoundError(f"no trace {trace_id} in {self.path}")
         return run_summary(rows[0])
 
+    def agents(self, trace_id: str) -> list[AgentAccount]:
+        """The per-agent table of ``trace_id`` (a full id): one row per agent, first started
+        first (empty for a trace without run spans)."""
+        rows = self._query(
+            f"SELECT {AGENT_COLUMNS.removeprefix('trace_id, ')} FROM run_agents "
+            "WHERE trace_id = ? ORDER BY start_ns, agent",
+            (trace_id,),
+        )
+        return [agent_account(row) for row in rows]
+
     def get_trace(self, trace_id: str) -> list[StoredSpan]:
         """Every stored span of ``trace_id`` (a full id), ordered by start time."""
         rows = self._query(f"{_SELECT} WHERE trace_id = ? ORDER BY start_ns, span_id", (trace_id,))

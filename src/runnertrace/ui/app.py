@@ -101,13 +101,22 @@ def _guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Resp
 CSV_COLUMNS = (
     "trace_id", "start_ns", "end_ns", "duration_ns", "name", "agent", "framework", "mode",
     "status", "span_count", "error_count", "input_tokens", "output_tokens", "cost",
-    "session_id", "user_id", "input_preview", "output_preview",
+    "cost_status", "unpriced_calls", "unpriced_models", "model_calls", "tool_calls", "errors",
+    "nested_runs", "derived", "session_id", "user_id", "input_preview", "output_preview",
 )  # fmt: skip
+"""The runs list's columns. ``cost`` is the sum of the priced calls; ``cost_status`` says
+whether that is all of them (``priced``), not (``partial``: ``unpriced_calls`` calls had no
+price, for the ``unpriced_models``), or none (``unpriced``). ``derived``: the numbers were
+summed from the trace's model-call spans, its run spans carrying no totals."""
 CSV_MAX_ROWS = 100_000
 
 
 def _csv_cell(value: object) -> object:
     # A cell starting with = + - @ is a formula to a spreadsheet: quote it as text.
+    if isinstance(value, list | tuple):
+        value = "; ".join(str(v) for v in value)
+    if isinstance(value, bool):
+        return int(value)
     if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
         return "'" + value
     return "" if value is None else value
@@ -155,6 +164,11 @@ def create_app(
         store = dashboard.store()
         trace_id = store.resolve(request.path_params["trace_id"])
         return _json(run_json(store.get_run(trace_id)))
+
+    def run_agents(request: Request) -> Response:
+        """The trace's per-agent table: each agent's own work and with what it started."""
+        trace_id = dashboard.store().resolve(request.path_params["trace_id"])
+        return _json({"trace_id": trace_id, "agents": dashboard.trace_agents(trace_id)})
 
     def export_trace(request: Request) -> Response:
         """One trace as OTLP/JSON: a file that ``POST /v1/traces`` (here or anywhere) takes."""
@@ -211,7 +225,13 @@ def create_app(
 
     def conversation(request: Request) -> Response:
         session_id = request.path_params["session_id"]
-        return _json({"session_id": session_id, "turns": dashboard.conversation(session_id)})
+        return _json(
+            {
+                "session_id": session_id,
+                "turns": dashboard.conversation(session_id),
+                "agents": dashboard.session_agents(session_id),
+            }
+        )
 
     def errors(request: Request) -> Response:
         since = _int(request, "since", 0)
@@ -351,6 +371,7 @@ def create_app(
         Route("/api/runs.csv", _guarded(runs_csv)),
         Route("/api/compare", _guarded(compare)),
         Route("/api/runs/{trace_id}/otlp", _guarded(export_trace)),
+        Route("/api/runs/{trace_id}/agents", _guarded(run_agents)),
         Route("/api/facets", _guarded(facets)),
         Route("/api/runs/{trace_id}", _guarded(run)),
         Route("/trace/{trace_id}", _guarded(trace_page)),

@@ -31,6 +31,8 @@ from runnertrace.exporters.local_store import (
     RunSummary,
     SpanStore,
     StoreNotFoundError,
+    agent_account,
+    cost_status,
     run_summary,
 )
 from runnertrace.tracing import attributes as attr
@@ -54,6 +56,22 @@ _DISTINCT = (
     "WITH RECURSIVE v(x) AS (SELECT MIN({column}) FROM runs UNION ALL "
     "SELECT (SELECT MIN({column}) FROM runs WHERE {column} > v.x) FROM v WHERE v.x IS NOT NULL) "
     "SELECT x FROM v WHERE x IS NOT NULL"
+)
+
+
+_DISTINCT_AGENTS = (
+    "WITH RECURSIVE v(x) AS (SELECT MIN(agent) FROM run_agents UNION ALL "
+    "SELECT (SELECT MIN(agent) FROM run_agents WHERE agent > v.x) FROM v WHERE v.x IS NOT NULL) "
+    "SELECT x FROM v WHERE x IS NOT NULL"
+)
+# One agent's rows of several traces summed into one (a session's per-agent table).
+_AGENT_SUMS = (
+    "SELECT agent, MIN(start_ns), SUM(runs), SUM(cancelled), SUM(failed), MIN(depth), "
+    "GROUP_CONCAT(started_by), SUM(own_input_tokens), SUM(own_output_tokens), SUM(own_cost), "
+    "SUM(own_unpriced_calls), SUM(own_model_calls), SUM(own_tool_calls), SUM(own_errors), "
+    "SUM(own_ns), SUM(input_tokens), SUM(output_tokens), SUM(cost), SUM(unpriced_calls), "
+    "SUM(model_calls), SUM(tool_calls), SUM(errors), SUM(total_ns), GROUP_CONCAT(unpriced_models) "
+    "FROM run_agents WHERE trace_id IN ({}) GROUP BY agent ORDER BY MIN(start_ns), agent"
 )
 
 
@@ -143,6 +161,8 @@ class RunFilter:
     """
 
     agent: str | None = None
+    any_agent: str | None = None
+    """Runs with this agent anywhere in their tree (the top run, or one nested in it)."""
     framework: str | None = None
     status: str | None = None
     session: str | None = None
@@ -177,6 +197,7 @@ class RunFilter:
 
         return cls(
             agent=text("agent"),
+            any_agent=text("any_agent"),
             framework=text("framework"),
             status=status,
             session=text("session"),
@@ -201,7 +222,14 @@ class RunFilter:
         holds start, end and cost: a run is read from the table only once it matches.
         """
         ranged = (self.min_ms, self.max_ms, self.min_cost, self.max_cost)
-        others = (self.agent, self.framework, self.status, self.session, self.search)
+        others = (
+            self.agent,
+            self.any_agent,
+            self.framework,
+            self.status,
+            self.session,
+            self.search,
+        )
         return any(v is not None for v in ranged) and all(v is None for v in others)
 
     def where(
@@ -219,6 +247,10 @@ class RunFilter:
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
+        if self.any_agent is not None:
+            # The agent's traces from the per-agent table's agent index.
+            clauses.append("trace_id IN (SELECT trace_id FROM run_agents WHERE agent = ?)")
+            params.append(self.any_agent)
         if self.session is not None:
             # A range on the session index: every id starting with the prefix sorts here.
             clauses.append("session_id >= ? AND session_id < ?")
@@ -310,9 +342,12 @@ def _cursor(value: str | None) -> tuple[int, str] | None:
 
 
 def run_json(run: RunSummary) -> dict[str, Any]:
+    """A run for the page: its row, its duration and token sum, and whether its cost is
+    ``priced``, ``partial`` (some calls unpriced), ``unpriced`` or ``None``."""
     data = asdict(run)
     data["duration_ns"] = run.duration_ns
     data["tokens"] = run.tokens
+    data["cost_status"] = run.cost_status
     return data
 
 
@@ -524,14 +559,17 @@ class Dashboard:
         }
 
     def facets(self) -> dict[str, list[str]]:
-        """The values the filters offer: distinct agents and frameworks."""
+        """The values the filters offer: distinct agents (top runs' and any run's) and
+        frameworks."""
         try:
             agents = self._read(_DISTINCT.format(column="agent"))
             frameworks = self._read(_DISTINCT.format(column="framework"))
+            anywhere = self._read(_DISTINCT_AGENTS)
         except StoreNotFoundError:
-            agents, frameworks = [], []
+            agents, frameworks, anywhere = [], [], []
         return {
             "agents": sorted(r[0] for r in agents),
+            "agents_anywhere": sorted(r[0] for r in anywhere),
             "frameworks": sorted(r[0] for r in frameworks),
             "statuses": list(STATUSES),
         }
@@ -643,7 +681,12 @@ class Dashboard:
             "tools called": ", ".join(f"{k} x{v}" for k, v in sorted(tools.items())) or None,
             "tokens in": run.input_tokens,
             "tokens out": run.output_tokens,
-            "cost": run.cost,
+            # The cost as shown, partial or unpriced: two runs differ when that does.
+            "cost": run.cost_label,
+            "model calls": run.model_calls,
+            "tool calls": run.tool_calls,
+            "errors": run.errors,
+            "unpriced models": ", ".join(run.unpriced_models) or None,
             "latency_ns": run.duration_ns,
             "spans": run.span_count,
             "error spans": run.error_count,
@@ -686,7 +729,8 @@ class Dashboard:
             rows = self._read(
                 "SELECT session_id, COUNT(*), MIN(start_ns), MAX(end_ns), "
                 "SUM(input_tokens + output_tokens), SUM(cost), "
-                "SUM(status = 'error' OR error_count > 0), GROUP_CONCAT(DISTINCT agent) "
+                "SUM(status = 'error' OR error_count > 0), GROUP_CONCAT(DISTINCT agent), "
+                "SUM(unpriced_calls), SUM(model_calls), SUM(status = 'cancelled') "
                 f"FROM runs WHERE session_id IN ({marks}) GROUP BY session_id",
                 recent,
             )
@@ -712,7 +756,12 @@ class Dashboard:
                 "start_ns": r[2],
                 "end_ns": r[3],
                 "tokens": r[4] or 0,
+                # A sum over runs of which some missed calls is partial too.
                 "cost": r[5],
+                "unpriced_calls": r[8] or 0,
+                "cost_status": cost_status(r[5], r[8] or 0),
+                "model_calls": r[9] or 0,
+                "cancelled": r[10] or 0,
                 "errors": r[6] or 0,
                 "agents": sorted((r[7] or "").split(",")) if r[7] else [],
                 "first_input": previews.get(firsts.get(r[0], ""), (None, None))[0],
@@ -720,6 +769,17 @@ class Dashboard:
             }
             for r in rows
         ]
+
+    def session_agents(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's per-agent table: each agent's rows of every run in it, summed."""
+        rows = self._read(
+            _AGENT_SUMS.format("SELECT trace_id FROM runs WHERE session_id = ?"), (session_id,)
+        )
+        return [agent_account(row).to_json() for row in rows]
+
+    def trace_agents(self, trace_id: str) -> list[dict[str, Any]]:
+        """The trace's per-agent table (the store's ``run_agents`` rows)."""
+        return [account.to_json() for account in self.store().agents(trace_id)]
 
     def conversation(self, session_id: str) -> list[dict[str, Any]]:
         """The session's runs in order, each with its input and output text when captured."""
@@ -814,90 +874,105 @@ class Dashboard:
         until_ns: int | None = None,
         buckets: int = 24,
     ) -> dict[str, Any]:
-        """Latency p50/p95, tokens and cost per time bucket, one series per agent/model/tool."""
+        """Latency p50/p95, tokens and cost per time bucket, one series per agent/model/tool.
+
+        Per agent, the series group runs by their top agent (a run's totals: its nested
+        agents' work included); ``agent_cost`` adds each agent's own cost, wherever it ran.
+        """
         if by not in GROUPINGS:
             raise QueryError(f"by={by!r} is not one of {', '.join(GROUPINGS)}")
         if not 1 <= buckets <= 200:
             raise QueryError(f"buckets={buckets} is out of range: 1 to 200")
         rows = self._metric_rows(by, since_ns, until_ns)
         if not rows:
-            return {
+            empty: dict[str, Any] = {
                 "by": by,
                 "start_ns": since_ns,
                 "bucket_ns": 0,
                 "series": [],
                 "summary": _summary([]),
             }
+            if by == "agent":
+                empty["agent_cost"] = []
+            return empty
         start = since_ns if since_ns is not None else min(r[1] for r in rows)
         end = until_ns if until_ns is not None else max(r[1] for r in rows) + 1
         width = max(1, math.ceil((end - start) / buckets))
-        counts: dict[str, int] = {}
-        for row in rows:
-            counts[row[0]] = counts.get(row[0], 0) + 1
-        kept = set(sorted(counts, key=lambda k: (-counts[k], k))[:MAX_SERIES])
-        # (series, bucket) -> durations, [token sum, cost sum, priced count, failed count]
-        cells: dict[tuple[str, int], tuple[list[int], list[float]]] = {}
-        last = buckets - 1
-        for name, start_ns, duration, tokens, cost, failed in rows:
-            index = (start_ns - start) // width
-            key = (name if name in kept else "other", last if index > last else max(0, index))
-            cell = cells.get(key)
-            if cell is None:
-                cell = cells[key] = ([], [0.0, 0.0, 0.0, 0.0])
-            cell[0].append(duration)
-            sums = cell[1]
-            sums[0] += tokens or 0
-            if cost is not None:
-                sums[1] += cost
-                sums[2] += 1
-            if failed:
-                sums[3] += 1
-        series_points: dict[str, list[dict[str, Any]]] = {}
-        for (name, index), (durations, sums) in sorted(cells.items(), key=lambda c: c[0][1]):
-            durations.sort()
-            series_points.setdefault(name, []).append(
-                {
-                    "t": start + index * width,
-                    "count": len(durations),
-                    "p50_ms": percentile(durations, 0.5) / 1e6,
-                    "p95_ms": percentile(durations, 0.95) / 1e6,
-                    "tokens": int(sums[0]),
-                    "cost": sums[1] if sums[2] else None,
-                    "errors": int(sums[3]),
-                    "error_rate": sums[3] / len(durations),
-                }
-            )
-        order = sorted(series_points, key=lambda k: (k == "other", -counts.get(k, 0), k))
-        series = [{"name": name, "points": series_points[name]} for name in order]
-        return {
+        series = _bucketed(rows, start, width, buckets)
+        out = {
             "by": by,
             "start_ns": start,
             "bucket_ns": width,
             "series": series,
             "summary": _summary(rows),
         }
+        if by == "agent":  # a nested agent starts after its trace: up to the range's end
+            out["agent_cost"] = self._agent_cost(start, until_ns or MAX_NS, width, buckets)
+        return out
 
-    def _metric_rows(
-        self, by: str, since_ns: int | None, until_ns: int | None
-    ) -> list[tuple[str, int, int, int, float | None, int]]:
+    def _agent_cost(self, start: int, end: int, width: int, buckets: int) -> list[dict[str, Any]]:
+        """Each agent's own cost per time bucket, nested agents included (``run_agents``):
+        what an agent's own model calls cost, wherever in a tree it ran."""
+        try:
+            rows = self._read(
+                "SELECT agent, start_ns, own_cost, own_unpriced_calls FROM run_agents "
+                "WHERE start_ns >= ? AND start_ns < ?",
+                (start, end),
+            )
+        except StoreNotFoundError:
+            return []
+        counts: dict[str, int] = {}
+        for row in rows:
+            counts[row[0]] = counts.get(row[0], 0) + 1
+        kept = set(sorted(counts, key=lambda k: (-counts[k], k))[:MAX_SERIES])
+        last = buckets - 1
+        cells: dict[tuple[str, int], list[float]] = {}  # cost sum, priced rows, unpriced, rows
+        for agent, start_ns, cost, unpriced in rows:
+            index = (start_ns - start) // width
+            key = (agent if agent in kept else "other", last if index > last else max(0, index))
+            cell = cells.setdefault(key, [0.0, 0.0, 0.0, 0.0])
+            if isinstance(cost, int | float):
+                cell[0] += cost
+                cell[1] += 1
+            cell[2] += unpriced or 0
+            cell[3] += 1
+        points: dict[str, list[dict[str, Any]]] = {}
+        for (name, index), (cost, priced, unpriced, count) in sorted(
+            cells.items(), key=lambda c: c[0][1]
+        ):
+            total = cost if priced else None
+            points.setdefault(name, []).append(
+                {
+                    "t": start + index * width,
+                    "count": int(count),
+                    "cost": total,
+                    "unpriced_calls": int(unpriced),
+                    "cost_status": cost_status(total, int(unpriced)),
+                }
+            )
+        order = sorted(points, key=lambda k: (k == "other", -counts.get(k, 0), k))
+        return [{"name": name, "points": points[name]} for name in order]
+
+    def _metric_rows(self, by: str, since_ns: int | None, until_ns: int | None) -> list[_MetricRow]:
         bounds = ["start_ns >= ?", "start_ns < ?"]
         params: list[object] = [since_ns or 0, until_ns or (1 << 63) - 1]
         queries: dict[str, Callable[[], str]] = {
             "agent": lambda: (
                 "SELECT COALESCE(agent, name), start_ns, end_ns - start_ns, "
-                "input_tokens + output_tokens, cost, (status = 'error' OR error_count > 0) "
-                f"FROM runs WHERE {' AND '.join(bounds)}"
+                "input_tokens + output_tokens, cost, (status = 'error' OR error_count > 0), "
+                f"unpriced_calls FROM runs WHERE {' AND '.join(bounds)}"
             ),
             "model": lambda: (
                 "SELECT COALESCE("
                 f"{_attr_sql(attr.RESPONSE_MODEL, attr.REQUEST_MODEL)}, '(unknown model)'), "
                 "start_ns, end_ns - start_ns, input_tokens + output_tokens, "
-                f"{_attr_sql(COST)}, status_code = 'ERROR' FROM spans WHERE span_type = 'message' "
-                f"AND {' AND '.join(bounds)}"
+                f"{_attr_sql(COST)} AS c, status_code = 'ERROR', "
+                "(input_tokens + output_tokens > 0 AND c IS NULL) "
+                f"FROM spans WHERE span_type = 'message' AND {' AND '.join(bounds)}"
             ),
             "tool": lambda: (
                 f"SELECT COALESCE({_attr_sql(attr.TOOL_NAME, attr.LEGACY_TOOL_NAME)}, name), "
-                "start_ns, end_ns - start_ns, 0, NULL, status_code = 'ERROR' FROM spans "
+                "start_ns, end_ns - start_ns, 0, NULL, status_code = 'ERROR', 0 FROM spans "
                 "WHERE span_type = 'tool' "
                 f"AND {' AND '.join(bounds)}"
             ),
@@ -909,16 +984,72 @@ class Dashboard:
         # SQLite returns the right types already (text, integers, REAL or NULL cost); only a
         # cost stored as something else (a string from a foreign writer) is dropped.
         return [
-            r if r[4] is None or type(r[4]) is float else (*r[:4], _number(r[4]), r[5])
+            r if r[4] is None or type(r[4]) is float else (*r[:4], _number(r[4]), *r[5:])
             for r in rows
         ]
 
 
-def _summary(rows: Sequence[tuple[str, int, int, int, float | None, int]]) -> dict[str, Any]:
-    """The tiles above the charts: count, error rate, p50/p95 latency, tokens and cost."""
+# series name, start_ns, duration, tokens, cost (None: unpriced or none), failed, unpriced
+_MetricRow = tuple[str, int, int, int, float | None, int, int]
+
+
+def _bucketed(
+    rows: Sequence[_MetricRow], start: int, width: int, buckets: int
+) -> list[dict[str, Any]]:
+    """Per series (the most frequent ``MAX_SERIES``, the rest "other") and time bucket:
+    count, latency p50/p95, tokens, cost (with its unpriced calls) and errors."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row[0]] = counts.get(row[0], 0) + 1
+    kept = set(sorted(counts, key=lambda k: (-counts[k], k))[:MAX_SERIES])
+    # (series, bucket) -> durations, [token sum, cost sum, priced count, failed, unpriced]
+    cells: dict[tuple[str, int], tuple[list[int], list[float]]] = {}
+    last = buckets - 1
+    for name, start_ns, duration, tokens, cost, failed, unpriced in rows:
+        index = (start_ns - start) // width
+        key = (name if name in kept else "other", last if index > last else max(0, index))
+        cell = cells.get(key)
+        if cell is None:
+            cell = cells[key] = ([], [0.0, 0.0, 0.0, 0.0, 0.0])
+        cell[0].append(duration)
+        sums = cell[1]
+        sums[0] += tokens or 0
+        if cost is not None:
+            sums[1] += cost
+            sums[2] += 1
+        if failed:
+            sums[3] += 1
+        sums[4] += unpriced or 0
+    series_points: dict[str, list[dict[str, Any]]] = {}
+    for (name, index), (durations, sums) in sorted(cells.items(), key=lambda c: c[0][1]):
+        durations.sort()
+        cost = sums[1] if sums[2] else None
+        series_points.setdefault(name, []).append(
+            {
+                "t": start + index * width,
+                "count": len(durations),
+                "p50_ms": percentile(durations, 0.5) / 1e6,
+                "p95_ms": percentile(durations, 0.95) / 1e6,
+                "tokens": int(sums[0]),
+                "cost": cost,
+                "unpriced_calls": int(sums[4]),
+                "cost_status": cost_status(cost, int(sums[4])),
+                "errors": int(sums[3]),
+                "error_rate": sums[3] / len(durations),
+            }
+        )
+    order = sorted(series_points, key=lambda k: (k == "other", -counts.get(k, 0), k))
+    return [{"name": name, "points": series_points[name]} for name in order]
+
+
+def _summary(rows: Sequence[_MetricRow]) -> dict[str, Any]:
+    """The tiles above the charts: count, error rate, p50/p95 latency, tokens and cost
+    (partial when a run or call in it had unpriced calls)."""
     durations = sorted(r[2] for r in rows)
     costs = [r[4] for r in rows if r[4] is not None]
     failed = sum(1 for r in rows if r[5])
+    unpriced = sum(r[6] or 0 for r in rows)
+    cost = sum(costs) if costs else None
     return {
         "count": len(rows),
         "errors": failed,
@@ -926,7 +1057,9 @@ def _summary(rows: Sequence[tuple[str, int, int, int, float | None, int]]) -> di
         "p50_ms": percentile(durations, 0.5) / 1e6 if rows else None,
         "p95_ms": percentile(durations, 0.95) / 1e6 if rows else None,
         "tokens": sum(r[3] or 0 for r in rows),
-        "cost": sum(costs) if costs else None,
+        "cost": cost,
+        "unpriced_calls": unpriced,
+        "cost_status": cost_status(cost, unpriced),
     }
 
 

@@ -27,6 +27,13 @@
     return node;
   }
   var fmtNs = RT.duration, fmtCost = RT.cost, fmtTokens = RT.tokens;
+  // A cost that says when calls went unpriced, with the count and the models on hover.
+  function costCell(tr, cost, unpriced, models, status) {
+    var td = cell(tr, RT.costOf(cost, unpriced), "num");
+    td.setAttribute("data-cost-status", status || "");
+    td.title = RT.unpricedNote(unpriced, models);
+    return td;
+  }
   function fmtTime(ns) {
     var d = new Date(ns / 1e6);
     var pad = function (n) { return String(n).padStart(2, "0"); };
@@ -83,8 +90,8 @@
 
   // -- runs ------------------------------------------------------------------------------------
   // Every filter, the sort and its direction live in the URL: a view can be shared or reloaded.
-  var RUN_FILTERS = ["agent", "framework", "status", "range", "session", "q", "model", "provider",
-    "user", "tag", "errors", "min_ms", "max_ms", "min_cost", "max_cost", "sort", "dir"];
+  var RUN_FILTERS = ["agent", "any_agent", "framework", "status", "range", "session", "q", "model",
+    "provider", "user", "tag", "errors", "min_ms", "max_ms", "min_cost", "max_cost", "sort", "dir"];
   var RUN_COLUMNS = [["time", "start"], ["agent"], ["framework"], ["status"], ["input"],
     ["output"], ["duration", "duration"], ["spans", "spans"], ["tokens", "tokens"],
     ["cost", "cost"], ["session"], ["trace"], ["compare"]];
@@ -107,8 +114,10 @@
     output.title = run.output_preview || "";
     cell(tr, fmtNs(run.duration_ns), "num");
     cell(tr, run.span_count, "num");
-    cell(tr, fmtTokens(run.tokens), "num");
-    cell(tr, fmtCost(run.cost), "num");
+    var tokens = cell(tr, fmtTokens(run.tokens), "num");
+    if (run.derived && run.model_calls) tokens.title = "summed from the model calls (the root " +
+      "span carries no totals)";
+    costCell(tr, run.cost, run.unpriced_calls, run.unpriced_models, run.cost_status);
     cell(tr, run.session_id || "-", "mono");
     cell(tr, run.trace_id.slice(0, 12), "mono");
     var pick = el("input", "pick");
@@ -136,7 +145,7 @@
   function matches(run, params) {
     var keys = { agent: "agent", framework: "framework", status: "status", user: "user_id" };
     var plain = ["q", "range", "model", "provider", "tag", "min_ms", "max_ms", "min_cost",
-      "max_cost", "sort", "dir"].every(function (k) { return !params.get(k); });
+      "max_cost", "sort", "dir", "any_agent"].every(function (k) { return !params.get(k); });
     return plain && Object.keys(keys).every(function (k) {
       return !params.get(k) || run[keys[k]] === params.get(k);
     }) && (!params.get("session") ||
@@ -177,6 +186,8 @@
       return input;
     }
     var agent = field("agent", select("agent", [["", "any"]]));
+    var anyAgent = field("agent anywhere", select("any_agent", [["", "any"]]));
+    anyAgent.title = "runs with this agent anywhere in their tree, nested runs included";
     var framework = field("framework", select("framework", [["", "any"]]));
     field("status", select("status", [["", "any"], ["ok", "ok"], ["error", "error"],
       ["cancelled", "cancelled"], ["incomplete", "incomplete"]]));
@@ -224,7 +235,8 @@
     }
     view.appendChild(form);
     api("/api/facets").then(function (f) {
-      [[agent, f.agents, "agent"], [framework, f.frameworks, "framework"]].forEach(function (x) {
+      [[agent, f.agents, "agent"], [anyAgent, f.agents_anywhere || [], "any_agent"],
+        [framework, f.frameworks, "framework"]].forEach(function (x) {
         x[1].forEach(function (v) {
           var opt = el("option", null, v);
           opt.value = v;
@@ -345,7 +357,10 @@
         chip("agent", run.agent || run.name);
         chip("duration", fmtNs(run.duration_ns));
         chip("tokens", fmtTokens(run.tokens));
-        chip("cost", fmtCost(run.cost));
+        chip("cost", RT.costOf(run.cost, run.unpriced_calls));
+        chips.lastChild.setAttribute("data-cost-status", run.cost_status || "");
+        chips.lastChild.title = RT.unpricedNote(run.unpriced_calls, run.unpriced_models);
+        chip("model calls", fmtTokens(run.model_calls));
         if (run.session_id) {
           var link = el("a", null, "session " + run.session_id);
           link.href = "#/sessions/" + encodeURIComponent(run.session_id);
@@ -383,8 +398,8 @@
         heads.appendChild(h);
       });
       view.appendChild(heads);
-      var formats = { cost: fmtCost, latency_ns: fmtNs, "tokens in": fmtTokens,
-        "tokens out": fmtTokens };
+      // (the cost comes as shown, partial or unpriced: a text)
+      var formats = { latency_ns: fmtNs, "tokens in": fmtTokens, "tokens out": fmtTokens };
       var t = table(["", "A", "B"]);
       t.id = "differences";
       c.differences.forEach(function (d) {
@@ -455,7 +470,8 @@
         cell(tr, s.first_input || "", "preview").title = s.first_input || "";
         cell(tr, s.last_output || "", "preview").title = s.last_output || "";
         cell(tr, fmtTokens(s.tokens), "num");
-        cell(tr, fmtCost(s.cost), "num");
+        // a sum over runs: partial when any of them missed calls
+        costCell(tr, s.cost, s.unpriced_calls, null, s.cost_status);
         cell(tr, s.errors, "num");
         tr.addEventListener("click", function () {
           go("#/sessions/" + encodeURIComponent(s.session_id));
@@ -475,10 +491,17 @@
     back.href = "#/sessions";
     view.appendChild(back);
     view.appendChild(el("h1", null, "Session " + sessionId));
+    var agents = el("div", "session-agents");
+    agents.id = "session-agents";
+    view.appendChild(agents);
     var list = el("div");
     list.id = "conversation";
     view.appendChild(list);
     api("/api/sessions/" + encodeURIComponent(sessionId)).then(function (r) {
+      if (r.agents && r.agents.length) {
+        agents.appendChild(el("h2", null, "Agents: own work \u00b7 with what it started"));
+        agents.appendChild(RT.agentTable(r.agents));
+      }
       r.turns.forEach(function (turn, i) {
         var box = el("div", "turn");
         box.setAttribute("data-trace-id", turn.trace_id);
@@ -489,7 +512,11 @@
         meta.appendChild(pill(turn.status));
         meta.appendChild(el("span", null, fmtNs(turn.duration_ns)));
         meta.appendChild(el("span", null, fmtTokens(turn.tokens) + " tokens"));
-        if (turn.cost !== null) meta.appendChild(el("span", null, fmtCost(turn.cost)));
+        if (turn.cost !== null || turn.unpriced_calls) {
+          var cost = el("span", "cost", RT.costOf(turn.cost, turn.unpriced_calls));
+          cost.title = RT.unpricedNote(turn.unpriced_calls, turn.unpriced_models);
+          meta.appendChild(cost);
+        }
         var link = el("a", null, "trace " + turn.trace_id.slice(0, 8));
         link.href = "#/trace/" + turn.trace_id;
         meta.appendChild(link);
@@ -591,7 +618,10 @@
     return ticks;
   }
 
-  function lineChart(title, data, lines, format) {
+  function lineChart(title, data, lines, format, colorOf) {
+    colorOf = colorOf || function (name, i) {
+      return name === "other" ? OTHER : COLORS[i % COLORS.length];
+    };
     var box = el("div", "chart");
     box.appendChild(el("h3", null, title));
     var W = 560, H = 220, L = 56, R = 10, T = 10, B = 24;
@@ -633,7 +663,7 @@
     root.appendChild(xAxis);
     var drawn = 0;
     data.series.forEach(function (s, i) {
-      var color = s.name === "other" ? OTHER : COLORS[i % COLORS.length];
+      var color = colorOf(s.name, i);
       lines.forEach(function (ln) {
         var pts = s.points.filter(function (p) { return p[ln.key] !== null; });
         if (!pts.length) return;
@@ -646,11 +676,14 @@
         if (ln.dash) path.setAttribute("stroke-dasharray", "5 4");
         root.appendChild(path);
         pts.forEach(function (p) {
+          // a cost that misses unpriced calls is a hollow dot, and its tip says so
+          var partial = ln.key === "cost" && p.unpriced_calls > 0;
           var dot = svg("circle", { cx: x(p.t + data.width / 2), cy: y(p[ln.key]), r: 2.5,
-            fill: color });
+            fill: partial ? "none" : color, stroke: color });
+          if (partial) dot.setAttribute("data-partial", String(p.unpriced_calls));
           var tip = svg("title");
-          tip.textContent = s.name + " " + ln.label + ": " + format(p[ln.key]) + " (" +
-            p.count + ")";
+          tip.textContent = s.name + " " + ln.label + ": " + (ln.key === "cost"
+            ? RT.costOf(p[ln.key], p.unpriced_calls) : format(p[ln.key])) + " (" + p.count + ")";
           dot.appendChild(tip);
           root.appendChild(dot);
         });
@@ -663,7 +696,7 @@
     data.series.forEach(function (s, i) {
       var item = el("span");
       var swatch = el("i");
-      swatch.style.background = s.name === "other" ? OTHER : COLORS[i % COLORS.length];
+      swatch.style.background = colorOf(s.name, i);
       item.appendChild(swatch);
       item.appendChild(document.createTextNode(s.name));
       legend.appendChild(item);
@@ -718,29 +751,49 @@
           ["error rate", sm.error_rate === null ? "-" : (100 * sm.error_rate).toFixed(1) + " %"],
           ["p50 latency", sm.p50_ms === null ? "-" : fmtNs(sm.p50_ms * 1e6)],
           ["p95 latency", sm.p95_ms === null ? "-" : fmtNs(sm.p95_ms * 1e6)],
-          ["tokens", fmtTokens(sm.tokens)], ["cost", fmtCost(sm.cost)]].forEach(function (x) {
+          ["tokens", fmtTokens(sm.tokens)], ["cost", RT.costOf(sm.cost, sm.unpriced_calls)]]
+          .forEach(function (x) {
           var tile = el("div", "tile");
           tile.setAttribute("data-tile", x[0]);
           tile.appendChild(el("span", "tile-k", x[0]));
           tile.appendChild(el("b", null, x[1]));
+          if (x[0] === "cost") tile.title = RT.unpricedNote(sm.unpriced_calls);
           tiles.appendChild(tile);
         });
         var data = { start: m.start_ns, width: m.bucket_ns, buckets: 24, series: m.series };
         var ms = function (v) { return fmtNs(v * 1e6); };
+        // one colour per name across the charts (the own-cost chart names nested agents too)
+        var names = m.series.map(function (s) { return s.name; });
+        (m.agent_cost || []).forEach(function (s) {
+          if (names.indexOf(s.name) < 0) names.push(s.name);
+        });
+        var colorOf = function (name) {
+          return name === "other" ? OTHER : COLORS[names.indexOf(name) % COLORS.length];
+        };
         grid.appendChild(lineChart("Latency per " + by + " (p50, p95)", data,
-          [{ key: "p50_ms", label: "p50" }, { key: "p95_ms", label: "p95", dash: true }], ms));
+          [{ key: "p50_ms", label: "p50" }, { key: "p95_ms", label: "p95", dash: true }], ms,
+          colorOf));
         if (by !== "tool") {
           grid.appendChild(lineChart("Tokens per " + by, data, [{ key: "tokens", label: "tokens" }],
-            function (v) { return fmtTokens(Math.round(v)); }));
-          grid.appendChild(lineChart("Cost per " + by + " (USD)", data,
-            [{ key: "cost", label: "cost" }], fmtCost));
+            function (v) { return fmtTokens(Math.round(v)); }, colorOf));
+          grid.appendChild(lineChart("Cost per " + by + (by === "agent" ? " run, with what it "
+            + "started" : "") + " (USD)", data, [{ key: "cost", label: "cost" }], fmtCost, colorOf));
         } else {
           grid.appendChild(lineChart("Calls per tool", data, [{ key: "count", label: "calls" }],
-            function (v) { return fmtTokens(Math.round(v)); }));
+            function (v) { return fmtTokens(Math.round(v)); }, colorOf));
+        }
+        if (by === "agent") {
+          // each agent's own calls, wherever it ran (a nested agent too)
+          var own = { start: m.start_ns, width: m.bucket_ns, buckets: 24,
+            series: m.agent_cost || [] };
+          var chart = lineChart("Own cost per agent, nested agents too (USD)", own,
+            [{ key: "cost", label: "own cost" }], fmtCost, colorOf);
+          chart.id = "agent-cost";
+          grid.appendChild(chart);
         }
         grid.appendChild(lineChart("Error rate per " + by, data,
           [{ key: "error_rate", label: "error rate" }],
-          function (v) { return (100 * v).toFixed(v < 0.1 && v > 0 ? 1 : 0) + " %"; }));
+          function (v) { return (100 * v).toFixed(v < 0.1 && v > 0 ? 1 : 0) + " %"; }, colorOf));
         document.body.setAttribute("data-charts", String(grid.children.length));
       }).catch(fail);
     }
