@@ -21,7 +21,7 @@ from pathlib import Path
 from starlette.testclient import TestClient
 
 from runnertrace.cli import main
-from runnertrace.exporters.local_store import SpanStore, StoreError
+from runnertrace.exporters.local_store import SCHEMA_VERSION, SpanStore, StoreError
 from runnertrace.ui import create_app, is_loopback
 from ui_fixtures import MS, PRICEY_SESSION, build_store, hand_made_runs
 

@@ -966,8 +966,8 @@ class Dashboard:
                 "SELECT COALESCE("
                 f"{_attr_sql(attr.RESPONSE_MODEL, attr.REQUEST_MODEL)}, '(unknown model)'), "
                 "start_ns, end_ns - start_ns, input_tokens + output_tokens, "
-                f"{_attr_sql(COST)} AS c, status_code = 'ERROR', "
-                "(input_tokens + output_tokens > 0 AND c IS NULL) "
+                f"{_attr_sql(COST)}, status_code = 'ERROR', "
+                f"(input_tokens + output_tokens > 0 AND {_attr_sql(COST)} IS NULL) "
                 f"FROM spans WHERE span_type = 'message' AND {' AND '.join(bounds)}"
             ),
             "tool": lambda: (
