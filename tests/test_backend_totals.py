@@ -35,6 +35,7 @@ from otlp_fixtures import (  # noqa: F401 - fixtures are used by name
 )
 from otlp_receiver import OtlpReceiver, ReceivedSpan
 from runnertrace.tracing import attributes as A
+from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.runner import TracingRunner
 from runnertrace.tracing.setup import get_tracing_setup
 
@@ -121,3 +122,34 @@ async def test_each_backend_sums_a_nested_composition_to_its_model_calls_once(
     assert root.attributes[A.AGG_INPUT_TOKENS] == MODEL_INPUT
     assert root.attributes[A.UNPRICED_CALLS] == 2
     assert math.isclose(root.attributes[A.AGG_COST], priced[0])
+
+
+@pytest.mark.parametrize("path", ["traced-runner", "open_nested_run"])
+async def test_token_and_cost_metrics_count_each_call_once_labelled_with_its_agent(
+    path: str, receiver: OtlpReceiver
+) -> None:
+    config = TraceConfig(type="otlp", otlp={"endpoint": receiver.traces_url})
+    inner = (
+        inner_traced_runner("run", settings=config) if path == "traced-runner" else inner_opened()
+    )
+    await drive(TracingRunner(Outer(inner, **PRICED), settings=config), "run")
+    assert get_tracing_setup(config).flush()
+
+    tokens: dict[tuple[str, str], float] = {}
+    for point in receiver.points:
+        if point.name == "gen_ai.client.token.usage":
+            key = (point.attributes["gen_ai.agent.name"], point.attributes["gen_ai.token.type"])
+            tokens[key] = tokens.get(key, 0) + point.value
+    assert tokens == {
+        ("outer", "input"): 2200,
+        ("outer", "output"): 30,
+        ("inner", "input"): 500,
+        ("inner", "output"): 5,
+    }
+    costs = {
+        p.attributes["gen_ai.agent.name"]: p.value
+        for p in receiver.points
+        if p.name == "runnertrace.cost"
+    }
+    (chat,) = [s for s in receiver.spans if A.COST in s.attributes]
+    assert costs.keys() == {"outer"} and math.isclose(costs["outer"], chat.attributes[A.COST])
