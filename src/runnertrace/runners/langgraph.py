@@ -111,7 +111,7 @@ if TYPE_CHECKING:
 
 try:
     from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
-    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, convert_to_messages
     from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, LLMResult
     from langchain_core.runnables.config import RunnableConfig
     from langchain_core.tracers.base import BaseTracer
@@ -431,13 +431,11 @@ def _requests(inputs: Any) -> list[AgentRequestText] | None:
     if isinstance(inputs, str):
         return [AgentRequestText(prompt=inputs)]
     messages = inputs.get(MESSAGES) if isinstance(inputs, Mapping) else None
-    if isinstance(messages, BaseMessage):
-        messages = [messages]
-    for message in reversed(messages if isinstance(messages, list) else []):
-        if isinstance(message, BaseMessage) and message.type == "human":
+    if not isinstance(messages, list | tuple):
+        messages = [messages] if messages else []
+    for message in reversed(convert_to_messages(messages)):
+        if message.type == "human":
             return [AgentRequestText(prompt=str(message.text))]
-        if isinstance(message, str):
-            return [AgentRequestText(prompt=message)]
     return None
 
 
