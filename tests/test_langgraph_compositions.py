@@ -22,8 +22,13 @@ pytest.importorskip(
 import asyncio
 import json
 import logging
+import os
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -868,3 +873,120 @@ async def test_an_agent_a_node_runs_is_a_subgraph_of_the_run_not_a_nested_run(
         assert parent_of(captured_spans, step) is node_step
     assert levels_of(captured_spans, 2) == [("team", 0, 2, 1, 24, 24)]
     assert_clean(captured_spans, caplog)
+
+
+# -- with an app-wide SDK provider and OpenInference's LangChain instrumentor on it ---------------
+APP_PROVIDER = """
+import asyncio, json
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+app = TracerProvider()
+exporter = InMemorySpanExporter()
+app.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(app)  # OpenInference's spans and (reused) ours go here
+
+from openinference.instrumentation.langchain import LangChainInstrumentor
+LangChainInstrumentor().instrument()
+
+import tests.test_langgraph_compositions as case
+from tests.composition_checks import check_totals
+from runnertrace import traced
+from runnertrace.core import Session
+from runnertrace.core.agent import Agent
+from runnertrace.core.models import AgentRequestText
+from runnertrace.runners.langgraph import LangGraphRunner
+from runnertrace.tracing.config import TraceConfig
+
+case.USER["tracer"] = trace.get_tracer("user-code")
+
+def subgraph_send():
+    fake = case.CityFake("worker")
+    return case.subgraph_send_graph(fake), [fake]
+
+CASES = {"subgraph send": subgraph_send, "agent tool": lambda: case.researcher_team("tool")}
+
+async def go(runner, name, mode):
+    graph, fakes = CASES[name]()
+    a = Agent(graph.name, runner, graph)
+    requests = [AgentRequestText(prompt="Oslo and Rome?")]
+    if mode == "run":
+        await a.runner.run(a, Session("s1"), requests)
+    else:
+        async for _ in a.runner.stream(a, Session("s1"), requests):
+            pass
+    spans = exporter.get_finished_spans()
+    by_id = {s.context.span_id: s for s in spans}
+    def parents(prefix):
+        return sorted(
+            by_id[s.parent.span_id].name for s in spans if s.name.startswith(prefix) and s.parent
+        )
+    calls = sum(len(f.reported) for f in fakes)
+    out = {
+        "names": sorted(s.name for s in spans),
+        "scopes": sorted({s.instrumentation_scope.name for s in spans}),
+        "calls": calls,
+        "db parents": parents("db.query"),
+        "http parents": parents("http.request"),
+        "nested parents": parents("invoke_agent researcher"),
+    }
+    if runner is not None and getattr(runner, "is_tracing_runner", False):
+        levels = check_totals(spans, model_calls=calls)
+        out["levels"] = [[lv.agent, lv.depth, lv.model_calls, lv.input_tokens] for lv in levels]
+    exporter.clear()
+    return out
+
+async def main():
+    out = {}
+    for name in CASES:
+        for mode in ("run", "stream"):
+            out[f"untraced {name} {mode}"] = await go(LangGraphRunner(), name, mode)
+            tracing = traced(LangGraphRunner(), TraceConfig(type="tests.backends.MemoryBackend"))
+            out[f"traced {name} {mode}"] = await go(tracing, name, mode)
+    print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+
+def test_with_an_app_provider_and_openinference_on_it_each_call_once_in_its_run(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("openinference.instrumentation.langchain")
+    repo = Path(__file__).resolve().parents[1]
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RUNNERTRACE_", "OTEL_", "PYTEST_"))
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(APP_PROVIDER)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env={**env, "HOME": str(tmp_path), "LANGSMITH_TRACING": "false"},
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    total = sum(sum(tokens) for tokens in CITIES.values())
+    expected = {
+        "subgraph send": [["outer", 0, 4, total]],
+        "agent tool": [["boss", 0, 4, 32], ["researcher", 1, 2, 24]],
+    }
+    for name, levels in expected.items():
+        for mode in MODES:
+            untraced = seen[f"untraced {name} {mode}"]
+            # untraced, the spans are OpenInference's (so the checks below can fail)
+            assert not any(n.startswith("invoke_agent") for n in untraced["names"])
+            assert any(s.startswith("openinference") for s in untraced["scopes"]), untraced
+            got = seen[f"traced {name} {mode}"]
+            assert got["scopes"] == ["runnertrace", "user-code"], got["scopes"]
+            assert got["levels"] == levels  # check_totals held at every level, each call once
+            assert set(got["db parents"]) == {"execute_tool lookup"}
+            assert set(got["http parents"]) <= {"chat worker-llm"}
+            if name == "agent tool":
+                assert got["nested parents"] == ["execute_tool research"]
