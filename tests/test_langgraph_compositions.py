@@ -588,6 +588,44 @@ async def test_send_branches_inside_a_subgraph_keep_their_own_steps_calls_and_to
     assert_clean(captured_spans, caplog)
 
 
+@pytest.mark.parametrize("mode", MODES)
+async def test_agents_on_parallel_edges_inside_a_subgraph_keep_their_own_steps_calls_and_tools(
+    mode: str, captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    fakes = {
+        name: Fake(name, [lookup_call(city, tokens[0]), answer(f"{city} done", tokens[1])])
+        for name, (city, tokens) in zip(("north", "south"), CITIES.items(), strict=True)
+    }
+    pair = StateGraph(MessagesState)
+    for name, fake in fakes.items():
+        pair.add_node(name, react(name, fake))
+        pair.add_edge(START, name)
+        pair.add_edge(name, END)
+    graph = StateGraph(MessagesState)
+    graph.add_node("team", pair.compile(name="pair"))
+    graph.add_edge(START, "team")
+    graph.add_edge("team", END)
+    await run(core(graph.compile(name="outer")), mode)
+
+    assert_counted_once(captured_spans, list(fakes.values()))
+    node_steps = [one(captured_spans, f"agent_step team/{name}") for name in fakes]
+    (a, b) = (times(s) for s in node_steps)
+    assert a[0] < b[1] and b[0] < a[1]  # the two agents ran at once
+    for name, node_step in zip(fakes, node_steps, strict=True):
+        assert agent_of(node_step) == "pair"
+        for chat in in_start_order(captured_spans, f"chat {name}-llm"):
+            step = in_step(captured_spans, chat, f"team/{name}/agent", name)
+            assert parent_of(captured_spans, step) is node_step
+        (tool_span,) = [
+            t for t in captured_spans.by_name("execute_tool lookup") if agent_of(t) == name
+        ]
+        step = in_step(captured_spans, tool_span, f"team/{name}/tools", name)
+        assert parent_of(captured_spans, step) is node_step
+    total = sum(sum(tokens) for tokens in CITIES.values())
+    assert levels_of(captured_spans, 4) == [("outer", 0, 4, 2, total, total)]
+    assert_clean(captured_spans, caplog)
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="the core nests a new branch's first step under the run span: a branch cannot "
