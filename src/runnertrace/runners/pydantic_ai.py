@@ -76,9 +76,12 @@ ours). An ``Instrumentation`` with ``id=None`` has no id to take over and emits.
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import logging
-from collections.abc import AsyncIterable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from asyncio import CancelledError
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, ClassVar
@@ -125,9 +128,9 @@ try:
 except ImportError as exc:
     raise missing_extra(exc, "pydantic-ai") from exc
 
-from runnertrace.core.models import AgentReply, AgentRequest
+from runnertrace.core.models import AgentReply, AgentRequest, AgentRequestText
 from runnertrace.core.module import Module
-from runnertrace.core.observer import in_traced_run
+from runnertrace.core.observer import NULL_OBSERVER, NestedRun, in_traced_run, open_nested_run
 from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.runners._kit.genai import (
     arguments_of,
@@ -612,7 +615,12 @@ class _Observer(AbstractCapability[Any]):
         mapper = self.mapper
         try:
             with mapper.builder.tool_scope(mapper.call_id(call.tool_call_id)):
-                result = await handler(args)
+                # An agent the tool runs (delegation) is a nested run: see _delegated_iter.
+                delegation = _delegating.set(True)
+                try:
+                    result = await handler(args)
+                finally:
+                    _delegating.reset(delegation)
         except _CONTROL_FLOW:
             raise
         except Exception as exc:
@@ -713,6 +721,120 @@ def _silenced_instrumentation(capability_id: str) -> AbstractCapability[Any]:
     return Instrumentation(settings=_no_op_settings(), id=capability_id)
 
 
+# -- agents that a tool runs (delegation) ----------------------------------------------------------
+
+# True inside the body of a tool of a traced run (its tool scope). Only there does the
+# delegation hook do anything; everywhere else it costs one read of this variable.
+_delegating: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "runnertrace_pydantic_ai_delegating", default=False
+)
+_hook_installed = False
+
+
+@dataclass
+class _OwnRun(AbstractCapability[Any]):
+    """Marks a run of this runner that installs no observer (run mode, untraced) inside a
+    tool of a traced run: the runner decided how to trace it, the hook leaves it alone."""
+
+    _safe_at_runtime: ClassVar[bool] = True
+
+
+_OWN_RUN = _OwnRun()
+
+
+def _install_delegation_hook() -> None:
+    """Wrap ``Agent.iter`` once per process (at the first traced run, never at import).
+
+    Pydantic AI has no process-wide registry of capabilities, and a delegated run
+    (``await other.run(..., usage=ctx.usage)`` in a tool) receives nothing of the run
+    that called it; ``Agent.iter`` is the one public method every run goes through
+    (``run``, ``run_sync``, ``run_stream``, ``run_stream_events``, ``iter``). The
+    wrapper reads one context variable and, outside a traced run's tool, calls the
+    original at once.
+    """
+    global _hook_installed
+    if _hook_installed:
+        return
+    _hook_installed = True
+    original = PydanticAgent.iter
+    delegating = _delegating.get
+
+    @functools.wraps(original)
+    def iter(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not delegating():
+            return original(self, *args, **kwargs)
+        return _delegated_iter(original, self, args, kwargs)
+
+    PydanticAgent.iter = iter  # type: ignore[method-assign]
+
+
+def _delegated_iter(
+    original: Callable[..., Any], agent: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``agent.iter(...)`` called inside a traced run's tool: a nested run of its own,
+    with the runner's mapping (``_Observer``) added to the run's capabilities."""
+    declared = list(kwargs.get("capabilities") or ())
+    if any(isinstance(capability, (_Observer, _OwnRun)) for capability in declared):
+        return original(agent, *args, **kwargs)  # a run of this runner: traced (or not) by it
+    delegation: _Delegation | None = None
+    with _boundary:
+        delegation = _Delegation.open(agent, args, kwargs)
+    if delegation is None:  # nothing traces here (observed without a tracing layer, say)
+        return original(agent, *args, **kwargs)
+    options = {**kwargs, "capabilities": [*declared, *delegation.capabilities]}
+    return delegation.around(original(agent, *args, **options))
+
+
+@dataclass
+class _Delegation:
+    """One delegated run: its nested run, the capabilities that map it, what it was asked."""
+
+    run: NestedRun
+    observer: _Observer
+    capabilities: list[AbstractCapability[Any]]
+    prompt: Any
+
+    @classmethod
+    def open(
+        cls, agent: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> _Delegation | None:
+        prompt = args[0] if args else kwargs.get("user_prompt")
+        name = getattr(agent, "name", None) or "agent"
+        # The framework's own spans are silenced for this run too: each call counts once.
+        ids = _instrumentation_ids(agent, kwargs)
+        silencers = [_silenced_instrumentation(i) for i in sorted(ids)]
+        requests = [AgentRequestText(prompt=prompt)] if isinstance(prompt, str) else None
+        run = open_nested_run(name, mode="run", requests=requests)
+        if run is None:
+            return None
+        observer = _Observer(_Mapper(EventBuilder(run), name, detailed=True))
+        return cls(run, observer, [*silencers, observer], prompt)
+
+    @asynccontextmanager
+    async def around(self, native: AbstractAsyncContextManager[Any]) -> AsyncIterator[Any]:
+        """The native ``iter`` context; the nested run ends as the native run ends."""
+        run, builder = self.run, self.observer.mapper.builder
+        try:
+            async with native as agent_run:
+                yield agent_run
+        except CancelledError:
+            with _boundary:
+                run.finish(cancelled=True)
+            raise
+        except BaseException as error:
+            with _boundary:
+                builder.fail(error)
+                run.finish(error=error)
+            raise
+        else:
+            with _boundary:
+                result = agent_run.result
+                prompt = self.prompt if isinstance(self.prompt, str) else ""
+                run.finish(reply=_reply(result, prompt) if result is not None else None)
+        finally:
+            builder.observer = NULL_OBSERVER  # nothing more reaches the ended run
+
+
 # -- the run and the runner ------------------------------------------------------------------------
 
 
@@ -800,10 +922,13 @@ class PydanticAIRunner(FrameworkRunner[AbstractAgent[Any, Any]]):
             )
         capabilities = list(options.get("capabilities") or [])
         if in_traced_run():
+            _install_delegation_hook()
             ids = _instrumentation_ids(setup.native, options)
             capabilities.extend(_silenced_instrumentation(i) for i in sorted(ids))
         if observer is not None:
             capabilities.append(observer)
+        elif _delegating.get():  # untraced, inside a traced run's tool: not a delegate
+            capabilities.append(_OWN_RUN)
         # Owned keys last, so no declared option can displace them.
         options["user_prompt"] = user_prompt_of(setup.requests)
         options["message_history"] = list(prepared.state or [])
