@@ -61,6 +61,22 @@ In **stream mode** the deltas come from the native stream, seen through
 ``stream()`` yields the builder's queue after each native event it pulls (no task
 or extra hop per event).
 
+**An agent that a tool runs (delegation) is a nested run.** Pydantic AI's multi-agent
+pattern, ``await other.run(..., usage=ctx.usage)`` inside a tool, starts a run no
+runner of ours is called for, and that receives nothing of the run that called it. So
+the first traced run installs one process-wide hook: it wraps ``Agent.iter`` (every
+``run``, ``run_sync``, ``run_stream``, ``run_stream_events`` and ``iter`` goes through
+it; Pydantic AI has no process-wide registry of capabilities). Inside the tool of a
+traced run (a context variable the runner sets in its tool scope) the hook opens a
+nested run (:func:`~runnertrace.core.observer.open_nested_run`: ``invoke_agent`` under
+the tool's ``execute_tool``) and adds this runner's own capability to the delegate's
+run, with the silencers below: the same mapping as for the traced agent, each model
+call once (from its own response: ``usage=ctx.usage`` makes Pydantic AI's run usage
+cumulative, ours is not). A delegate's delegates nest the same way. Anywhere else the
+hook reads that one context variable and calls the original: untraced runs pay one
+lookup. A run of this runner (traced or not) inside a tool is left to the runner. The
+nested run's mode is ``run`` (``iter`` cannot tell whether its caller streams).
+
 **Pydantic AI's own OpenTelemetry spans: suppressed in traced runs.** Pydantic AI
 instrumented (``agent.instrument``, ``Agent.instrument_all()``, an
 ``Instrumentation`` capability with the default or a custom ``id``, Logfire's
@@ -71,7 +87,8 @@ twice. So during a traced run (``in_traced_run()``) the runner adds, for every
 ``Instrumentation`` id the run would use, a run-time ``Instrumentation`` of that id
 with no-op providers, which takes that id's place for this run only (no global
 state; untraced runs keep Pydantic AI's spans, and traced ones one vocabulary,
-ours). An ``Instrumentation`` with ``id=None`` has no id to take over and emits.
+ours). A delegated run inside a traced run gets the same silencers. An
+``Instrumentation`` with ``id=None`` has no id to take over and emits.
 """
 
 from __future__ import annotations
@@ -327,6 +344,7 @@ class _Mapper:
         self._agent_name = agent_name
         self._detailed = detailed
         self._step: int | None = None
+        self._early = False  # the open step started with its request (run_stream)
         self._messages = 0
         self._message_id: str | None = None
         self._saw_parts = False
@@ -338,6 +356,9 @@ class _Mapper:
 
     # steps ------------------------------------------------------------------------------
     def step_started(self, ctx: RunContext[Any]) -> None:
+        if self._early:  # run_stream: the node's step opened with its streamed request
+            self._early = False
+            return
         if self._step is not None:  # a request node following a request node
             self._end_step()
         self._step = ctx.run_step
@@ -357,16 +378,27 @@ class _Mapper:
                         self._result(call_id, content, is_error=is_error)
         self._end_step()
 
+    def run_ended(self) -> None:
+        """The run succeeded: end the step still open (``run_stream`` ends a run at its
+        final response, without the ``CallToolsNode`` that ends a step elsewhere)."""
+        self._end_step()
+
     def _end_step(self) -> None:
         if self._step is None:
             return
         step, self._step = self._step, None
+        self._early = False
         self._pending.clear()
         self._aliases.clear()
         self.builder.step_end(self._agent_name, step)
 
     # messages ---------------------------------------------------------------------------
     def message_started(self, ctx: RunContext[Any], request_context: ModelRequestContext) -> str:
+        if self._step is None:
+            # run_stream streams a request node before wrap_node_run wraps (only) the
+            # node's graph advancement: the step starts with its request instead.
+            self.step_started(ctx)
+            self._early = True
         self._messages += 1
         message_id = self._message_id = f"{ctx.run_id or 'run'}-m{self._messages}"
         self._saw_parts = False
@@ -795,9 +827,7 @@ class _Delegation:
     prompt: Any
 
     @classmethod
-    def open(
-        cls, agent: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> _Delegation | None:
+    def open(cls, agent: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Delegation | None:
         prompt = args[0] if args else kwargs.get("user_prompt")
         name = getattr(agent, "name", None) or "agent"
         # The framework's own spans are silenced for this run too: each call counts once.
@@ -828,6 +858,7 @@ class _Delegation:
             raise
         else:
             with _boundary:
+                self.observer.mapper.run_ended()
                 result = agent_run.result
                 prompt = self.prompt if isinstance(self.prompt, str) else ""
                 run.finish(reply=_reply(result, prompt) if result is not None else None)
