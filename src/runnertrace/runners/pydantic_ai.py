@@ -96,6 +96,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
+import threading
 from asyncio import CancelledError
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -761,6 +762,7 @@ _delegating: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "runnertrace_pydantic_ai_delegating", default=False
 )
 _hook_installed = False
+_hook_lock = threading.Lock()
 
 
 @dataclass
@@ -787,8 +789,16 @@ def _install_delegation_hook() -> None:
     global _hook_installed
     if _hook_installed:
         return
-    _hook_installed = True
-    original = PydanticAgent.iter
+    with _hook_lock:  # first traced runs in two threads at once: one wrapper
+        if _hook_installed:
+            return
+        PydanticAgent.iter = _delegation_hook(PydanticAgent.iter)  # type: ignore[method-assign]
+        _hook_installed = True
+
+
+def _delegation_hook(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Agent.iter`` wrapped: one context-variable read, then the original, unless the
+    call comes from inside a traced run's tool."""
     delegating = _delegating.get
 
     @functools.wraps(original)
@@ -797,7 +807,7 @@ def _install_delegation_hook() -> None:
             return original(self, *args, **kwargs)
         return _delegated_iter(original, self, args, kwargs)
 
-    PydanticAgent.iter = iter  # type: ignore[method-assign]
+    return iter
 
 
 def _delegated_iter(
