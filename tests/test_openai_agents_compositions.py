@@ -413,16 +413,9 @@ async def test_cancelling_the_run_ends_an_agent_tools_run_as_cancelled(
     assert parent_of(captured_spans, inner) == one(captured_spans, "execute_tool research")
 
 
-STREAM_CANCEL_LOSES_TOTALS = pytest.mark.xfail(
-    strict=True,
-    reason="streamed, the agent tool's run ends in its run-loop task's done-callback, after "
-    "the cancelled planner's run ended: its totals reach the planner too late and are dropped",
-)
-
-
 @pytest.mark.parametrize(
     "mode",
-    [pytest.param(m, marks=STREAM_CANCEL_LOSES_TOTALS) if m == "stream" else m for m in MODES],
+    MODES,
 )
 async def test_a_cancelled_run_still_counts_its_agent_tools_run(
     mode: str, captured_spans: CapturedSpans

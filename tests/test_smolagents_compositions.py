@@ -463,11 +463,6 @@ async def test_a_run_cancelled_inside_a_member_leaves_nothing_open(
     assert not tracker.open
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SmolagentsRunner's _Mapper.close() finishes a run before its members' runs, "
-    "so their totals reach it after it ended and are dropped (close the children first)",
-)
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_run_cancelled_inside_a_member_still_counts_its_members(
     mode: str, captured_spans: CapturedSpans

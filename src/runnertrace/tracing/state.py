@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import threading
 import json
 import logging
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 from opentelemetry import trace as trace_api
@@ -58,6 +60,9 @@ included), so a run nested two deep hands its totals to the right parent."""
 logger = logging.getLogger("runnertrace")
 
 _INTERNAL = SpanKind.INTERNAL
+# Guards each run's list of open nested runs, which nested runs ending on other threads
+# (CrewAI, smolagents) change: taken once when a nested run starts and once as a run ends.
+_CHILDREN = threading.Lock()
 _CLIENT = SpanKind.CLIENT
 
 
@@ -149,6 +154,12 @@ class RunTracer:
         self.own = RunTotals()
         self.nested = RunTotals()
         self.parent_run = parent_run
+        self.open_children: list[RunTracer] | None = None  # nested runs not yet finished
+        if parent_run is not None:
+            with _CHILDREN:
+                if parent_run.open_children is None:
+                    parent_run.open_children = []
+                parent_run.open_children.append(self)
         self.policy = policy
         self.capture = policy.capture
         self.clean = policy.clean
@@ -827,11 +838,24 @@ class RunTracer:
     def finish(
         self, reply: Any = None, error: BaseException | None = None, cancelled: bool = False
     ) -> None:
-        """End the run: close every open span, then the run span. Idempotent."""
-        if self.finished:
-            return
-        self.finished = True
+        """End the run: close every open span, then the run span. Idempotent.
+
+        A run that fails or is cancelled while runs nested in it are still open ends
+        them first, as cancelled (a framework may end them later, or never), so their
+        spans end inside this run's and their totals are in its own."""
+        with _CHILDREN:
+            if self.finished:
+                return
+            self.finished = True
+            parent, children = self.parent_run, self.open_children
+            if parent is not None and parent.open_children:
+                with suppress(ValueError):  # not listed: the parent ended it already
+                    parent.open_children.remove(self)
+            self.open_children = None
         self.accepting = False
+        if children and (error is not None or cancelled):
+            for child in children:
+                child.finish(error=error if cancelled else None, cancelled=True)
         try:
             try:
                 if self.reasoning or self.messages or self.tools or self.steps or self.branches:
