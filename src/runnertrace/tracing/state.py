@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import threading
 import json
 import logging
+import threading
 import time
 import traceback
 from collections.abc import Callable
