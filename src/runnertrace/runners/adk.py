@@ -422,6 +422,13 @@ def _content_text(content: types.Content | None) -> str:
     return "".join(p.text for p in content.parts or () if p.text and not p.thought)
 
 
+def _cancelling() -> bool:
+    """Whether the task running now is being cancelled (ADK calls some callbacks on
+    its way out of a cancelled agent)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 def _final_text(event: Event) -> str | None:
     """The text of an invocation's final response, if ``event`` is one."""
     if event.partial or event.content is None or not event.is_final_response():
@@ -458,7 +465,6 @@ class _Mapper:
         self.done = False  # a nested run: ended (nothing more is reported)
         self._prompt = prompt
         self._output: str | None = None  # a nested run: its final text so far
-        self._watched: tuple[asyncio.Task[Any], Callable[[asyncio.Task[Any]], None]] | None = None
         self._steps = 0
         self.root: str | None = None  # the run's own invocation id
         self._lanes: dict[_LaneKey, _Lane] = {}
@@ -485,7 +491,11 @@ class _Mapper:
 
     def agent_ended(self, key: _LaneKey, agent_name: str) -> None:
         """An agent is done: its last step on its lane ends now, not when the lane is
-        next used (a ``ParallelAgent`` branch that finishes first, a failing run)."""
+        next used (a ``ParallelAgent`` branch that finishes first, a failing run).
+        ADK calls this for an agent being cancelled too: in a nested run, its step
+        is then left to end, marked cancelled, with the run."""
+        if self.nested is not None and _cancelling():
+            return
         lane = self._lanes.get(key)
         if lane is not None and lane.agent == agent_name:
             self._close(key)
@@ -527,22 +537,7 @@ class _Mapper:
         )
         child.run_started(invocation_context.invocation_id)
         self._agent_runs.setdefault(call_id, []).append(child)
-        task = asyncio.current_task()  # the tool's: cancelled with it
-        if task is not None:
-            child.watch(task)
         return child
-
-    def watch(self, task: asyncio.Task[Any]) -> None:
-        """A nested run whose tool's task is cancelled (a sibling branch failed, the
-        run was stopped) ends cancelled then: ADK calls nothing back for it."""
-
-        def ended(done: asyncio.Task[Any]) -> None:
-            if done.cancelled():
-                with _boundary:
-                    self.end_run(cancelled=True)
-
-        task.add_done_callback(ended)
-        self._watched = (task, ended)
 
     def see(self, event: Event) -> None:
         """A nested run keeps its final response's text (its reply)."""
@@ -558,10 +553,6 @@ class _Mapper:
         if nested is None or self.done:
             return
         self.done = True
-        if self._watched is not None:
-            task, ended = self._watched
-            self._watched = None
-            task.remove_done_callback(ended)
         self.end_agent_runs()  # the ones it started, first: they roll up into it
         if cancelled:
             self._calls.clear()
@@ -573,9 +564,11 @@ class _Mapper:
         nested.finish(reply=reply, error=error, cancelled=cancelled)
 
     def _end_agent_runs_of(self, call_id: str, error: BaseException | None = None) -> None:
-        """The tool call that ran agents ended: any run of them still open ends now."""
+        """The tool call that ran agents ended: any run of them still open ends now,
+        cancelled with it when the call was (ADK reports that as its error)."""
+        cancelled = isinstance(error, asyncio.CancelledError)
         for child in self._agent_runs.pop(call_id, ()):
-            child.end_run(error)
+            child.end_run(None if cancelled else error, cancelled=cancelled)
 
     def end_agent_runs(self) -> None:
         """This run ends: the agent runs still open were cut short (cancelled)."""
@@ -750,8 +743,8 @@ class _Mapper:
         self.builder.tool_result(call_id, _result_text(result), name=name)
 
     def tool_failed(self, call_id: str, name: str, error: BaseException) -> None:
-        """The tool raised: reported now, whether a callback then feeds a response back
-        (``after_tool_callback`` follows) or the run fails."""
+        """The tool raised (or was cancelled): reported now, whether a callback then
+        feeds a response back (``after_tool_callback`` follows) or the run fails."""
         self._end_agent_runs_of(call_id, error)
         self._leave_tool_scope(call_id)
         self._pending.pop(call_id, None)
