@@ -51,17 +51,29 @@ fields only when someone observes.
   agents, a ``LoopAgent``'s iterations. A step
   after a ``transfer_to_agent`` call by another agent records the handoff (source
   and target); a turn of a workflow agent is a plain step of the new agent.
-* Compositions are builder branches (see :mod:`runnertrace.runners._kit.builder`):
-  the run's own lane is the run's line, every other lane a branch keyed by its
-  invocation and ADK branch, its steps under the run span. A ``ParallelAgent``
-  gives each sub-agent its own ADK branch, so its branches' steps overlap, each
-  with its own chat and tool spans and agent name; a step on a lane ends the steps
-  of the invocation's lanes that take turns with it (any but one parting right
-  under a ``ParallelAgent``). An ``AgentTool`` runs its agent on a sub-runner of
-  its own invocation, to which ADK passes our plugin: the invocation started
-  while the tool runs (``before_run_callback``, told apart by a context variable
-  set in the tool's task) is that tool call's agent run, an ``invoke_agent``
-  span under the tool's ``execute_tool`` span, holding the sub-agent's steps.
+* Compositions inside one run are builder branches (see
+  :mod:`runnertrace.runners._kit.builder`): the run's own lane is the run's line,
+  every other lane a branch keyed by its invocation and ADK branch, its steps under
+  the run span. A ``ParallelAgent`` gives each sub-agent its own ADK branch, so its
+  branches' steps overlap, each with its own chat and tool spans and agent name; a
+  step on a lane ends the steps of the invocation's lanes that take turns with it
+  (any but one parting right under a ``ParallelAgent``).
+* An ``AgentTool`` runs its agent on a sub-runner of its own invocation, to which
+  ADK passes our plugin: the invocation started while the tool runs
+  (``before_run_callback``, told apart by a context variable set in the tool's
+  task) is a **nested run** (:func:`~runnertrace.core.observer.open_nested_run`,
+  opened in the tool's scope: an ``invoke_agent`` span under the tool's
+  ``execute_tool`` span, in run mode, as ``AgentTool`` runs its agent unary). Its
+  callbacks go to a mapping of its own, reporting to that run, which ends with the
+  sub-invocation (``after_run_callback``: with its final text as the reply;
+  ``on_run_error_callback``: with the error) or, at the latest, with its tool call.
+  Its totals roll up into the run that called the tool. When the tool call is
+  cancelled (a sibling branch of a ``ParallelAgent`` failed; ADK then calls
+  ``on_tool_error_callback`` with the ``CancelledError``), the nested run ends
+  cancelled, and its open step and unfinished chat span with it (the ADK
+  ``after_agent_callback`` of an agent being cancelled ends nothing there). An
+  untraced stream does not map it: the stream is the outer agent's. Any run still
+  open when its caller's run ends (fails, stops) ends cancelled first.
 * The chat span starts when the request is about to be sent, with what is sent:
   ``llm_request.contents`` as GenAI messages, the system instruction as text, the
   generate-content config's sampling parameters and the function declarations.
@@ -74,28 +86,33 @@ fields only when someone observes.
   that raises is reported with its exception, whether an ``on_tool_error``
   callback feeds a response back to the model or the run fails.
 
-**ADK's own OpenTelemetry spans: suppressed in traced runs.** ADK sends
+**ADK's own OpenTelemetry spans: silenced in traced runs.** ADK sends
 ``invoke_workflow`` / ``invoke_agent`` / ``generate_content`` / ``execute_tool``
 spans to the global tracer provider, which is also ours when the application
 installed an SDK provider (runnertrace then reuses it). Next to ours each call
-would show twice and its tokens count twice. So a traced run drives ADK under an
-*unsampled* copy of the run span's context: parent-based samplers (the SDK
-default) drop every span ADK starts there, while ours are parented explicitly and
-each tool's span is made current only inside the tool. With the global provider
-left at OpenTelemetry's default, ADK's spans are no-ops that pass the current
-context through, so the chat span is also made current around the model call
-(an HTTP span there nests under it): entered in ``before_model_callback`` and
-left in the final ``after_model_callback`` (or ``on_model_error_callback``),
-which ADK runs in its own task inside the scope it drives the model call with,
-carrying the attached context from one resumption to the next and never out to
-the consumer of the stream. When ADK's spans do record, they would be
-the parent of anything opened inside the model call, so the chat span is not
-made current there: such spans are dropped with ADK's ``generate_content`` span
-in traced runs (a non-parent-based sampler would keep ADK's spans, nested under
-our run span). An ``AgentTool``'s sub-runner runs inside the tool, whose span is
-current there: in a traced run whose ADK spans record, an unsampled copy of the
-tool span's context is made current for it too, so the sub-agent's calls appear
-once (ours). Untraced runs keep ADK's spans untouched.
+would show twice and its tokens count twice. So the first traced run wraps ADK's
+tracer (the one object all of ADK's modules share) once per process: where a
+context variable says so, its spans are OpenTelemetry's no-op spans, which pass
+the current context through, as with the global provider left at its default. A
+traced run sets it while it drives ADK (the tasks ADK starts inherit it, an
+``AgentTool``'s sub-runner included) and unsets it inside a tool's own code, so
+an untraced ADK runner a tool starts keeps its spans; untraced runs keep ADK's
+spans untouched and pay one context-variable read per span. Ours are parented
+explicitly; each tool's span is made current only inside the tool, and the chat
+span around the model call: entered in ``before_model_callback`` and left in the
+final ``after_model_callback`` (or ``on_model_error_callback``), which ADK runs
+in its own task inside the scope it drives the model call with, carrying the
+attached context from one resumption to the next and never out to the consumer
+of the stream. So a span opened inside a model call (an HTTP client's, the user's
+own in the model or a model callback) nests under our chat span, with any
+provider, and any sampler keeps ADK's spans out. (An instrumentation that wraps
+the model's client, such as google-genai's, still makes its own span there,
+under ours.) Should an ADK keep its tracer elsewhere, a traced run falls back to
+driving ADK under an *unsampled* copy of the run span's context: parent-based
+samplers (the SDK default) then drop ADK's spans, and, while they record, the
+chat span is not made current in a model call (spans opened there are dropped
+with ADK's), and an ``AgentTool``'s sub-runner runs under an unsampled copy of
+its tool span's context.
 """
 
 from __future__ import annotations
