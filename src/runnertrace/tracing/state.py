@@ -177,7 +177,6 @@ class RunTracer:
             )
         self.steps: list[tuple[tuple[str, Any], _Open]] = []
         self.branches: dict[str, _Branch] = {}
-        self.agent_runs: dict[str, _Open] = {}  # tool call id -> the agent it runs
         self.messages: dict[str, _Open] = {}
         self.reasoning: dict[str, _Open] = {}
         self.tools: dict[str, _Open] = {}
@@ -382,8 +381,7 @@ class RunTracer:
             branch_key = _text(branch_key)
             branch = self.branches.get(branch_key)
             if branch is None:
-                root = self._agent_run(getattr(event, "parent_tool_call_id", None))
-                branch = self.branches[branch_key] = _Branch(root)
+                branch = self.branches[branch_key] = _Branch(self.run)
             steps, parent = branch.steps, self._container(branch_key)
             agent = agent or parent.agent
         fields: dict[str, Any] = {A.STEP_NAME: _text(name)}
@@ -396,41 +394,6 @@ class RunTracer:
         step = self._start("agent_step", "step", parent, fields, A.STEP_NAME, agent=agent)
         step.branch = branch_key
         steps.append(((name, index), step))
-
-    def _agent_run(self, tool_call_id: Any) -> _Open:
-        """The ``invoke_agent`` span of the agent run as tool call ``tool_call_id``,
-        under the tool's span (opened by the branch's first step; one per call,
-        shared by the branches of that agent). No such call: the run span."""
-        if tool_call_id is None:
-            return self.run
-        tool_call_id = _text(tool_call_id)
-        found = self.agent_runs.get(tool_call_id)
-        if found is not None:
-            return found
-        tool = self.tools.get(tool_call_id)
-        if tool is None:
-            self._anomaly(f"agent run as unknown tool call {tool_call_id!r}")
-            return self.run
-        if tool.pending is not None:  # the agent runs, so its tool does
-            self._run_tool(tool)
-        fields = {A.OPERATION: "invoke_agent", A.AGENT_ID: tool.name}
-        item = self._start("invoke_agent", "run", tool, fields, A.AGENT_NAME, agent=tool.name)
-        self.agent_runs[tool_call_id] = item
-        return item
-
-    def _end_agent_run(self, tool_call_id: str) -> None:
-        """The tool that ran an agent ended: the agent's branches end, then its span."""
-        item = self.agent_runs.pop(tool_call_id, None)
-        if item is None:
-            return
-        for key in [k for k, b in self.branches.items() if b.root is item]:
-            branch = self.branches.pop(key)
-            if branch.steps:
-                self._anomaly(f"{len(branch.steps)} step(s) of branch {key!r} open at its end")
-            for _, step in reversed(branch.steps):
-                self._close_children(step)
-                self._close(step, incomplete=True)
-        self._close(item, incomplete=False)
 
     def _on_step_end(self, event: Any) -> None:
         key = (_field(event, "step_name", "name"), getattr(event, "step_index", None))
@@ -774,8 +737,6 @@ class RunTracer:
         error = _event_error(getattr(event, "error", None))
         if error is None and getattr(event, "is_error", False):
             error = EventError(type="_OTHER", message=_text(getattr(event, "content", "")))
-        if self.agent_runs:
-            self._end_agent_run(cid)
         if error is not None:
             self._put(item, {A.ERROR_TYPE: error.type})
             self._fail(item, error)
@@ -913,7 +874,6 @@ class RunTracer:
         dangling = [*self.reasoning.values(), *self.messages.values(), *self.tools.values()]
         for branch in self.branches.values():
             dangling += [step for _, step in reversed(branch.steps)]
-        dangling += reversed(self.agent_runs.values())
         dangling += [step for _, step in reversed(self.steps)]
         # Tools whose step ended while they awaited a result end normally.
         unexpected = [item for item in dangling if not item.awaiting]
@@ -930,7 +890,6 @@ class RunTracer:
         self.messages.clear()
         self.tools.clear()
         self.branches.clear()
-        self.agent_runs.clear()
         self.steps.clear()
         if faults:
             raise faults[0]
