@@ -20,15 +20,18 @@ How the contract maps onto CrewAI:
   Agent's ``Crew(...)`` keywords). A concurrent run of the same crew gets a copy.
   Each task is a step (``task``, its position) holding the step of the agent
   that works on it, both ended by CrewAI's task and agent ids; each agent's chat
-  and tool spans carry its role as the agent name. In a hierarchical crew the
-  manager's step holds the task; a coworker it delegates to (CrewAI's delegation
-  tool) runs inside that tool call: a handoff. The manager's step ends (the
-  delegation's tool span outlives it, and covers the coworker's work), the
-  coworker's step follows (``handoff_from`` the manager), then the manager's
-  resumes (``handoff_from`` the coworker). The coworker's step is a sibling of
-  the manager's, not a child of the delegation's span: the tracer nests a step
-  in the innermost step. Events that name another crew's agent or task (a crew
-  kicked off inside a tool) are not this run's.
+  and tool spans carry its role as the agent name. A task with
+  ``async_execution=True`` runs in a thread of its own beside the crew's: it is a
+  branch of the run (``StepStart.branch``), so its step, its agent's step, chat and
+  tool spans overlap the other async tasks' under the run span; the task that waits
+  for them follows in the crew's own line. In a hierarchical crew the manager's
+  step holds the task. A coworker that an agent delegates to (CrewAI's delegation
+  tool, which runs the coworker inside the tool call) is a nested run
+  (:func:`~runnertrace.core.observer.open_nested_run`): ``execute_tool <delegation>``
+  > ``invoke_agent <coworker>`` > its step, chat and tool spans, its totals rolled
+  up into the crew's run; its events are traced, not yielded (the stream is the
+  crew's). A retried coworker is a run per attempt. Events that name another
+  crew's agent or task (a crew kicked off inside a tool) are not this run's.
 - **Session state.** CrewAI keeps no conversation between kickoffs, so the
   runner keeps the turns under the session key ``"crewai"`` (per agent) and
   puts them in front of the next task's description. Saved only after a run
@@ -43,7 +46,10 @@ How the contract maps onto CrewAI:
   events arrive in emission order, at the moment they happen, and a sink is a
   context variable, so each run sees only its own crew's events (20 concurrent
   runs are tested). The sink is added by a ``before_kickoff`` callback, inside
-  the kickoff's own thread. A task and an agent execution become steps (the
+  the kickoff's own thread. Each event is mapped in the line of work (a lane) of
+  the context it is emitted in: the crew's, an async task's branch, a coworker's
+  nested run; CrewAI copies the context into every thread it starts (that is how
+  the sink reaches them too). A task and an agent execution become steps (the
   agent's role is the step's agent name), an LLM call a message (its
   ``call_id`` is the message id), stream chunks deltas, tool usage a tool call.
   In a ReAct run the tool call is the ``Action`` the model's text asks for, so
@@ -73,7 +79,9 @@ How the contract maps onto CrewAI:
   CrewAI instrumentor would add a kickoff, a task and a tool span for what our
   spans already show: a *traced* run suppresses OTel instrumentation in the
   crew's thread (``suppress_instrumentation``, which the instrumentor and most
-  others honour), so each call is one span, ours. A span a tool or a model
+  others honour; in stream mode the first step of CrewAI's chunk stream, where
+  the crew's task starts, runs suppressed too), so each call is one span, ours,
+  also with the application's own provider. A span a tool or a model
   call opens with a tracer still nests under our spans (tracers do not check
   the flag), but an HTTP client's instrumentation inside a traced crew is
   silenced with the rest. Untraced runs are left to the instrumentor.
@@ -964,6 +972,28 @@ def _attach(inputs: Any) -> Any:
 
 
 # -- the run and the runner ------------------------------------------------------------------------
+class _QuietStart:
+    """CrewAI's chunk stream, its first step run under ``quiet``: CrewAI starts the
+    crew's task there (``Crew.kickoff`` in a thread), in a copy of that context, so a
+    traced stream's crew runs with OTel instrumentation suppressed, as run mode's."""
+
+    __slots__ = ("_items", "_quiet")
+
+    def __init__(self, native: AsyncIterable[Any], quiet: AbstractContextManager[None]) -> None:
+        self._items = native.__aiter__()
+        self._quiet: AbstractContextManager[None] | None = quiet
+
+    def __aiter__(self) -> _QuietStart:
+        return self
+
+    async def __anext__(self) -> Any:
+        quiet, self._quiet = self._quiet, None
+        if quiet is None:
+            return await self._items.__anext__()
+        with quiet:  # entered and left in this one step (no yield in between)
+            return await self._items.__anext__()
+
+
 def _nothing() -> None:
     """Giving back a copy of an agent: nothing to do."""
 
@@ -1005,7 +1035,8 @@ class _Run(FrameworkRun[Any]):
         native = self.native = cast(CrewStreamingOutput, kickoff)
         # A consumer that stops early closes both at once: ours, then CrewAI's stream.
         async with native:
-            yield native
+            traced = self.mapper is not None and self.mapper.suppress
+            yield _QuietStart(native, self._quiet()) if traced else native
 
     def fail(self, error: BaseException) -> None:
         if self.mapper is not None:
