@@ -11,7 +11,11 @@ import asyncio
 import json
 import logging
 import os
+import subprocess
+import sys
+import textwrap
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -714,3 +718,187 @@ async def test_async_tasks_are_branches_that_overlap_and_the_waiting_task_follow
             "task 0",
             "task 1",
         }
+
+
+# -- the same compositions under the application's own provider ---------------------------------
+def assistant_crew() -> CrewAgent:
+    """One agent whose tool opens the user's span."""
+    return CrewAgent(
+        role="assistant",
+        goal="Answer weather questions.",
+        backstory="You know the weather.",
+        llm=ScriptedLLM([action("get_weather", city="Paris"), final(ANSWER)]),
+        tools=[get_weather],
+    )
+
+
+ASSISTANT_TREE = (
+    "invoke_agent trip",
+    [
+        (
+            "agent_step task",
+            [
+                (
+                    "agent_step assistant",
+                    [
+                        ("chat scripted", []),
+                        ("execute_tool get_weather", [("db.query weather", [])]),
+                        ("chat scripted", []),
+                    ],
+                )
+            ],
+        )
+    ],
+)
+
+# name -> (the native to run, its tree, the tree as drawn from the spans, its model calls)
+COMPOSITIONS: dict[str, tuple[Any, Any, Any, int]] = {
+    "one agent": (assistant_crew, ASSISTANT_TREE, shape, 2),
+    "async tasks": (async_crew, ASYNC_TREE, async_shape, 5),
+    "delegation": (react_delegating_crew, REACT_DELEGATION_TREE, shape, 4),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("composition", COMPOSITIONS)
+async def test_each_composition_with_the_private_provider(
+    composition: str, mode: str, captured_spans: CapturedSpans
+) -> None:
+    make, tree, draw, calls = COMPOSITIONS[composition]
+    await run(make(), mode, name="trip")
+    assert draw(captured_spans, one(captured_spans, "invoke_agent trip")) == tree
+    check_totals(captured_spans.spans, model_calls=calls)
+
+
+APP_PROVIDER = """
+import asyncio, json
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+app = TracerProvider()
+exporter = InMemorySpanExporter()
+app.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(app)  # ours, OpenInference's and the user's spans all go here
+
+from openinference.instrumentation.crewai import CrewAIInstrumentor
+CrewAIInstrumentor().instrument()
+
+import tests.test_crewai_compositions as case
+from tests.composition_checks import check_totals, rows
+from runnertrace import traced
+from runnertrace.core import Session
+from runnertrace.core.agent import Agent
+from runnertrace.core.models import AgentRequestText
+from runnertrace.runners.crewai import CrewAIRunner
+from runnertrace.testing import CapturedSpans
+from runnertrace.tracing.config import TraceConfig
+
+case.user["tracer"] = trace.get_tracer("user-code")
+spans = CapturedSpans(exporter, app)
+
+async def go(runner, native, mode):
+    agent = Agent("trip", runner, native)
+    requests = [AgentRequestText(prompt="Weather in Paris?")]
+    if mode == "run":
+        await runner.run(agent, Session("s1"), requests)
+    else:
+        async for _ in runner.stream(agent, Session("s1"), requests):
+            pass
+
+async def main():
+    out = {}
+    for name, (make, _, draw, calls) in case.COMPOSITIONS.items():
+        for mode in ("run", "stream"):
+            await go(CrewAIRunner(), make(), mode)
+            untraced = sorted({s.instrumentation_scope.name for s in spans.spans})
+            spans.clear()
+            await go(traced(CrewAIRunner(), TraceConfig(type="app")), make(), mode)
+            (root,) = [s for s in spans.spans if s.name == "invoke_agent trip"]
+            by_id = {s.context.span_id: s for s in spans.spans}
+            out[f"{name} {mode}"] = {
+                "untraced scopes": untraced,
+                "tree": draw(spans, root),
+                "roots": [s.name for s in spans.roots()],
+                "theirs": [
+                    s.name for s in spans.spans
+                    if s.instrumentation_scope.name not in ("runnertrace", "user-code")
+                ],
+                "db parents": [
+                    by_id[s.parent.span_id].name for s in spans.by_name("db.query weather")
+                ],
+                "levels": rows(check_totals(spans.spans, model_calls=calls)),
+            }
+            spans.clear()
+    print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+
+@pytest.fixture(scope="module")
+def app_provider(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Each composition, untraced then traced, in a process whose global provider is the
+    application's, with OpenInference's CrewAI instrumentor on it."""
+    repo = Path(__file__).resolve().parents[1]
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RUNNERTRACE_", "OTEL_", "PYTEST_"))
+    }
+    home = tmp_path_factory.mktemp("home")
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(APP_PROVIDER)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        check=False,
+        env={
+            **env,
+            "HOME": str(home),
+            "CREWAI_STORAGE_DIR": str(home / "crewai"),
+            "CREWAI_DISABLE_TELEMETRY": "true",
+            "CREWAI_TRACING_ENABLED": "false",
+            "CREWAI_DISABLE_VERSION_CHECK": "true",
+        },
+    )
+    assert done.returncode == 0, done.stderr
+    seen: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return seen
+
+
+def as_tree(value: Any) -> Any:
+    """A tree read back from JSON (tuples became lists)."""
+    name, children = value
+    return (name, [as_tree(c) for c in children])
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("composition", COMPOSITIONS)
+def test_each_composition_under_an_app_provider_is_the_private_providers_tree(
+    composition: str, mode: str, app_provider: dict[str, Any]
+) -> None:
+    """The same tree as with our private provider, one trace, every model call one chat
+    span of ours with the totals of its subtree at each level (checked in the process);
+    OpenInference's instrumentor is live (an untraced run is its to trace) but adds
+    nothing to a traced run, in stream mode neither (its kickoff span); the user's
+    span in a tool nests under our execute_tool."""
+    seen = app_provider[f"{composition} {mode}"]
+    assert "openinference.instrumentation.crewai" in seen["untraced scopes"]
+    assert as_tree(seen["tree"]) == COMPOSITIONS[composition][1]
+    assert seen["roots"] == ["invoke_agent trip"]
+    assert seen["theirs"] == []
+    assert seen["db parents"] == ["execute_tool get_weather"] * len(seen["db parents"])
+    assert seen["db parents"]
+
+
+def test_under_an_app_provider_the_delegations_totals_hold_at_each_level(
+    app_provider: dict[str, Any],
+) -> None:
+    for mode in MODES:
+        trip, researcher = app_provider[f"delegation {mode}"]["levels"].splitlines()
+        assert trip.startswith("trip: 4 calls (2 own)")
+        assert researcher.startswith("  researcher: 2 calls (2 own)")
