@@ -643,8 +643,8 @@ def async_crew() -> Crew:
 
 
 def _looked_up(role: str) -> tuple[str, list[Any]]:
-    chat = ("chat scripted", [])
-    tool_ = ("execute_tool get_weather", [("db.query weather", [])])
+    chat: tuple[str, list[Any]] = ("chat scripted", [])
+    tool_: tuple[str, list[Any]] = ("execute_tool get_weather", [("db.query weather", [])])
     return ("agent_step task", [(f"agent_step {role}", [chat, tool_, chat])])
 
 
@@ -732,7 +732,7 @@ def assistant_crew() -> CrewAgent:
     )
 
 
-ASSISTANT_TREE = (
+ASSISTANT_TREE: tuple[str, list[Any]] = (
     "invoke_agent trip",
     [
         (
