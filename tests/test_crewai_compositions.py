@@ -493,6 +493,21 @@ async def test_a_react_delegation_is_a_nested_run_with_the_coworkers_tool_call(
     assert one(captured_spans, "invoke_agent researcher").attributes.get(A.MALFORMED) is None
 
 
+async def test_an_untraced_stream_yields_the_crews_events_only(
+    captured_spans: CapturedSpans,
+) -> None:
+    """Untraced, a coworker's work has no run to go to: the stream is the crew's, as
+    traced, and nothing of ours is traced."""
+    agent = Agent("trip", CrewAIRunner(), react_delegating_crew())
+    requests = [AgentRequestText(prompt="Weather in Paris?")]
+    events = [e async for e in agent.runner.stream(agent, Session("s1"), requests)]
+    assert "".join(e.delta for e in events if isinstance(e, ev.TextDelta)) == ANSWER
+    assert [e.step_name for e in events if isinstance(e, ev.StepStart)] == ["task", "Crew Manager"]
+    tools = [e.tool_name for e in events if isinstance(e, ev.ToolCallStart)]
+    assert tools == [REACT_DELEGATION]
+    assert captured_spans.names() == ["db.query weather"]  # the user's own span only
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_failing_coworker_is_a_failed_nested_run_and_the_manager_goes_on(
     mode: str, captured_spans: CapturedSpans
