@@ -626,11 +626,6 @@ async def test_agents_on_parallel_edges_inside_a_subgraph_keep_their_own_steps_c
     assert_clean(captured_spans, caplog)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the core nests a new branch's first step under the run span: a branch cannot "
-    "start inside a step yet, so the second Send branch of a subgraph sits beside its node step",
-)
 @pytest.mark.parametrize("mode", MODES)
 async def test_send_branches_inside_a_subgraph_nest_in_its_node_step(
     mode: str, captured_spans: CapturedSpans

@@ -88,3 +88,27 @@ async def test_a_branch_step_open_at_the_end_and_an_unknown_branch_are_anomalies
     assert attrs(run_span)["gen_ai.operation.name"] == "invoke_agent"
     assert attrs(helper_step)["runnertrace.incomplete"] is True
     assert attrs(run_span)["runnertrace.stream.anomalies"] == 2  # the open step, the unknown end
+
+
+async def test_a_branch_forked_inside_an_open_step_nests_in_it(
+    captured_spans: CapturedSpans,
+) -> None:
+    """Branches that fork inside a step (LangGraph ``Send`` in a subgraph's node) start
+    in that step, not beside it; without ``parent_step`` they start under the run."""
+    b = EventBuilder(queue=True)
+    b.step_start("team", 1)
+    b.step_start("worker", 2, agent_name="worker", parent_step=("team", 1, None))
+    b.step_start("worker", 3, agent_name="worker", branch="B", parent_step=("team", 1, None))
+    b.step_start("other", 4, branch="C")
+    for branch in (None, "B"):
+        b.message_end(b.message_start(model="worker-llm", branch=branch), input_tokens=2)
+    b.step_end("worker", 3, branch="B")
+    b.step_end("other", 4, branch="C")
+    b.step_end("worker", 2)
+    b.step_end("team", 1)
+    await trace_events(list(b.drain()))
+    spans = captured_spans
+    team = one(spans, "agent_step team")
+    assert [parent_of(spans, s) for s in spans.by_name("agent_step worker")] == [team, team]
+    assert parent_of(spans, one(spans, "agent_step other")) is parent_of(spans, team)
+    assert "runnertrace.stream.anomalies" not in attrs(parent_of(spans, team))

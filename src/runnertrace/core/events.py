@@ -190,7 +190,9 @@ class StepStart(_Event):
     one agent's line of work: a step, and the model calls reported with the same
     ``branch``, nest in that branch's innermost open step, so overlapping branches
     keep their own children (``None``: the run's own line); a branch's first step
-    nests under the run span. Branches are concurrency inside one agent run only: an
+    nests under the run span, or under ``parent_step`` (``(step_name, step_index,
+    branch)`` of a step still open) when the branch forks inside that step (LangGraph
+    ``Send`` inside a subgraph's node). Branches are concurrency inside one agent run only: an
     agent that another agent starts (as a tool, a delegate) is a nested run of its
     own (:func:`runnertrace.core.observer.open_nested_run`), not a branch.
     """
@@ -201,6 +203,7 @@ class StepStart(_Event):
     agent_name: str | None = None
     handoff_from: str | None = None
     branch: str | None = None
+    parent_step: tuple[str, int | None, str | None] | None = None
 
 
 class StepEnd(_Event):

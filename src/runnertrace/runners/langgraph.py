@@ -678,8 +678,14 @@ class _Mapper(BaseCallbackHandler):
             if parent_run_id is not None and parent_run_id != self.root:
                 agent = self._chains.get(parent_run_id)
             if lane is not None:  # a branch: no handoff, its agent is its own
+                # A branch forked inside a subgraph's node starts in that node's step.
+                parent = self._tasks.get(_parent_task(task)) if lane == task else None
                 self.builder.step_start(
-                    step[0], index, agent_name=agent or self._agent_name, branch=lane
+                    step[0],
+                    index,
+                    agent_name=agent or self._agent_name,
+                    branch=lane,
+                    parent_step=(*parent.step, parent.lane) if parent is not None else None,
                 )
                 return None
             handoff = agent != self._agent

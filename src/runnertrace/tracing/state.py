@@ -381,7 +381,9 @@ class RunTracer:
             branch_key = _text(branch_key)
             branch = self.branches.get(branch_key)
             if branch is None:
-                branch = self.branches[branch_key] = _Branch(self.run)
+                fork = getattr(event, "parent_step", None)
+                root = self._open_step(*fork) if fork else None
+                branch = self.branches[branch_key] = _Branch(root or self.run)
             steps, parent = branch.steps, self._container(branch_key)
             agent = agent or parent.agent
         fields: dict[str, Any] = {A.STEP_NAME: _text(name)}
@@ -394,6 +396,12 @@ class RunTracer:
         step = self._start("agent_step", "step", parent, fields, A.STEP_NAME, agent=agent)
         step.branch = branch_key
         steps.append(((name, index), step))
+
+    def _open_step(self, name: Any, index: Any, branch: Any) -> _Open | None:
+        """The open step ``(name, index)`` of ``branch`` (``None``: the run's own line)."""
+        found = self.branches.get(_text(branch)) if branch is not None else None
+        steps = self.steps if branch is None else found.steps if found else []
+        return next((step for key, step in reversed(steps) if key == (name, index)), None)
 
     def _on_step_end(self, event: Any) -> None:
         key = (_field(event, "step_name", "name"), getattr(event, "step_index", None))

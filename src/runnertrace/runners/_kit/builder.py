@@ -108,8 +108,10 @@ class EventBuilder:
         agent_name: str | None = None,
         handoff_from: str | None = None,
         branch: str | None = None,
+        parent_step: tuple[str, int | None, str | None] | None = None,
     ) -> None:
-        """A step starts; ``branch``: see the module docstring."""
+        """A step starts; ``branch``, ``parent_step``: see the module docstring and
+        :class:`~runnertrace.core.events.StepStart`."""
         self._steps.append((name, index, branch))
         self.emit(
             ev.StepStart(
@@ -118,6 +120,7 @@ class EventBuilder:
                 agent_name=agent_name,
                 handoff_from=handoff_from,
                 branch=branch,
+                parent_step=parent_step,
             )
         )
 
