@@ -248,7 +248,7 @@ def test_a_schema_1_store_is_upgraded_and_back_filled_once(tmp_path: Path) -> No
         runs = get(client, "/api/runs")["runs"]
     assert len(runs) == 2 and {r["agent"] for r in runs} == {"pricey"}
     with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
 def test_a_read_only_store_cannot_write(db: Path) -> None:

@@ -828,28 +828,16 @@ def agent_account(row: Sequence[Any]) -> AgentAccount:
 
 
 # -- a run's numbers ------------------------------------------------------------------------
-# The totals contract's keys (runnertrace.tracing.attributes, SEMCONV.md "Totals and nesting").
-_AGG_MODEL_CALLS = "runnertrace.aggregated.model_calls"
-_AGG_TOOL_CALLS = "runnertrace.aggregated.tool_calls"
-_AGG_ERRORS = "runnertrace.aggregated.errors"
-_UNPRICED_CALLS = "runnertrace.usage.unpriced_calls"
-_UNPRICED_MODELS = "runnertrace.usage.unpriced_models"
-_NESTED_RUNS = "runnertrace.nested_runs"
-_OWN_INPUT_TOKENS = "runnertrace.own.input_tokens"
-_OWN_OUTPUT_TOKENS = "runnertrace.own.output_tokens"
-_OWN_COST = "runnertrace.own.cost"
-_OWN_UNPRICED_CALLS = "runnertrace.own.unpriced_calls"
-_OWN_MODEL_CALLS = "runnertrace.own.model_calls"
-_OWN_TOOL_CALLS = "runnertrace.own.tool_calls"
-_OWN_ERRORS = "runnertrace.own.errors"
+# The totals contract (SEMCONV.md "Totals and nesting"): a run's own work is on its span
+# only when it had nested runs.
 _OWN_KEYS = (
-    _OWN_INPUT_TOKENS,
-    _OWN_OUTPUT_TOKENS,
-    _OWN_COST,
-    _OWN_UNPRICED_CALLS,
-    _OWN_MODEL_CALLS,
-    _OWN_TOOL_CALLS,
-    _OWN_ERRORS,
+    attr.OWN_INPUT_TOKENS,
+    attr.OWN_OUTPUT_TOKENS,
+    attr.OWN_COST,
+    attr.OWN_UNPRICED_CALLS,
+    attr.OWN_MODEL_CALLS,
+    attr.OWN_TOOL_CALLS,
+    attr.OWN_ERRORS,
 )
 
 
@@ -901,7 +889,7 @@ def _run(
 ) -> _Run:
     """A run from its span: the totals its span carries, and its own work (the
     ``runnertrace.own.*`` keys, present when it had nested runs; else its totals)."""
-    ours = _AGG_MODEL_CALLS in attrs
+    ours = attr.AGG_MODEL_CALLS in attrs
     agent = attrs.get(attr.AGENT_NAME)
     if not ours:  # another app's run, or one from before the totals: its calls say
         return _Run(
@@ -922,24 +910,24 @@ def _run(
         _count(attrs.get(attr.AGG_INPUT_TOKENS)),
         _count(attrs.get(attr.AGG_OUTPUT_TOKENS)),
         _money(attrs.get(attr.AGG_COST)),
-        _count(attrs.get(_UNPRICED_CALLS)),
-        _count(attrs.get(_AGG_MODEL_CALLS)),
-        _count(attrs.get(_AGG_TOOL_CALLS)),
-        _count(attrs.get(_AGG_ERRORS)),
+        _count(attrs.get(attr.UNPRICED_CALLS)),
+        _count(attrs.get(attr.AGG_MODEL_CALLS)),
+        _count(attrs.get(attr.AGG_TOOL_CALLS)),
+        _count(attrs.get(attr.AGG_ERRORS)),
     )
-    if _NESTED_RUNS in attrs or any(key in attrs for key in _OWN_KEYS):
+    if attr.NESTED_RUNS in attrs or any(key in attrs for key in _OWN_KEYS):
         own = Usage(
-            _count(attrs.get(_OWN_INPUT_TOKENS)),
-            _count(attrs.get(_OWN_OUTPUT_TOKENS)),
-            _money(attrs.get(_OWN_COST)),
-            _count(attrs.get(_OWN_UNPRICED_CALLS)),
-            _count(attrs.get(_OWN_MODEL_CALLS)),
-            _count(attrs.get(_OWN_TOOL_CALLS)),
-            _count(attrs.get(_OWN_ERRORS)),
+            _count(attrs.get(attr.OWN_INPUT_TOKENS)),
+            _count(attrs.get(attr.OWN_OUTPUT_TOKENS)),
+            _money(attrs.get(attr.OWN_COST)),
+            _count(attrs.get(attr.OWN_UNPRICED_CALLS)),
+            _count(attrs.get(attr.OWN_MODEL_CALLS)),
+            _count(attrs.get(attr.OWN_TOOL_CALLS)),
+            _count(attrs.get(attr.OWN_ERRORS)),
         )
     else:
         own = total
-    models = attrs.get(_UNPRICED_MODELS)
+    models = attrs.get(attr.UNPRICED_MODELS)
     return _Run(
         span_id=span_id,
         parent=parent,
@@ -954,7 +942,7 @@ def _run(
         unpriced_models=tuple(m for m in models if isinstance(m, str))
         if isinstance(models, list | tuple)
         else (),
-        nested_runs=_count(attrs.get(_NESTED_RUNS)),
+        nested_runs=_count(attrs.get(attr.NESTED_RUNS)),
     )
 
 
