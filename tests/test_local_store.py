@@ -20,6 +20,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from runnertrace._internal.errors import internal_log
 from runnertrace.exporters.local import LocalBackend, LocalConfig
 from runnertrace.exporters.local_store import (
+    RunSummary,
     SpanStore,
     SqliteSpanExporter,
     StoredSpan,
@@ -436,3 +437,263 @@ async def test_a_traced_native_run_lands_in_the_store(tmp_path: Path) -> None:
         ("agent_step calc", 1),
         ("chat scripted-1", 2),
     ]
+
+
+# -- a run's numbers are its root span's (issue 28) ------------------------------------------
+def _team_spans() -> list[ReadableSpan]:
+    """The spans of real traced runs with agents nested in tools (``ui_fixtures.team_runs``),
+    in the order they ended, through the tracing layer into memory."""
+    import asyncio
+
+    from runnertrace.testing import capture_spans
+    from ui_fixtures import team_runs
+
+    with capture_spans() as captured:
+        asyncio.run(team_runs())
+    return captured.spans
+
+
+def _attrs(span: ReadableSpan | StoredSpan) -> dict[str, object]:
+    return dict(span.attributes or {})
+
+
+def _runs_by_agent(store: SpanStore) -> dict[str, RunSummary]:
+    return {run.agent or run.name: run for run in store.list_runs()}
+
+
+def _root(spans: list[ReadableSpan], trace_id: str) -> dict[str, object]:
+    (root,) = [
+        s for s in spans if format(s.context.trace_id, "032x") == trace_id and s.parent is None
+    ]
+    return _attrs(root)
+
+
+@pytest.mark.parametrize("batches", ["one batch", "span by span"])
+def test_the_run_row_is_the_root_spans_totals_for_nested_runs(db: Path, batches: str) -> None:
+    from composition_checks import check_totals
+
+    from runnertrace.tracing import attributes as A
+
+    spans = _team_spans()
+    levels = check_totals(spans, model_calls=7)  # the spans themselves add up
+    assert [(lv.agent, lv.depth, lv.model_calls, lv.own_model_calls) for lv in levels] == [
+        ("planner", 0, 4, 2),
+        ("researcher", 1, 2, 2),
+        ("recursive", 0, 3, 2),
+        ("recursive", 1, 1, 1),
+    ]
+    store = SpanStore(db)
+    if batches == "one batch":
+        store.write(spans)
+    else:  # as the spans end: each nested run is stored (and summarised) before its parent
+        for span in spans:
+            store.write([span])
+    runs = _runs_by_agent(store)
+    assert set(runs) == {"planner", "recursive"}
+    for run in runs.values():
+        root = _root(spans, run.trace_id)
+        assert not run.derived and run.status == "ok"
+        assert (run.input_tokens, run.output_tokens) == (
+            root[A.AGG_INPUT_TOKENS],
+            root[A.AGG_OUTPUT_TOKENS],
+        )
+        assert (run.model_calls, run.tool_calls, run.errors) == (
+            root[A.AGG_MODEL_CALLS],
+            root[A.AGG_TOOL_CALLS],
+            root[A.AGG_ERRORS],
+        )
+        assert run.cost == root.get(A.AGG_COST)
+        assert run.unpriced_calls == root.get(A.UNPRICED_CALLS, 0)
+        assert run.unpriced_models == tuple(root.get(A.UNPRICED_MODELS, ()))  # type: ignore[arg-type]
+        assert run.nested_runs == root.get(A.NESTED_RUNS, 0) == 1
+    planner = runs["planner"]
+    # 2 priced gpt-4o calls of its own, the researcher's 2 scripted calls unpriced: partial
+    assert (planner.input_tokens, planner.model_calls, planner.unpriced_calls) == (2900, 4, 2)
+    assert planner.cost == pytest.approx((2200 * 2.5 + 50 * 10) / 1e6)
+    assert planner.cost_label == "$0.006 (partial: 2 calls unpriced)"
+    assert planner.unpriced_models == ("runnertrace/scripted-1",)
+    recursive = runs["recursive"]
+    assert (recursive.cost, recursive.cost_label, recursive.cost_status) == (
+        None,
+        "unpriced",
+        "unpriced",
+    )
+
+
+def _own_and_total(spans: list[ReadableSpan]) -> dict[str, dict[str, tuple[int, int, int]]]:
+    """Per agent, from the chat and tool spans alone: (model calls, tokens in, tool calls) of
+    its own runs' work, and of everything under its outermost runs."""
+    by_id = {s.context.span_id: s for s in spans}
+
+    def runs_above(span: ReadableSpan) -> list[ReadableSpan]:
+        found, at = [], span.parent
+        while at is not None and at.span_id in by_id:
+            parent = by_id[at.span_id]
+            if _attrs(parent).get("runnertrace.span.type") == "run":
+                found.append(parent)
+            at = parent.parent
+        return found
+
+    def agent(run: ReadableSpan) -> str:
+        return str(_attrs(run)["gen_ai.agent.name"])
+
+    out: dict[str, dict[str, list[int]]] = {}
+    for span in spans:
+        kind = _attrs(span).get("runnertrace.span.type")
+        if kind not in ("message", "tool"):
+            continue
+        figures = (
+            [1, int(_attrs(span).get("gen_ai.usage.input_tokens", 0)), 0]  # type: ignore[arg-type]
+            if kind == "message"
+            else [0, 0, 1]
+        )
+        above = runs_above(span)
+        own = out.setdefault(agent(above[0]), {}).setdefault("own", [0, 0, 0])
+        for i, value in enumerate(figures):
+            own[i] += value
+        for name in {agent(r) for r in above}:  # each agent above counts it once
+            total = out.setdefault(name, {}).setdefault("total", [0, 0, 0])
+            for i, value in enumerate(figures):
+                total[i] += value
+    return {a: {k: (v[0], v[1], v[2]) for k, v in d.items()} for a, d in out.items()}
+
+
+def test_the_per_agent_rows_agree_with_the_spans(db: Path) -> None:
+    from runnertrace.exporters.local_store import agent_accounts
+
+    spans = _team_spans()
+    store = SpanStore(db)
+    store.write(spans)
+    expected = _own_and_total(spans)
+    seen: dict[str, tuple[int, ...]] = {}
+    for run in store.list_runs():
+        accounts = store.agents(run.trace_id)
+        # the report draws its table from the spans, by the same rules
+        assert agent_accounts(store.get_trace(run.trace_id)) == accounts
+        for account in accounts:
+            own, total = account.own, account.total
+            assert (own.model_calls, own.input_tokens, own.tool_calls) == expected[account.agent][
+                "own"
+            ]
+            assert (total.model_calls, total.input_tokens, total.tool_calls) == expected[
+                account.agent
+            ]["total"]
+            seen[account.agent] = (account.runs, account.depth)
+    # the recursive agent ran twice, one run nested in the other: counted once in its total
+    assert seen == {"planner": (1, 0), "researcher": (1, 1), "recursive": (2, 0)}
+    planner_trace = _runs_by_agent(store)["planner"].trace_id
+    planner, researcher = store.agents(planner_trace)
+    assert researcher.started_by == ("planner",) and researcher.own == researcher.total
+    assert planner.own.cost == planner.total.cost and planner.own.unpriced_calls == 0
+    assert planner.total.unpriced_calls == 2 and planner.total.cost_label.endswith("unpriced)")
+    # time: the planner's own is its run's less the researcher's run
+    assert planner.own.duration_ns + researcher.total.duration_ns == planner.total.duration_ns
+
+
+def _strip_totals(span: ReadableSpan) -> ReadableSpan:
+    """``span`` as a trace of another app, or from before the totals, has it: no run totals."""
+    from opentelemetry.sdk.trace import ReadableSpan as Span
+
+    keep = {
+        k: v
+        for k, v in _attrs(span).items()
+        if not k.startswith(("gen_ai.aggregated_usage.", "runnertrace.aggregated.", "runnertrace.own."))
+        and k not in ("runnertrace.usage.unpriced_calls", "runnertrace.usage.unpriced_models")
+        and k != "runnertrace.nested_runs"
+    }
+    return Span(
+        name=span.name,
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=keep,
+        events=span.events,
+        kind=span.kind,
+        status=span.status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
+
+
+def test_a_trace_without_run_totals_is_summed_from_its_calls_and_marked_derived(db: Path) -> None:
+    spans = _team_spans()
+    store = SpanStore(db)
+    store.write(spans)
+    ours = {name: (r, store.agents(r.trace_id)) for name, r in _runs_by_agent(store).items()}
+    foreign = SpanStore(db.with_name("foreign.db"))
+    foreign.write([_strip_totals(s) for s in spans])
+    for name, run in _runs_by_agent(foreign).items():
+        mine, accounts = ours[name]
+        assert run.derived and not mine.derived
+        # the same numbers, found by summing the model-call and tool spans
+        for field_name in ("input_tokens", "output_tokens", "model_calls", "tool_calls", "errors"):
+            assert getattr(run, field_name) == getattr(mine, field_name), field_name
+        assert run.unpriced_calls == mine.unpriced_calls
+        assert run.cost == pytest.approx(mine.cost) if mine.cost else run.cost is None
+        assert run.unpriced_models == mine.unpriced_models
+        # and the per-agent table by attributing each call to its nearest run
+        derived = foreign.agents(run.trace_id)
+        assert [(a.agent, a.runs, a.own.model_calls, a.total.model_calls) for a in derived] == [
+            (a.agent, a.runs, a.own.model_calls, a.total.model_calls) for a in accounts
+        ]
+
+
+INDEXES_OF_RUNS = (
+    "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs_3' AND sql IS NOT NULL"
+)
+# The runs table and its indexes as runnertrace wrote them before the totals (schema 2).
+SCHEMA_2_RUNS = """
+CREATE TABLE runs (
+    trace_id TEXT PRIMARY KEY, name TEXT NOT NULL, start_ns INTEGER NOT NULL,
+    end_ns INTEGER NOT NULL, span_count INTEGER NOT NULL, error_count INTEGER NOT NULL,
+    input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL, status TEXT NOT NULL,
+    agent TEXT, framework TEXT, mode TEXT, session_id TEXT, user_id TEXT, cost REAL,
+    seq INTEGER NOT NULL
+);
+CREATE INDEX runs_by_start ON runs (start_ns, trace_id);
+CREATE INDEX runs_by_agent ON runs (agent, start_ns, trace_id);
+CREATE INDEX runs_by_framework ON runs (framework, start_ns, trace_id);
+CREATE INDEX runs_by_status ON runs (status, start_ns, trace_id);
+CREATE INDEX runs_by_session ON runs (session_id, start_ns, trace_id);
+CREATE INDEX runs_by_seq ON runs (seq);
+CREATE INDEX runs_for_charts
+    ON runs (start_ns, agent, name, end_ns, input_tokens, output_tokens, cost);
+"""
+SCHEMA_2_COLUMNS = (
+    "trace_id, name, start_ns, end_ns, span_count, error_count, input_tokens, output_tokens, "
+    "status, agent, framework, mode, session_id, user_id, cost, seq"
+)
+
+
+def test_a_schema_2_store_is_upgraded_and_back_filled(db: Path) -> None:
+    """A store from before the totals: the new columns and table are added and filled."""
+    from runnertrace.exporters.local_store import SCHEMA_VERSION
+
+    spans = _team_spans()
+    store = SpanStore(db)
+    store.write(spans)
+    before = {r.trace_id: r for r in store.list_runs()}
+    agents_before = {t: store.agents(t) for t in before}
+    store.close()
+    with sqlite3.connect(db) as conn:  # schema 2: the runs table as it was, no run_agents
+        conn.execute("DROP TABLE run_agents")
+        conn.execute("ALTER TABLE runs RENAME TO runs_3")
+        for index in [r[0] for r in conn.execute(INDEXES_OF_RUNS)]:
+            conn.execute(f"DROP INDEX {index}")
+        conn.executescript(SCHEMA_2_RUNS)
+        conn.execute(f"INSERT INTO runs SELECT {SCHEMA_2_COLUMNS} FROM runs_3")
+        conn.execute("DROP TABLE runs_3")
+        conn.execute("UPDATE runs SET input_tokens = -1")  # recomputed, not kept
+        conn.execute("PRAGMA user_version=2")
+    with pytest.raises(StoreError, match="schema version 2"):
+        SpanStore(db, read_only=True).list_runs()
+    upgraded = SpanStore(db)
+    upgraded.upgrade()
+    reader = SpanStore(db, read_only=True)
+    assert {r.trace_id: r for r in reader.list_runs()} == before
+    assert {t: reader.agents(t) for t in before} == agents_before
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert {"run_agents_by_agent", "run_agents_by_start", "runs_for_charts"} <= indexes

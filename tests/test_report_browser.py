@@ -270,3 +270,68 @@ def test_the_page_loads_nothing_from_the_network(
 def test_render_report_rejects_an_empty_trace() -> None:
     with pytest.raises(ValueError, match="at least one span"):
         render_report([])
+
+
+# -- a nested trace: the run's totals, its partial cost and the per-agent table (issue 28) ----
+def _by_attr(nodes: list[Node], key: str) -> dict[str, Node]:
+    return {n.attrs[key]: n for n in nodes if key in n.attrs}
+
+
+def test_a_nested_trace_shows_the_root_totals_partial_cost_and_a_table_per_agent(
+    tmp_path: Path,
+) -> None:
+    from ui_fixtures import build_team_store
+
+    store = SpanStore(build_team_store(tmp_path / "team.db"))
+    runs = {r.agent: r for r in store.list_runs()}
+    planner = runs["planner"]
+    page = write_report(store, planner.trace_id, tmp_path / "planner.html")
+    nodes = parse(chromium_dom(page, tmp=tmp_path))
+
+    chips = _by_attr(nodes, "data-chip")
+    cost = chips["cost"]
+    assert cost.attrs["data-cost-status"] == "partial"
+    assert [n.all_text() for n in cost.walk() if n.tag == "b"] == [
+        "$0.006 (partial: 2 calls unpriced)"
+    ]
+    assert cost.attrs["title"].endswith("no price for: runnertrace/scripted-1")
+    assert [n.all_text() for n in chips["model calls"].walk() if n.tag == "b"] == ["4"]
+    assert [n.all_text() for n in chips["nested runs"].walk() if n.tag == "b"] == ["1"]
+
+    (table,) = [n for n in nodes if n.tag == "table" and "agents" in n.classes()]
+    rows = _by_attr(table.walk(), "data-agent")
+    assert list(rows) == ["planner", "researcher"]  # first started first
+
+    def cells(agent: str) -> dict[str, str]:
+        return {n.attrs["data-k"]: n.all_text() for n in rows[agent].walk() if "data-k" in n.attrs}
+
+    accounts = {a.agent: a for a in store.agents(planner.trace_id)}
+    for agent, account in accounts.items():
+        shown = cells(agent)
+        for side, usage in (("own", account.own), ("total", account.total)):
+            assert shown[f"{side}.model_calls"] == str(usage.model_calls)
+            assert shown[f"{side}.input_tokens"] == f"{usage.input_tokens:,}"
+            assert shown[f"{side}.tool_calls"] == str(usage.tool_calls)
+            assert shown[f"{side}.cost"] == usage.cost_label
+    assert cells("planner")["own.cost"] == "$0.006"
+    assert cells("planner")["total.cost"] == "$0.006 (partial: 2 calls unpriced)"
+    assert cells("researcher")["own.cost"] == "unpriced"
+    # the researcher ran under the planner: indented, and says who started it
+    researcher_name = next(n for n in rows["researcher"].walk() if "agent" in n.classes())
+    assert researcher_name.attrs["title"] == "started by planner"
+
+    # each run row of the waterfall shows its subtree's totals
+    spans = {s.span_id: s for s in store.get_trace(planner.trace_id)}
+    span_rows = rows_of(nodes)
+    (researcher_run,) = [s for s in spans.values() if s.name == "invoke_agent researcher"]
+    meta = [n for n in span_rows[researcher_run.span_id].walk() if "agg" in n.classes()]
+    assert [n.all_text() for n in meta] == ["\u03a3 718 tok", "unpriced"]
+
+    recursive = write_report(store, runs["recursive"].trace_id, tmp_path / "recursive.html")
+    nodes = parse(chromium_dom(recursive, tmp=tmp_path))
+    chip = _by_attr(nodes, "data-chip")["cost"]
+    assert [n.all_text() for n in chip.walk() if n.tag == "b"] == ["unpriced"]
+    (table,) = [n for n in nodes if n.tag == "table" and "agents" in n.classes()]
+    (row,) = _by_attr(table.walk(), "data-agent").values()  # one agent, nested in itself
+    shown = {n.attrs["data-k"]: n.all_text() for n in row.walk() if "data-k" in n.attrs}
+    assert (shown["runs"], shown["own.model_calls"], shown["total.model_calls"]) == ("2", "3", "3")

@@ -504,3 +504,169 @@ def test_content_search_through_the_index_finds_what_the_scan_finds(
         assert len(dashboard.runs(RunFilter(search="zebras"))["runs"]) == 4
     finally:
         dashboard.close()
+
+
+# -- one definition of a run's numbers; honest cost; accounting per agent (issue 28) ----------
+@pytest.fixture(scope="module")
+def team_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from ui_fixtures import build_team_store
+
+    return build_team_store(tmp_path_factory.mktemp("team") / "traces.db")
+
+
+@pytest.fixture(scope="module")
+def team(team_db: Path) -> Iterator[TestClient]:
+    with TestClient(create_app(team_db), base_url=BASE) as client:
+        yield client
+
+
+def _by_agent(runs: list[dict]) -> dict[str, dict]:
+    return {r["agent"]: r for r in runs}
+
+
+def _report_data(page: str) -> dict:
+    """The JSON a report page carries (what its script draws from)."""
+    start = page.index('<script id="runnertrace-data" type="application/json">')
+    body = page[page.index(">", start) + 1 : page.index("</script>", start)]
+    return json.loads(body)
+
+
+def test_the_runs_list_shows_the_root_spans_totals_and_says_when_cost_is_partial(
+    team: TestClient, team_db: Path
+) -> None:
+    runs = _by_agent(get(team, "/api/runs")["runs"])
+    store = SpanStore(team_db, read_only=True)
+    for run in runs.values():
+        (root,) = [s for s in store.get_trace(run["trace_id"]) if s.is_root]
+        a = root.attributes
+        assert (run["input_tokens"], run["output_tokens"], run["model_calls"]) == (
+            a["gen_ai.aggregated_usage.input_tokens"],
+            a["gen_ai.aggregated_usage.output_tokens"],
+            a["runnertrace.aggregated.model_calls"],
+        )
+        assert run["unpriced_calls"] == a["runnertrace.usage.unpriced_calls"]
+        assert run["unpriced_models"] == a["runnertrace.usage.unpriced_models"]
+        assert run["derived"] is False and run["nested_runs"] == 1
+    store.close()
+    planner, recursive = runs["planner"], runs["recursive"]
+    assert planner["cost_status"] == "partial" and planner["unpriced_calls"] == 2
+    assert planner["cost"] == pytest.approx(0.006)
+    assert planner["unpriced_models"] == ["runnertrace/scripted-1"]
+    assert (recursive["cost"], recursive["cost_status"]) == (None, "unpriced")
+    # the trace header reads the same row
+    detail = get(team, f"/api/runs/{planner['trace_id']}")
+    assert (detail["cost_status"], detail["unpriced_calls"], detail["tokens"]) == (
+        "partial",
+        2,
+        planner["tokens"],
+    )
+
+
+def test_the_trace_page_carries_the_run_row_and_the_per_agent_table(team: TestClient) -> None:
+    planner = _by_agent(get(team, "/api/runs")["runs"])["planner"]
+    data = _report_data(team.get(f"/trace/{planner['trace_id']}").text)
+    summary = data["summary"]
+    assert (summary["cost_status"], summary["unpriced_calls"], summary["model_calls"]) == (
+        "partial",
+        2,
+        4,
+    )
+    assert summary["input_tokens"] == planner["input_tokens"] == 2900
+    agents = {a["agent"]: a for a in data["agents"]}
+    assert list(agents) == ["planner", "researcher"]
+    # the page's table is the store's
+    api_agents = get(team, f"/api/runs/{planner['trace_id']}/agents")["agents"]
+    assert api_agents == data["agents"]
+    assert agents["planner"]["own"]["model_calls"] == 2
+    assert agents["planner"]["total"]["model_calls"] == 4
+    assert agents["planner"]["own"]["cost_status"] == "priced"
+    assert agents["planner"]["total"]["cost_status"] == "partial"
+    assert agents["researcher"]["own"] == agents["researcher"]["total"]
+    assert agents["researcher"]["started_by"] == ["planner"] and agents["researcher"]["depth"] == 1
+
+
+def test_a_session_sums_its_runs_partial_cost_and_its_agents(team: TestClient) -> None:
+    from ui_fixtures import TEAM_SESSION
+
+    (session,) = get(team, "/api/sessions")["sessions"]
+    assert session["session_id"] == TEAM_SESSION and session["runs"] == 2
+    # a sum over runs of which one is partial and one unpriced: partial, 5 calls unpriced
+    assert (session["cost_status"], session["unpriced_calls"]) == ("partial", 5)
+    assert session["cost"] == pytest.approx(0.006) and session["model_calls"] == 7
+    body = get(team, f"/api/sessions/{TEAM_SESSION}")
+    agents = {a["agent"]: a for a in body["agents"]}
+    assert set(agents) == {"planner", "researcher", "recursive"}
+    recursive = agents["recursive"]
+    # it ran twice, once inside itself: its own calls summed, its total counted once
+    assert recursive["runs"] == 2
+    assert (recursive["own"]["model_calls"], recursive["total"]["model_calls"]) == (3, 3)
+    assert (recursive["own"]["input_tokens"], recursive["total"]["input_tokens"]) == (140, 140)
+    assert agents["planner"]["total"]["input_tokens"] == 2900
+    assert agents["researcher"]["own"]["input_tokens"] == 700
+    assert [t["cost_status"] for t in body["turns"]] == ["partial", "unpriced"]
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"any_agent": "researcher"}, ["planner"]),  # nested only: found through its tree
+        ({"agent": "researcher"}, []),  # never a top run
+        ({"any_agent": "planner"}, ["planner"]),
+        ({"any_agent": "recursive"}, ["recursive"]),
+        ({"any_agent": "recursive", "agent": "planner"}, []),
+        ({"any_agent": "nobody"}, []),
+    ],
+)
+def test_the_agent_anywhere_filter(team: TestClient, params: dict, expected: list[str]) -> None:
+    assert [r["agent"] for r in get(team, "/api/runs", **params)["runs"]] == expected
+    sorted_runs = get(team, "/api/runs", sort="cost", **params)["runs"]
+    assert sorted(r["agent"] for r in sorted_runs) == sorted(expected)
+
+
+def test_the_filters_offer_every_agent_of_every_tree(team: TestClient) -> None:
+    facets = get(team, "/api/facets")
+    assert facets["agents"] == ["planner", "recursive"]
+    assert facets["agents_anywhere"] == ["planner", "recursive", "researcher"]
+
+
+def test_the_cost_by_agent_chart_gives_each_agent_its_own_cost(team: TestClient) -> None:
+    metrics = get(team, "/api/metrics", by="agent", buckets=1)
+    own = {s["name"]: s["points"] for s in metrics["agent_cost"]}
+    assert set(own) == {"planner", "researcher", "recursive"}
+    (planner,) = own["planner"]
+    assert planner["cost"] == pytest.approx(0.006) and planner["cost_status"] == "priced"
+    (researcher,) = own["researcher"]
+    assert (researcher["cost"], researcher["unpriced_calls"]) == (None, 2)
+    assert researcher["cost_status"] == "unpriced"
+    # the runs' series (by top agent) carry their partial cost; so do the tiles
+    series = {s["name"]: s["points"] for s in metrics["series"]}
+    assert series["planner"][0]["cost_status"] == "partial"
+    assert series["planner"][0]["unpriced_calls"] == 2
+    summary = metrics["summary"]
+    assert (summary["cost_status"], summary["unpriced_calls"]) == ("partial", 5)
+
+
+def test_compare_shows_each_cost_as_partial_or_unpriced(team: TestClient) -> None:
+    runs = _by_agent(get(team, "/api/runs")["runs"])
+    compared = get(
+        team, "/api/compare", a=runs["planner"]["trace_id"], b=runs["recursive"]["trace_id"]
+    )
+    facts = {d["field"]: (d["a"], d["b"]) for d in compared["differences"]}
+    assert facts["cost"] == ("$0.006 (partial: 2 calls unpriced)", "unpriced")
+    assert facts["model calls"] == (4, 3)
+    assert facts["unpriced models"] == ("runnertrace/scripted-1", "runnertrace/scripted-1")
+
+
+def test_the_csv_says_whether_each_cost_is_partial(team: TestClient) -> None:
+    import csv
+    import io
+
+    response = team.get("/api/runs.csv")
+    assert response.status_code == 200
+    rows = {r["agent"]: r for r in csv.DictReader(io.StringIO(response.text))}
+    planner, recursive = rows["planner"], rows["recursive"]
+    assert (planner["cost_status"], planner["unpriced_calls"]) == ("partial", "2")
+    assert float(planner["cost"]) == pytest.approx(0.006)
+    assert planner["unpriced_models"] == "runnertrace/scripted-1"
+    assert (planner["model_calls"], planner["nested_runs"], planner["derived"]) == ("4", "1", "0")
+    assert (recursive["cost"], recursive["cost_status"]) == ("", "unpriced")

@@ -163,7 +163,8 @@ def test_sessions_errors_and_charts(page: tuple, base_url: str, tmp_path: Path) 
     frame.locator("#rows .row.error").first.wait_for()
     assert "cost $0.0" in frame.locator("#summary").inner_text()  # the report shows it too
 
-    for by, charts in (("agent", 4), ("model", 4), ("tool", 3)):  # + the error rate
+    # latency, tokens and cost (calls per tool), the error rate; per agent also its own cost
+    for by, charts in (("agent", 5), ("model", 4), ("tool", 3)):
         pg.goto(base_url + f"/#/charts?by={by}")
         expect(pg.locator("body")).to_have_attribute("data-charts", str(charts))
         # every chart gets its lines (drawn after the count is set: wait, on a busy machine)
@@ -177,7 +178,7 @@ def test_sessions_errors_and_charts(page: tuple, base_url: str, tmp_path: Path) 
     legend = pg.locator("#charts .legend").first.inner_text()
     assert "lookup" in legend and "calculator" in legend
     pg.goto(base_url + "/#/charts?by=agent")
-    expect(pg.locator("body")).to_have_attribute("data-charts", "4")
+    expect(pg.locator("body")).to_have_attribute("data-charts", "5")
     pg.screenshot(path=str(tmp_path / "charts.png"), full_page=True)
 
 

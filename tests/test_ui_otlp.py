@@ -496,3 +496,62 @@ def test_metrics_are_answered_as_not_kept(served: tuple[str, Path]) -> None:
     )
     assert bad.status_code == 400 and "not an OTLP metrics request" in bad.json()["error"]
     assert span_count(db) == 0
+
+
+def test_a_foreign_trace_with_a_delegating_agent_gets_the_sums_of_its_model_calls(
+    served: tuple[str, Path],
+) -> None:
+    """Pydantic AI's own instrumentation, one agent delegating to another in a tool (its
+    docs' pattern): the root span carries no totals of ours, so the run's numbers are its
+    model-call spans' sums, marked derived, and each call is its nearest agent's own."""
+    from pydantic_ai import Agent, RunContext
+    from pydantic_ai.capabilities.instrumentation import Instrumentation
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.models.instrumented import InstrumentationSettings
+
+    url, db = served
+    provider = sdk_provider(url, "jokes-app")
+    settings = InstrumentationSettings(tracer_provider=provider, include_content=True)
+
+    def selector(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("jokes", {"count": 2}, tool_call_id="j1")])
+        return ModelResponse(parts=[TextPart("The second one.")])
+
+    def writer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart("joke one\njoke two")])
+
+    instrument = [Instrumentation(settings=settings)]
+    inner = Agent(FunctionModel(writer), name="joke_writer", capabilities=instrument)
+    outer = Agent(FunctionModel(selector), name="joke_selector", capabilities=instrument)
+
+    async def jokes(ctx: RunContext[None], count: int) -> str:
+        return (await inner.run(f"Write {count} jokes.", usage=ctx.usage)).output
+
+    # (the annotations as objects: this module's postponed ones name a local import)
+    jokes.__annotations__.update({"ctx": RunContext[None], "count": int, "return": str})
+    outer.tool(jokes)
+
+    assert outer.run_sync("Tell me a joke.").output == "The second one."
+    provider.shutdown()
+
+    (run,) = api(url, "/api/runs")["runs"]
+    store = SpanStore(db, read_only=True)
+    spans = store.get_trace(run["trace_id"])
+    store.close()
+    chats = [s for s in spans if s.span_type == "message"]
+    agents = [s for s in spans if s.span_type == "run"]
+    assert len(chats) == 3 and len(agents) == 2
+    assert run["derived"] is True and run["agent"] == "joke_selector"
+    assert run["model_calls"] == 3 and run["tool_calls"] == 1
+    assert run["input_tokens"] == sum(c.attributes["gen_ai.usage.input_tokens"] for c in chats)
+    assert run["output_tokens"] == sum(c.attributes["gen_ai.usage.output_tokens"] for c in chats)
+    # no call had a price: honest about it
+    assert (run["cost"], run["cost_status"], run["unpriced_calls"]) == (None, "unpriced", 3)
+    table = {a["agent"]: a for a in api(url, f"/api/runs/{run['trace_id']}/agents")["agents"]}
+    selector_row, writer_row = table["joke_selector"], table["joke_writer"]
+    assert (selector_row["own"]["model_calls"], selector_row["total"]["model_calls"]) == (2, 3)
+    assert (writer_row["own"]["model_calls"], writer_row["total"]["model_calls"]) == (1, 1)
+    assert writer_row["started_by"] == ["joke_selector"]
+    assert selector_row["total"]["input_tokens"] == run["input_tokens"]
