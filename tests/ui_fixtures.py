@@ -246,7 +246,12 @@ def build_store(db: Path) -> Path:
 def build_team_store(db: Path) -> Path:
     """A store holding :func:`team_runs`, written by the real local pipeline."""
     settings = Settings(
-        trace={"enabled": True, "type": "local", "local": {"path": str(db)}, "capture_content": True}
+        trace={
+            "enabled": True,
+            "type": "local",
+            "local": {"path": str(db)},
+            "capture_content": True,
+        }
     )
     asyncio.run(team_runs(settings.trace))
     assert get_tracing_setup(settings.trace).flush()
