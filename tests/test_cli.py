@@ -407,3 +407,47 @@ def test_a_missing_extra_is_one_warning_in_an_app_and_the_run_goes_on(
     assert len(records) == 1, [r.getMessage() for r in records]
     assert records[0].levelname == "WARNING" and records[0].exc_info is None
     assert "pip install 'runnertrace[cloudwatch]'" in records[0].getMessage()
+
+
+# -- a run's numbers: the root span's, with honest cost, and per agent (issue 28) -------------
+@pytest.fixture(scope="module")
+def team_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from ui_fixtures import build_team_store
+
+    return build_team_store(tmp_path_factory.mktemp("team") / "traces.db")
+
+
+def _row(out: str, name: str) -> list[str]:
+    """The cells of the table row whose first text cell is ``name``."""
+    for line in out.splitlines():
+        cells = [c.strip() for c in re.split(r"[│┃]", line) if c.strip()]
+        if name in cells[:2]:
+            return cells
+    raise AssertionError(f"no row {name!r} in:\n{out}")
+
+
+def test_traces_shows_each_runs_cost_partial_or_unpriced(
+    team_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["traces", "--db", str(team_db)]) == 0
+    out = capsys.readouterr().out
+    runs = {r.agent: r for r in SpanStore(team_db, read_only=True).list_runs()}
+    planner, recursive = _row(out, "planner"), _row(out, "recursive")
+    assert "$0.006 (partial: 2 calls unpriced)" in planner
+    assert str(runs["planner"].tokens) in planner  # the root span's tokens: 2,968
+    assert "unpriced" in recursive and str(runs["recursive"].tokens) in recursive
+
+
+def test_show_prints_the_run_totals_and_a_table_per_agent(
+    team_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = SpanStore(team_db, read_only=True)
+    planner = next(r for r in store.list_runs() if r.agent == "planner")
+    assert main(["show", planner.trace_id[:10], "--db", str(team_db)]) == 0
+    out = capsys.readouterr().out
+    (totals,) = [line for line in out.splitlines() if line.startswith("totals ")]
+    assert totals.startswith("totals 2,900 in / 68 out tokens · cost $0.006 (partial: 2 calls")
+    assert "4 model calls, 2 tool calls" in totals and "1 nested run" in totals
+    # own / with what it started, where they differ
+    assert _row(out, "planner")[1:4] == ["1", "2 / 4", "2,200 / 2,900"]
+    assert _row(out, "researcher")[1:4] == ["1", "2", "700"]
