@@ -704,3 +704,36 @@ def test_a_schema_2_store_is_upgraded_and_back_filled(db: Path) -> None:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     assert {"run_agents_by_agent", "run_agents_by_start", "runs_for_charts"} <= indexes
+
+
+def test_a_cancelled_run_or_nested_run_is_listed_as_cancelled(db: Path) -> None:
+    """Cancelled ends in error (its CancelledError), but the lists say cancelled, not error."""
+    import asyncio
+
+    from nesting_helpers import Outer, drive, inner_opened
+    from tracing_helpers import ForeignAgent, ForeignRunner, ForeignSession
+
+    from runnertrace.testing import capture_spans
+    from runnertrace.tracing.runner import traced
+
+    async def failed_then_cancelled() -> None:
+        await inner_opened(fail=True)()
+        await inner_opened(cancel=True)()
+
+    async def runs() -> None:
+        await drive(traced(Outer(failed_then_cancelled)), "run")
+        with pytest.raises(asyncio.CancelledError):
+            await traced(ForeignRunner(fail_at=3, error=asyncio.CancelledError())).run(
+                ForeignAgent("stopped"), ForeignSession(), []
+            )
+
+    with capture_spans() as captured:
+        asyncio.run(runs())
+    store = SpanStore(db)
+    store.write(captured.spans)
+    listed = _runs_by_agent(store)
+    assert (listed["outer"].status, listed["stopped"].status) == ("ok", "cancelled")
+    accounts = {a.agent: a for a in store.agents(listed["outer"].trace_id)}
+    inner = accounts["inner"]
+    assert (inner.runs, inner.cancelled, inner.failed) == (2, 1, 1)
+    assert (accounts["outer"].cancelled, accounts["outer"].failed) == (0, 0)

@@ -415,6 +415,7 @@ details summary { cursor: pointer; color: var(--muted); margin-top: 14px; }
 .err-head b { color: var(--error); }
 .err-msg { margin: 4px 0; font-weight: 600; word-break: break-word; }
 .row.cancelled .label .name { color: var(--warn); }
+.row.cancelled .bar { opacity: .5; }
 .row .meta .cancel, .agents .cancel { color: var(--warn); font-weight: 600; }
 .row .meta .agg { color: var(--fg); }
 .agents .err { color: var(--error); font-weight: 600; }
@@ -561,17 +562,19 @@ _SCRIPT = r"""
         meta.appendChild(total);
       }
     }
-    if (span.status_code === "ERROR") meta.appendChild(el("span", "err",
+    // cancelled (a sibling failed, the caller stopped) before error: it ended in
+    // CancelledError, but it did not fail
+    if (a["runnertrace.cancelled"]) meta.appendChild(el("span", "cancel", "\u2298 cancelled"));
+    else if (span.status_code === "ERROR") meta.appendChild(el("span", "err",
       "\u26a0 " + (a["error.type"] || "error")));
-    else if (a["runnertrace.cancelled"]) meta.appendChild(el("span", "cancel", "\u2298 cancelled"));
     return meta;
   }
 
   function renderRows() {
     spans.forEach(function (span) {
       spanById[span.span_id] = span;
-      var row = el("div", "row" + (span.status_code === "ERROR" ? " error"
-        : (span.attributes || {})["runnertrace.cancelled"] ? " cancelled" : ""));
+      var row = el("div", "row" + ((span.attributes || {})["runnertrace.cancelled"] ? " cancelled"
+        : span.status_code === "ERROR" ? " error" : ""));
       row.setAttribute("data-span-id", span.span_id);
       row.setAttribute("data-depth", span.depth);
       row.setAttribute("role", "treeitem");
@@ -942,7 +945,8 @@ _SCRIPT = r"""
     detailEl.appendChild(el("h2", null, span.name));
     var status = el("div", "status");
     // One vocabulary with the header and `runnertrace traces`: ok, error, cancelled.
-    var code = span.status_code === "ERROR" ? "error"
+    var cancelled = a["runnertrace.cancelled"] && span.status_code === "ERROR";
+    var code = cancelled ? "cancelled" : span.status_code === "ERROR" ? "error"
       : a["runnertrace.cancelled"] ? "cancelled" : "ok";
     status.appendChild(el("span", "pill " + code, code));
     if (span.type) status.appendChild(el("span", "badge", span.type));

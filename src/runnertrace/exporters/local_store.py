@@ -478,6 +478,7 @@ class AgentAccount:
     runs: int
     cancelled: int
     failed: int
+    """Runs that ended in error (not counting the cancelled ones)."""
     depth: int
     """How many runs it sits under at the least (0: a top run)."""
     started_by: tuple[str, ...]
@@ -869,7 +870,7 @@ class _Run:
     agent: str
     start_ns: int
     end_ns: int
-    failed: bool
+    failed: bool  # its span is in error (a cancelled one's is too)
     cancelled: bool
     ours: bool  # it carries the totals keys
     total: Usage
@@ -1045,7 +1046,7 @@ def _accounts(runs: Sequence[_Run]) -> list[AgentAccount]:
                 start_ns=run.start_ns,
                 runs=1,
                 cancelled=int(run.cancelled),
-                failed=int(run.failed),
+                failed=int(run.failed and not run.cancelled),
                 depth=0,
                 started_by=(),
                 own=_with_time(run.own, duration),
@@ -1085,7 +1086,7 @@ def _accounts(runs: Sequence[_Run]) -> list[AgentAccount]:
         entry["start_ns"] = min(entry["start_ns"], run.start_ns)
         entry["runs"] += 1
         entry["cancelled"] += int(run.cancelled)
-        entry["failed"] += int(run.failed)
+        entry["failed"] += int(run.failed and not run.cancelled)
         entry["depth"] = min(entry["depth"], len(chain))
         if chain and chain[0] not in entry["started_by"]:
             entry["started_by"].append(chain[0])
@@ -1271,14 +1272,15 @@ def _summarise(
     else:
         run_id, run_failed = top_id, top_status == "ERROR"
         run_attributes = trace.top_attributes()
+    # A cancelled run ends in error too (its CancelledError): it says cancelled, not error.
     if not is_root:
         status = "incomplete"
-    elif top_status == "ERROR" or run_failed:
-        status = "error"
     elif run_attributes.get(attr.CANCELLED) or (
         run_id != top_id and trace.top_attributes().get(attr.CANCELLED)
     ):
         status = "cancelled"
+    elif top_status == "ERROR" or run_failed:
+        status = "error"
     else:
         status = "ok"
 
