@@ -335,3 +335,44 @@ def test_a_nested_trace_shows_the_root_totals_partial_cost_and_a_table_per_agent
     (row,) = _by_attr(table.walk(), "data-agent").values()  # one agent, nested in itself
     shown = {n.attrs["data-k"]: n.all_text() for n in row.walk() if "data-k" in n.attrs}
     assert (shown["runs"], shown["own.model_calls"], shown["total.model_calls"]) == ("2", "3", "3")
+
+
+def test_a_cancelled_nested_run_shows_as_cancelled_not_failed(tmp_path: Path) -> None:
+    """Cancelled with a failing sibling: it ended in CancelledError, the page says cancelled."""
+    import asyncio
+
+    from nesting_helpers import Outer, drive, inner_opened
+
+    from runnertrace.testing import capture_spans
+    from runnertrace.tracing.runner import traced
+
+    async def failed_then_cancelled() -> None:
+        await inner_opened(fail=True)()
+        await inner_opened(cancel=True)()
+
+    with capture_spans() as captured:
+        asyncio.run(drive(traced(Outer(failed_then_cancelled)), "run"))
+    store = SpanStore(tmp_path / "cancelled.db")
+    store.write(captured.spans)
+    page = write_report(store, "last", tmp_path / "cancelled.html")
+    nodes = parse(chromium_dom(page, tmp=tmp_path))
+    rows = rows_of(nodes)
+    spans = store.get_trace(store.resolve("last"))
+    cancelled = [s for s in spans if s.attributes.get("runnertrace.cancelled")]
+    failed = [s for s in spans if s.is_error and not s.attributes.get("runnertrace.cancelled")]
+    assert {s.name for s in cancelled} == {
+        "invoke_agent inner",
+        "agent_step inner",
+        "chat fake-model",
+    }
+    for span in cancelled:
+        row = rows[span.span_id]
+        assert "cancelled" in row.classes() and "error" not in row.classes()
+        marks = [n.all_text() for n in row.walk() if "cancel" in n.classes()]
+        assert marks == ["\u2298 cancelled"]
+    for span in failed:
+        assert "error" in rows[span.span_id].classes()
+    (table,) = [n for n in nodes if n.tag == "table" and "agents" in n.classes()]
+    inner = next(n for n in table.walk() if n.attrs.get("data-agent") == "inner")
+    runs = next(n for n in inner.walk() if n.attrs.get("data-k") == "runs")
+    assert runs.all_text() == "2 (1 cancelled) (1 failed)"
