@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("uvicorn", reason="needs the ui extra: pip install -e '.[dev,ui]'")
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -25,6 +26,10 @@ from ui_fixtures import TEAM_SESSION, build_team_store
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+# Read at import: the suite's autouse fixture clears every RUNNERTRACE_* variable per test.
+UPDATE_SCREENSHOTS = bool(os.environ.get("RUNNERTRACE_UPDATE_SCREENSHOTS"))
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +79,7 @@ def cells(row: object) -> dict[str, str]:
 
 
 def test_the_trace_page_has_a_table_per_agent_that_agrees_with_the_store(
-    pg: object, base_url: str, db: Path
+    pg: object, base_url: str, db: Path, tmp_path: Path
 ) -> None:
     store = SpanStore(db, read_only=True)
     planner = next(r for r in store.list_runs() if r.agent == "planner")
@@ -114,6 +119,10 @@ def test_the_trace_page_has_a_table_per_agent_that_agrees_with_the_store(
     # the header above the frame reads the same run row
     chip = pg.locator(".tracebar .chips span[data-cost-status]")  # type: ignore[attr-defined]
     expect(chip.locator("b")).to_have_text("$0.006 (partial: 2 calls unpriced)")
+    shot = DOCS / "ui-agents.png" if UPDATE_SCREENSHOTS else tmp_path / "ui-agents.png"
+    pg.set_viewport_size({"width": 1400, "height": 640})  # type: ignore[attr-defined]
+    pg.screenshot(path=str(shot))  # type: ignore[attr-defined]
+    assert shot.stat().st_size > 10_000
 
 
 def test_the_session_page_sums_each_agent_over_its_runs(pg: object, base_url: str) -> None:

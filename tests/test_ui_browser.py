@@ -40,6 +40,8 @@ ARGS = [
     "--disable-sync",
 ]
 README_SHOT = Path(__file__).resolve().parent.parent / "docs" / "ui.png"
+# Read at import: the suite's autouse fixture clears every RUNNERTRACE_* variable per test.
+UPDATE_SCREENSHOTS = bool(os.environ.get("RUNNERTRACE_UPDATE_SCREENSHOTS"))
 
 
 class Server:
@@ -197,8 +199,7 @@ def test_new_runs_appear_without_a_reload(page: tuple, base_url: str, db: Path) 
 def test_readme_screenshot(page: tuple, base_url: str, tmp_path: Path) -> None:
     """The runs list as the README shows it (RUNNERTRACE_UPDATE_SCREENSHOTS=1: docs/ui.png)."""
     pg, _ = page
-    update = os.environ.get("RUNNERTRACE_UPDATE_SCREENSHOTS")
-    shot = README_SHOT if update else tmp_path / "ui.png"
+    shot = README_SHOT if UPDATE_SCREENSHOTS else tmp_path / "ui.png"
     pg.set_viewport_size({"width": 1280, "height": 560})
     pg.goto(base_url + "/#/runs")
     pg.locator("#runs tr.link").first.wait_for()
