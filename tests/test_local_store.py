@@ -711,10 +711,9 @@ def test_a_cancelled_run_or_nested_run_is_listed_as_cancelled(db: Path) -> None:
     import asyncio
 
     from nesting_helpers import Outer, drive, inner_opened
-    from tracing_helpers import ForeignAgent, ForeignRunner, ForeignSession
-
     from runnertrace.testing import capture_spans
     from runnertrace.tracing.runner import traced
+    from tracing_helpers import ForeignAgent, ForeignRunner, ForeignSession
 
     async def failed_then_cancelled() -> None:
         await inner_opened(fail=True)()

@@ -342,7 +342,6 @@ def test_a_cancelled_nested_run_shows_as_cancelled_not_failed(tmp_path: Path) ->
     import asyncio
 
     from nesting_helpers import Outer, drive, inner_opened
-
     from runnertrace.testing import capture_spans
     from runnertrace.tracing.runner import traced
 

@@ -913,29 +913,29 @@ class Dashboard:
     def _agent_cost(self, start: int, end: int, width: int, buckets: int) -> list[dict[str, Any]]:
         """Each agent's own cost per time bucket, nested agents included (``run_agents``):
         what an agent's own model calls cost, wherever in a tree it ran."""
+        last = buckets - 1
         try:
+            # Summed per agent and bucket in SQL, over the covering index: a few rows per
+            # agent come back, not one per run.
             rows = self._read(
-                "SELECT agent, start_ns, own_cost, own_unpriced_calls FROM run_agents "
-                "WHERE start_ns >= ? AND start_ns < ?",
-                (start, end),
+                "SELECT agent, MIN(MAX((start_ns - ?) / ?, 0), ?) AS bucket, SUM(own_cost), "
+                "COUNT(own_cost), SUM(own_unpriced_calls), COUNT(*) FROM run_agents "
+                "WHERE start_ns >= ? AND start_ns < ? GROUP BY agent, bucket",
+                (start, width, last, start, end),
             )
         except StoreNotFoundError:
             return []
         counts: dict[str, int] = {}
         for row in rows:
-            counts[row[0]] = counts.get(row[0], 0) + 1
+            counts[row[0]] = counts.get(row[0], 0) + row[5]
         kept = set(sorted(counts, key=lambda k: (-counts[k], k))[:MAX_SERIES])
-        last = buckets - 1
         cells: dict[tuple[str, int], list[float]] = {}  # cost sum, priced rows, unpriced, rows
-        for agent, start_ns, cost, unpriced in rows:
-            index = (start_ns - start) // width
-            key = (agent if agent in kept else "other", last if index > last else max(0, index))
-            cell = cells.setdefault(key, [0.0, 0.0, 0.0, 0.0])
-            if isinstance(cost, int | float):
-                cell[0] += cost
-                cell[1] += 1
+        for agent, index, cost, priced, unpriced, count in rows:
+            cell = cells.setdefault((agent if agent in kept else "other", index), [0.0] * 4)
+            cell[0] += cost or 0.0
+            cell[1] += priced
             cell[2] += unpriced or 0
-            cell[3] += 1
+            cell[3] += count
         points: dict[str, list[dict[str, Any]]] = {}
         for (name, index), (cost, priced, unpriced, count) in sorted(
             cells.items(), key=lambda c: c[0][1]
