@@ -519,51 +519,15 @@ def test_the_run_row_is_the_root_spans_totals_for_nested_runs(db: Path, batches:
     )
 
 
-def _own_and_total(spans: list[ReadableSpan]) -> dict[str, dict[str, tuple[int, int, int]]]:
-    """Per agent, from the chat and tool spans alone: (model calls, tokens in, tool calls) of
-    its own runs' work, and of everything under its outermost runs."""
-    by_id = {s.context.span_id: s for s in spans}
-
-    def runs_above(span: ReadableSpan) -> list[ReadableSpan]:
-        found, at = [], span.parent
-        while at is not None and at.span_id in by_id:
-            parent = by_id[at.span_id]
-            if _attrs(parent).get("runnertrace.span.type") == "run":
-                found.append(parent)
-            at = parent.parent
-        return found
-
-    def agent(run: ReadableSpan) -> str:
-        return str(_attrs(run)["gen_ai.agent.name"])
-
-    out: dict[str, dict[str, list[int]]] = {}
-    for span in spans:
-        kind = _attrs(span).get("runnertrace.span.type")
-        if kind not in ("message", "tool"):
-            continue
-        figures = (
-            [1, int(_attrs(span).get("gen_ai.usage.input_tokens", 0)), 0]  # type: ignore[arg-type]
-            if kind == "message"
-            else [0, 0, 1]
-        )
-        above = runs_above(span)
-        own = out.setdefault(agent(above[0]), {}).setdefault("own", [0, 0, 0])
-        for i, value in enumerate(figures):
-            own[i] += value
-        for name in {agent(r) for r in above}:  # each agent above counts it once
-            total = out.setdefault(name, {}).setdefault("total", [0, 0, 0])
-            for i, value in enumerate(figures):
-                total[i] += value
-    return {a: {k: (v[0], v[1], v[2]) for k, v in d.items()} for a, d in out.items()}
-
-
 def test_the_per_agent_rows_agree_with_the_spans(db: Path) -> None:
     from runnertrace.exporters.local_store import agent_accounts
+    from ui_fixtures import agent_figures, check_store_rows
 
     spans = _team_spans()
+    check_store_rows(spans, db.with_name("checked.db"))  # the check composition tests apply
     store = SpanStore(db)
     store.write(spans)
-    expected = _own_and_total(spans)
+    expected = agent_figures(spans)
     seen: dict[str, tuple[int, ...]] = {}
     for run in store.list_runs():
         accounts = store.agents(run.trace_id)
