@@ -100,7 +100,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import ExitStack, asynccontextmanager, contextmanager
+from contextlib import ExitStack, asynccontextmanager, contextmanager, nullcontext
 from functools import partial
 from typing import Any, ClassVar
 
@@ -127,16 +127,26 @@ try:
         Message,
         ResponseStream,
         WorkflowAgent,
+        WorkflowExecutor,
         normalize_function_invocation_configuration,
     )
     from agent_framework import observability as maf_observability
 except ImportError as exc:
     raise missing_extra(exc, "maf") from exc
 
+from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.context import reset_var
 from runnertrace.core.models import AgentReply, AgentRequest
 from runnertrace.core.module import Module
-from runnertrace.core.observer import NestedRun, can_nest_runs, in_traced_run, open_nested_run
+from runnertrace.core.events import StreamEvent
+from runnertrace.core.observer import (
+    NULL_OBSERVER,
+    NestedRun,
+    Observer,
+    can_nest_runs,
+    in_traced_run,
+    open_nested_run,
+)
 from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.runners._kit.genai import Message as SemconvMessage
 from runnertrace.runners._kit.genai import (
@@ -159,6 +169,7 @@ from runnertrace.runners._kit.skeleton import (
     RunSetup,
     is_url,
     media_bytes,
+    native_of,
     reply_of,
     save,
 )
@@ -584,62 +595,138 @@ def _tool_target(function: Any) -> Any:
 
 def _delegates_of(function: Any) -> tuple[MAFAgent[Any], ...]:
     """The agents a tool runs that we can map: the agent of ``agent.as_tool()``, or
-    the agents of a workflow's ``as_agent().as_tool()`` (its agent executors). Only an
-    ``Agent`` runs middleware, so any other keeps Agent Framework's own spans."""
+    the agents of a workflow's ``as_agent().as_tool()`` (see :func:`_workflow_agents`).
+    Only an ``Agent`` runs middleware, so any other keeps Agent Framework's own spans."""
     target = _tool_target(function)
     if isinstance(target, MAFAgent):
         return (target,)
     if isinstance(target, WorkflowAgent):
-        executors = target.workflow.executors.values()
-        agents = (e.agent for e in executors if isinstance(e, AgentExecutor))
-        return tuple({id(a): a for a in agents if isinstance(a, MAFAgent)}.values())
+        return _workflow_agents(target.workflow)
     return ()
+
+
+def _workflow_agents(workflow: Any) -> tuple[MAFAgent[Any], ...]:
+    """The agents a workflow runs, each once: its ``AgentExecutor`` s' agents (the
+    orchestrations' participants, a handoff's clones included), an orchestrator's own
+    agent (a group chat's ``orchestrator_agent``), and those of the workflows nested in
+    it (a ``WorkflowExecutor``, a ``WorkflowAgent`` as an executor's agent)."""
+    found: dict[int, MAFAgent[Any]] = {}
+    seen: set[int] = set()
+
+    def visit(flow: Any) -> None:
+        if id(flow) in seen:
+            return
+        seen.add(id(flow))
+        for executor in getattr(flow, "executors", {}).values():
+            if isinstance(executor, WorkflowExecutor):
+                visit(executor.workflow)
+                continue
+            # An orchestrator keeps its agent as ``_agent`` (no public accessor)
+            agent = (
+                executor.agent
+                if isinstance(executor, AgentExecutor)
+                else getattr(executor, "_agent", None)
+            )
+            if isinstance(agent, MAFAgent):
+                found.setdefault(id(agent), agent)
+            elif isinstance(agent, WorkflowAgent):
+                visit(agent.workflow)
+
+    visit(workflow)
+    return tuple(found.values())
+
+
+class _ForwardingBuilder(EventBuilder):
+    """An inner agent's builder: each event goes to its nested run (if one traces it)
+    and, in a stream-mode run of a workflow, onto the workflow's own stream too (those
+    are the events a consumer reads: what the workflow's agents say), queued there
+    without being reported to the workflow's run, which has them through its nested runs."""
+
+    def __init__(self, observer: Observer, forward: Callable[[StreamEvent], None] | None) -> None:
+        super().__init__(observer)
+        self.forward = forward
+
+    def emit(self, event: StreamEvent) -> None:
+        self.observer(event)
+        if self.forward is not None:
+            self.forward(event)
+
+
+def _queued(builder: EventBuilder) -> Callable[[StreamEvent], None] | None:
+    """Where events go to be yielded by ``builder``'s stream (stream mode), not reported."""
+    queue = builder._queue  # noqa: SLF001 - the kit's builder has no "queue only" call
+    return queue.append if queue is not None else None
 
 
 class _AgentRun:
     """One run of an inner agent: a nested run of ours (an ``invoke_agent`` span under
-    the tool's span) with a mapping of its own."""
+    the span that started it) with a mapping of its own. Without a nested run (a
+    stream-mode workflow run that nothing traces) only the forwarded events remain."""
 
-    __slots__ = ("builder", "mapper", "observers", "run")
+    __slots__ = ("builder", "lent", "mapper", "observers", "run")
 
-    def __init__(self, run: NestedRun, name: str) -> None:
+    def __init__(
+        self, run: NestedRun | None, name: str, forward: Callable[[StreamEvent], None] | None
+    ) -> None:
         self.run = run
-        self.builder = EventBuilder(run)
-        self.mapper = _Mapper(self.builder, name, detailed=True)
+        self.builder = _ForwardingBuilder(run if run is not None else NULL_OBSERVER, forward)
+        self.mapper = _Mapper(self.builder, name, detailed=run is not None)
         self.observers = _Observers(self.mapper)
+        self.lent: dict[str, Any] | None = None  # the session state we lent the context to
+
+    def lend(self, context: dict[str, Any] | None, session: AgentSession | None) -> None:
+        """The framework context, in the inner run's session state while it runs (where
+        its tools look), unless that state has one of its own."""
+        if context is not None and session is not None and CONTEXT_KEY not in session.state:
+            session.state[CONTEXT_KEY] = context
+            self.lent = session.state
 
     def finish(self, reply: str | None = None, error: BaseException | None = None) -> None:
         with _boundary:
+            if self.lent is not None:
+                self.lent.pop(CONTEXT_KEY, None)
             if error is not None:
                 self.builder.fail(error)
             self.mapper.run_finished()
-        self.run.finish(
-            reply=reply, error=error, cancelled=isinstance(error, asyncio.CancelledError)
-        )
+        if self.run is not None:
+            cancelled = isinstance(error, asyncio.CancelledError | GeneratorExit)
+            self.run.finish(reply=reply, error=error, cancelled=cancelled)
 
 
 class _Delegation:
-    """One call, in a traced run, of a tool that runs agents: each run of one of them
-    starts its own :class:`_AgentRun` (from our middleware attached to it) and ends
-    it when the agent's run ends; the tool's end ends whatever is left."""
+    """The agents one tool call (in a traced run) or one workflow run of ours maps:
+    each run of one of them starts its own :class:`_AgentRun` (from our middleware
+    attached to it) and ends it when the agent's run ends; the tool's (or the
+    workflow's) end ends whatever is left. ``forward``: where a stream-mode workflow
+    run queues its agents' events; ``context``: the framework context the agents'
+    tools see in their session's state (a workflow's agents have sessions of their own)."""
 
-    __slots__ = ("agents", "runs")
+    __slots__ = ("agents", "context", "forward", "runs")
 
-    def __init__(self, agents: tuple[MAFAgent[Any], ...]) -> None:
+    def __init__(
+        self,
+        agents: tuple[MAFAgent[Any], ...],
+        *,
+        forward: Callable[[StreamEvent], None] | None = None,
+        context: dict[str, Any] | None = None,
+    ) -> None:
         self.agents = agents
+        self.forward = forward
+        self.context = context
         self.runs: dict[int, _AgentRun] = {}  # id(agent) -> its run in progress
 
     def observers(self, agent: MAFAgent[Any]) -> _Observers | None:
         current = self.runs.get(id(agent))
         return current.observers if current is not None else None
 
-    def start(self, agent: MAFAgent[Any]) -> _AgentRun | None:
+    def start(self, agent: MAFAgent[Any], context: AgentContext) -> _AgentRun | None:
         """A run of ``agent`` starts: its nested run opens under the current span."""
         name = agent.name or type(agent).__name__
-        run = open_nested_run(name, mode="stream")  # as_tool() streams its agent
-        if run is None:
+        run = open_nested_run(name, mode="stream" if context.stream else "run")
+        if run is None and self.forward is None:
             return None
-        current = self.runs[id(agent)] = _AgentRun(run, name)
+        current = self.runs[id(agent)] = _AgentRun(run, name, self.forward)
+        current.lend(self.context, context.session)
         return current
 
     def end(self, agent: MAFAgent[Any], reply: str | None, error: BaseException | None) -> None:
@@ -697,7 +784,7 @@ class _DelegatedAgent(AgentMiddleware):
         current = None
         if delegation is not None and any(a is agent for a in delegation.agents):
             with _boundary:
-                current = delegation.start(agent)
+                current = delegation.start(agent, context)
         if current is None or delegation is None:
             await call_next()
             return
@@ -800,22 +887,38 @@ def _delegating(delegation: _Delegation | None) -> Iterator[None]:
     if delegation is None and _delegation.get() is None:
         yield
         return
-    token = _delegation.set(delegation)
-    try:
+    with _delegation_as(delegation):
         if delegation is None:
             yield
         else:
-            with ExitStack() as attachments:
-                for agent in delegation.agents:
-                    attachments.enter_context(_attached(agent))
-                try:
-                    yield
-                except BaseException as exc:
-                    delegation.finish(error=exc)
-                    raise
-                delegation.finish()
+            with _mapping(delegation):
+                yield
+
+
+@contextmanager
+def _delegation_as(delegation: _Delegation | None) -> Iterator[None]:
+    """:data:`_delegation` set to ``delegation`` for the block."""
+    token = _delegation.set(delegation)
+    try:
+        yield
     finally:
         reset_var(_delegation, token)
+
+
+@contextmanager
+def _mapping(delegation: _Delegation) -> Iterator[None]:
+    """Our middleware on the delegated agents for the block; the inner runs still open
+    at its end end then, with its failure (a cancellation, or a consumer that stopped
+    early, ends them cancelled)."""
+    with ExitStack() as attachments:
+        for agent in delegation.agents:
+            attachments.enter_context(_attached(agent))
+        try:
+            yield
+        except BaseException as exc:
+            delegation.finish(error=exc)
+            raise
+        delegation.finish()
 
 
 # -- the framework's own instrumentation -----------------------------------------------------------
@@ -972,13 +1075,59 @@ class _Run(FrameworkRun["AgentResponse[Any] | None"]):
         return reply_of(_reply_output(result), prompt)
 
 
-class MAFRunner(FrameworkRunner[MAFAgent[Any]]):
-    """Runs an ``agent_framework.Agent`` in run or stream mode."""
+class _WorkflowRun(_Run):
+    """One run of a ``WorkflowAgent`` (``workflow.as_agent()``): the workflow's run is
+    this run; each run of one of its agents (see :func:`_workflow_agents`) is a nested
+    run under it, mapped by our middleware attached to that agent for the run (a
+    ``WorkflowAgent`` runs no middleware of its own). In stream mode the agents'
+    events are also this run's stream, in the order they happen. Agent Framework's own
+    spans (the workflow's, its executors' and its agents') stay quiet in a traced run."""
+
+    def __init__(
+        self,
+        setup: RunSetup[Any],
+        target: Any,
+        kwargs: dict[str, Any],
+        native_session: AgentSession,
+        quiet: bool,
+        delegation: _Delegation | None,
+    ) -> None:
+        super().__init__(setup, target, kwargs, native_session, quiet)
+        self.delegation = delegation
+
+    @contextmanager
+    def _pull(self) -> Iterator[None]:
+        """What the workflow's code sees while it runs (each pull, in stream mode: the
+        tasks the workflow starts there take it along)."""
+        with _quiet_as(self.quiet), _delegation_as(self.delegation):
+            yield
+
+    async def call(self) -> AgentResponse[Any]:
+        delegation = self.delegation
+        with self._pull(), _mapping(delegation) if delegation is not None else nullcontext():
+            response: AgentResponse[Any] = await self.target.run(**self.kwargs)
+        return response
+
+    @asynccontextmanager
+    async def native_stream(self) -> AsyncIterator[AsyncIterable[Any]]:
+        delegation = self.delegation
+        with _mapping(delegation) if delegation is not None else nullcontext():
+            with self._pull():
+                native_stream = self.target.run(stream=True, **self.kwargs)
+            native_stream.with_pull_context_manager(self._pull)
+            async with native_stream:
+                yield native_stream
+                await native_stream.get_final_response()
+
+
+class MAFRunner(FrameworkRunner[Any]):
+    """Runs an ``agent_framework.Agent``, or a workflow as an agent
+    (``workflow.as_agent()``, a ``WorkflowAgent``), in run or stream mode."""
 
     framework: ClassVar[str] = "maf"
     state_key: ClassVar[str] = STATE_KEY
     native_type: ClassVar[type[Any]] = MAFAgent
-    native_what: ClassVar[str] = "an agent_framework.Agent"
+    native_what: ClassVar[str] = "an agent_framework.Agent or WorkflowAgent"
     boundary: ClassVar[MappingBoundary] = _boundary
     RESERVED_RUN_OPTIONS: ClassVar[dict[str, str]] = {
         "messages": "the runner builds the input messages from the requests",
@@ -1015,10 +1164,18 @@ class MAFRunner(FrameworkRunner[MAFAgent[Any]]):
                 f"run option {_CONFIGURATION_OPTION!r}: {exc} (got {config!r})"
             ) from exc
 
-    async def start(self, setup: RunSetup[MAFAgent[Any]]) -> _Run:
+    def native_of(self, agent: CoreAgent) -> Any:
+        """The agent's ``Agent`` or ``WorkflowAgent`` (anything else: a ``TypeError``)."""
+        if isinstance(agent.native, WorkflowAgent):
+            return agent.native
+        return native_of(agent, MAFAgent, self.native_what)
+
+    async def start(self, setup: RunSetup[Any]) -> _Run:
         quiet = in_traced_run()
         if quiet:
             _allow_quiet()
+        if isinstance(setup.native, WorkflowAgent):
+            return self._start_workflow(setup, quiet)
         # Untraced run mode installs nothing: the run is the plain native call. Stream
         # mode always maps (the events are the stream).
         observers: list[Any] = []
@@ -1029,12 +1186,7 @@ class MAFRunner(FrameworkRunner[MAFAgent[Any]]):
         options = prepared.options
         declared = options.pop(_CONFIGURATION_OPTION, None)
         target = native if declared is None else _with_configuration(native, declared)
-        stored = prepared.state
-        native_session = (
-            AgentSession.from_dict(stored)
-            if isinstance(stored, dict)
-            else native.create_session(session_id=setup.session.id)
-        )
+        native_session = _native_session(native, prepared.state, setup.session.id)
         native_session.state[CONTEXT_KEY] = prepared.context if prepared.context is not None else {}
         if observers:  # the caller's middleware first: ours are innermost
             options["middleware"] = [*_listed(options.get("middleware")), *observers]
@@ -1042,6 +1194,39 @@ class MAFRunner(FrameworkRunner[MAFAgent[Any]]):
         options["messages"] = messages_of(setup.requests)
         options["session"] = native_session
         return _Run(setup, target, options, native_session, quiet)
+
+    def _start_workflow(self, setup: RunSetup[Any], quiet: bool) -> _WorkflowRun:
+        """A ``WorkflowAgent``'s run: its options (``tools``, ``function_invocation_kwargs``,
+        ``client_kwargs``, ``checkpoint_storage``, ...) go to its ``run``; its agents
+        are mapped when someone observes, and always in stream mode (their events are
+        the stream)."""
+        native, prepared = setup.native, setup.prepared
+        options = prepared.options
+        if _CONFIGURATION_OPTION in options:
+            raise ValueError(
+                f"run option {_CONFIGURATION_OPTION!r} applies to an agent_framework.Agent; a "
+                f"workflow's agents keep it on their chat clients (agent {setup.agent.name!r})"
+            )
+        native_session = _native_session(native, prepared.state, setup.session.id)
+        context = prepared.context if prepared.context is not None else {}
+        native_session.state[CONTEXT_KEY] = context
+        delegation = None
+        if setup.streaming or setup.observed:
+            with _boundary:
+                agents = _workflow_agents(native.workflow)
+                forward = _queued(setup.builder) if setup.streaming else None
+                delegation = _Delegation(agents, forward=forward, context=context)
+        options["messages"] = messages_of(setup.requests)
+        options["session"] = native_session
+        return _WorkflowRun(setup, native, options, native_session, quiet, delegation)
+
+
+def _native_session(native: Any, stored: Any, session_id: str) -> AgentSession:
+    """The stored Agent Framework session, else a new one with our session's id."""
+    if isinstance(stored, dict):
+        return AgentSession.from_dict(stored)
+    session: AgentSession = native.create_session(session_id=session_id)
+    return session
 
 
 class MAFModule(Module):
