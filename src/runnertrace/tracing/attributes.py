@@ -81,7 +81,34 @@ COST = "gen_ai.usage.cost"
 """A model call's list price, on its chat span (see :mod:`runnertrace.tracing.cost`)."""
 AGG_COST = "gen_ai.aggregated_usage.cost"
 """A run's summed cost, on its run span: a key of its own, like the token sums, so that
-no vendor that sums a trace's costs counts it twice."""
+no vendor that sums a trace's costs counts it twice. It covers the run's whole subtree
+(nested runs included), and only the calls that got a price: see :data:`UNPRICED_CALLS`."""
+
+# -- a run's totals (on its run span, at its end) ---------------------------------------------
+# Every total on an ``invoke_agent`` span covers the run's whole subtree: its own model and
+# tool calls and those of every run nested in it (an agent run as a tool, a delegate, a
+# workflow's executor). A nested run's totals roll up into its parent when it ends, also
+# when it fails or is cancelled. The AGG_* token and cost keys above follow the same rule.
+UNPRICED_CALLS = "runnertrace.usage.unpriced_calls"
+"""Model calls in the subtree that reported tokens but got no price: when present (> 0),
+:data:`AGG_COST` is a partial sum (or absent, when no call was priced)."""
+UNPRICED_MODELS = "runnertrace.usage.unpriced_models"
+"""Why those calls have no price: the models (``provider/model``) no price was found for."""
+AGG_MODEL_CALLS = "runnertrace.aggregated.model_calls"
+AGG_TOOL_CALLS = "runnertrace.aggregated.tool_calls"
+AGG_ERRORS = "runnertrace.aggregated.errors"
+"""Model and tool calls in the subtree that ended in error (a failed run adds none itself)."""
+NESTED_RUNS = "runnertrace.nested_runs"
+"""Runs nested anywhere below this one; present when > 0, with the ``OWN_*`` keys."""
+# A run's own work, without its nested runs: only on a run that had nested runs (without
+# them, its own totals are the aggregated ones).
+OWN_INPUT_TOKENS = "runnertrace.own.input_tokens"
+OWN_OUTPUT_TOKENS = "runnertrace.own.output_tokens"
+OWN_COST = "runnertrace.own.cost"
+OWN_UNPRICED_CALLS = "runnertrace.own.unpriced_calls"
+OWN_MODEL_CALLS = "runnertrace.own.model_calls"
+OWN_TOOL_CALLS = "runnertrace.own.tool_calls"
+OWN_ERRORS = "runnertrace.own.errors"
 
 
 # -- the vendor spellings of facts the core span carries once ---------------------------------

@@ -45,13 +45,11 @@ from runnertrace.tracing import attributes as A
 from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.content import ContentPolicy
 from runnertrace.tracing.setup import TracingSetup, get_tracing_setup, setup_key
-from runnertrace.tracing.state import RunTracer
+from runnertrace.tracing.state import RunTracer, active_run
 
 __all__ = ["TracingRunner", "traced"]
 
-_active_run: contextvars.ContextVar[RunTracer | None] = contextvars.ContextVar(
-    "runnertrace_active_run", default=None
-)
+_active_run = active_run
 _setup_override: contextvars.ContextVar[TracingSetup | None] = contextvars.ContextVar(
     "runnertrace_setup_override", default=None
 )
@@ -115,6 +113,7 @@ class TracingRunner:
                 parent=outer.nesting_context() if outer is not None else None,
                 requests=requests,
                 instructions=_instructions(agent) if policy.capture else None,
+                parent_run=outer,
             )
         except Exception as exc:  # noqa: BLE001 - telemetry boundary
             report_internal_error("starting the run span", exc)
@@ -154,6 +153,7 @@ class TracingRunner:
                 mode=mode,
                 parent=None,
                 requests=requests,
+                parent_run=outer,
             )
         except Exception as exc:  # noqa: BLE001 - telemetry boundary
             report_internal_error("starting a nested run span", exc)
@@ -172,7 +172,7 @@ class TracingRunner:
         try:
             reply = await self.base.run(agent, session, requests)
         except BaseException as exc:
-            self._end(run, error=exc)
+            self._end(run, error=exc, cancelled=_is_cancellation(exc))
             raise
         finally:
             uninstall_observer(sink)

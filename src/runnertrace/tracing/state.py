@@ -24,6 +24,7 @@ place where redaction and sanitizing happen (see :mod:`runnertrace.tracing.conte
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 import logging
@@ -37,13 +38,22 @@ from opentelemetry.context import Context, attach, detach
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from runnertrace._internal.errors import internal_log, report_internal_error
+from runnertrace.core.context import reset_var
 from runnertrace.core.events import EventError
 from runnertrace.core.observer import NULL_OBSERVER, ToolBoundary
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.content import ContentPolicy, request_parts
 from runnertrace.tracing.cost import usage_cost
+from runnertrace.tracing.totals import RunTotals
 
-__all__ = ["RunTracer"]
+__all__ = ["RunTracer", "active_run"]
+
+active_run: contextvars.ContextVar[RunTracer | None] = contextvars.ContextVar(
+    "runnertrace_active_run", default=None
+)
+"""The traced run a run started here nests in: set by the tracing layer around its base
+runner, and by each tool scope to the run that owns the tool (a nested run's tools
+included), so a run nested two deep hands its totals to the right parent."""
 
 logger = logging.getLogger("runnertrace")
 
@@ -74,6 +84,7 @@ class _Open:
     message: _Open | None = None  # the message a reasoning block is part of
     failure: EventError | None = None  # a step's failed model call: the step ends ERROR
     branch: str | None = None  # the branch a step, message or tool call belongs to
+    model: str | None = None  # a model call's requested model (what it is priced by, else)
     agent: str | None = None  # a branch span's agent (its children inherit it)
     sanitized: tuple[str, ...] = ()  # keys already named in runnertrace.sanitized
 
@@ -108,16 +119,12 @@ class RunTracer:
 
     # Per-run counters start as these class defaults (written only on change).
     anomalies = 0
-    input_tokens = 0
-    output_tokens = 0
     finished = False
     claimed = False  # the runner reports its stream's events itself (stream_observer)
     model: str | None = None
     agent: str | None = None  # the agent now running, after a handoff (None: the run's)
     last_text: str | None = None  # the newest message's text (content capture only)
     provider: str | None = None
-    cost: float | None = None  # summed model-call cost; on the run span only if all were priced
-    priced = True
 
     def __init__(
         self,
@@ -134,8 +141,14 @@ class RunTracer:
         legacy_keys: bool = False,
         requests: Any = None,
         instructions: str | None = None,
+        parent_run: RunTracer | None = None,
     ) -> None:
         self.tracer = tracer
+        # What this run's own calls add up to, and what the runs nested in it hand up as
+        # they end; at its end, the sum of both goes on the run span and up to parent_run.
+        self.own = RunTotals()
+        self.nested = RunTotals()
+        self.parent_run = parent_run
         self.policy = policy
         self.capture = policy.capture
         self.clean = policy.clean
@@ -341,7 +354,7 @@ class RunTracer:
                 self._run_tool(item)
             except Exception as exc:  # noqa: BLE001 - telemetry boundary
                 report_internal_error("span state machine (tool scope)", exc)
-        return _Scope(item.context(), kind == "tool")
+        return _Scope(item.context(), self if kind == "tool" else None)
 
     # -- steps --------------------------------------------------------------------------
     def _on_step_start(self, event: Any) -> None:
@@ -483,8 +496,10 @@ class RunTracer:
         parent = owner or self._root(branch)
         item = self._start("chat", "message", parent, fields, A.REQUEST_MODEL, _CLIENT)
         self.messages[mid] = item
+        self.own.model_calls += 1
         item.owner = owner
         item.branch = branch
+        item.model = fields.get(A.REQUEST_MODEL)
         if self.capture:
             item.parts = []
 
@@ -550,16 +565,17 @@ class RunTracer:
         finish = getattr(event, "finish_reason", None)
         if finish:
             attrs[A.FINISH_REASONS] = (str(finish),)
+        own = self.own
         tokens = getattr(event, "input_tokens", None)
         if tokens is not None:
             attrs[A.INPUT_TOKENS] = tokens = _number(tokens)
             if type(tokens) is int:
-                self.input_tokens += tokens
+                own.input_tokens += tokens
         tokens = getattr(event, "output_tokens", None)
         if tokens is not None:
             attrs[A.OUTPUT_TOKENS] = tokens = _number(tokens)
             if type(tokens) is int:
-                self.output_tokens += tokens
+                own.output_tokens += tokens
         for key, field in _DETAIL_USAGE_FIELDS:
             value = getattr(event, field, None)
             if value is not None:
@@ -569,18 +585,7 @@ class RunTracer:
             if value:
                 attrs[key] = _text(value)
         if _counted(attrs.get(A.INPUT_TOKENS)) or _counted(attrs.get(A.OUTPUT_TOKENS)):
-            cost = usage_cost(
-                attrs.get(A.RESPONSE_MODEL) or self.model,
-                self.provider,
-                attrs.get(A.INPUT_TOKENS),
-                attrs.get(A.OUTPUT_TOKENS),
-                attrs.get(A.CACHE_READ_TOKENS),
-            )
-            if cost is None:
-                self.priced = False
-            else:
-                attrs[A.COST] = cost
-                self.cost = (self.cost or 0.0) + cost
+            self._price(item, attrs)
         error = _event_error(getattr(event, "error", None))
         if error is not None:
             attrs[A.ERROR_TYPE] = error.type
@@ -600,6 +605,23 @@ class RunTracer:
             self._put(item, {A.OUTPUT_MESSAGES: self.policy.messages([message])})
         del self.messages[mid]
         span.end(end_time=ended_ns)
+
+    def _price(self, item: _Open, attrs: dict[str, Any]) -> None:
+        """Price a model call by the model the response names, else (none named, or one
+        with no price) by the model it asked for; a call with no price is counted as such,
+        so the run's cost says it is partial."""
+        requested = item.model or self.model
+        response = attrs.get(A.RESPONSE_MODEL)
+        usage = (attrs.get(A.INPUT_TOKENS), attrs.get(A.OUTPUT_TOKENS))
+        cached = attrs.get(A.CACHE_READ_TOKENS)
+        cost = usage_cost(response or requested, self.provider, *usage, cached)
+        if cost is None and response and requested and response != requested:
+            cost = usage_cost(requested, self.provider, *usage, cached)
+        if cost is None:
+            self.own.unpriced_call(response or requested, self.provider)
+        else:
+            attrs[A.COST] = cost
+            self.own.priced(cost)
 
     # -- reasoning --------------------------------------------------------------------
     def _on_reasoning_start(self, event: Any) -> None:
@@ -687,6 +709,7 @@ class RunTracer:
             item.owner = self._innermost(item.branch)
             item.awaiting = False
         opened = self._start("execute_tool", "tool", parent, attrs, A.TOOL_NAME, start_ns=start_ns)
+        self.own.tool_calls += 1
         item.span, item.start_ns, item.ctx = opened.span, opened.start_ns, None
         item.sanitized = opened.sanitized
 
@@ -778,21 +801,24 @@ class RunTracer:
                 )
             self._put(item, attrs)
             if failure is not None:
-                self._status(span, failure)
+                self._status(item, failure)
         finally:
             span.end()
 
-    def _status(self, span: Span, error: BaseException | EventError) -> None:
-        """ERROR status, its description cleaned like any attribute."""
+    def _status(self, item: _Open, error: BaseException | EventError) -> None:
+        """ERROR status, its description cleaned like any attribute; a failed model or
+        tool call counts in the run's errors."""
         if isinstance(error, EventError):
             text = f"{error.type}: {error.message}" if error.message else error.type
         else:
             text = f"{type(error).__name__}: {error}"
-        span.set_status(Status(StatusCode.ERROR, self.clean_value(text)[0]))
+        item.span.set_status(Status(StatusCode.ERROR, self.clean_value(text)[0]))
+        if item.kind == "message" or item.kind == "tool":
+            self.own.errors += 1
 
     def _fail(self, item: _Open, error: EventError) -> None:
         """ERROR status plus an exception event, as ``record_exception`` would write."""
-        self._status(item.span, error)
+        self._status(item, error)
         attrs = {"exception.type": error.type, "exception.message": error.message}
         if error.stacktrace:
             attrs["exception.stacktrace"] = error.stacktrace
@@ -818,12 +844,10 @@ class RunTracer:
     def _end_run(self, reply: Any, error: BaseException | None, cancelled: bool) -> None:
         span = self.run.span
         try:
-            attrs: dict[str, Any] = {}
-            if self.input_tokens or self.output_tokens:
-                attrs[A.AGG_INPUT_TOKENS] = self.input_tokens
-                attrs[A.AGG_OUTPUT_TOKENS] = self.output_tokens
-            if self.cost is not None and self.priced:
-                attrs[A.AGG_COST] = self.cost
+            totals = self.own.plus(self.nested)
+            if self.parent_run is not None:  # first: its totals hold, whatever fails below
+                self.parent_run.adopt(totals)
+            attrs = totals.attributes(self.own)
             if self.model:
                 attrs[A.REQUEST_MODEL] = self.model
             if self.provider:  # required on invoke_agent when known
@@ -844,9 +868,22 @@ class RunTracer:
                 self._record_reply(reply if reply is not None else self.last_text)
             if error is not None:
                 self._record_exception(error)
-                self._status(span, error)
+                self._status(self.run, error)
         finally:
             span.end()
+
+    def adopt(self, totals: RunTotals) -> None:
+        """A run nested in this one ended with ``totals`` (its subtree's): they count in
+        this run's totals. A nested run that outlives this one is logged, once."""
+        if self.finished and not self.run.span.is_recording():
+            internal_log.warning(
+                "nested-run-after-parent",
+                "runnertrace: a run nested in %r ended after it; its totals are not in %r's",
+                self.common.get(A.AGENT_NAME),
+                self.common.get(A.AGENT_NAME),
+            )
+            return
+        self.nested.absorb(totals)
 
     def _close_dangling(self, error: BaseException | None, cancelled: bool) -> None:
         dangling = [*self.reasoning.values(), *self.messages.values(), *self.tools.values()]
@@ -1007,22 +1044,26 @@ def _attribute(value: Any) -> Any:
 
 
 class _Scope:
-    """Makes one call's span current while the framework executes it."""
+    """Makes one call's span current while the framework executes it; a tool's scope
+    also makes its run the one that runs started in the tool nest in (``active_run``)."""
 
-    __slots__ = ("_boundary", "_context", "_token")
+    __slots__ = ("_boundary", "_context", "_owner", "_run", "_token")
 
-    def __init__(self, context: Context, tool: bool) -> None:
+    def __init__(self, context: Context, owner: RunTracer | None) -> None:
         self._context = context
-        self._boundary = ToolBoundary() if tool else None
+        self._owner = owner
+        self._boundary = ToolBoundary() if owner is not None else None
 
     def __enter__(self) -> None:
         self._token = attach(self._context)
         if self._boundary is not None:
+            self._run = active_run.set(self._owner)
             self._boundary.__enter__()
 
     def __exit__(self, *exc: object) -> None:
         if self._boundary is not None:
             self._boundary.__exit__()
+            reset_var(active_run, self._run)
         detach(self._token)
 
 

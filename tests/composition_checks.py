@@ -1,0 +1,185 @@
+"""The totals every composition test checks (issue 28, SEMCONV.md "Totals and nesting").
+
+At every ``invoke_agent`` span of ours, the aggregates on the span equal what the chat
+and tool spans of its subtree add up to, and each model call is a chat span exactly
+once. :func:`check_totals` asserts that over a list of finished spans and returns the
+numbers per run span, for a test to pin the shape it expects (and a note to report).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
+
+from runnertrace.tracing import attributes as A
+
+__all__ = ["Level", "check_totals"]
+
+
+@dataclass
+class Level:
+    """One run span and what its subtree holds."""
+
+    agent: str
+    depth: int  # nested runs above it
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float | None = None
+    unpriced: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+    errors: int = 0
+    nested_runs: int = 0
+    own_model_calls: int = 0
+    own_input_tokens: int = 0
+    children: list[Level] = field(default_factory=list)
+
+    def row(self) -> str:
+        cost = "-" if self.cost is None else f"${self.cost:.7g}"
+        return (
+            f"{'  ' * self.depth}{self.agent}: {self.model_calls} calls "
+            f"({self.own_model_calls} own), {self.input_tokens}/{self.output_tokens} tokens "
+            f"({self.own_input_tokens} in own), {self.tool_calls} tools, cost {cost}"
+        )
+
+
+def _attrs(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def _ours(span: ReadableSpan, kind: str) -> bool:
+    return _attrs(span).get(A.SPAN_TYPE) == kind
+
+
+def check_totals(spans: Iterable[ReadableSpan], model_calls: int | None = None) -> list[Level]:
+    """Assert the totals of every run span of ours against its subtree; return the
+    levels, outermost first (depth-first). ``model_calls``: how many calls the fake
+    models answered; then the trace must hold exactly that many chat spans, and no
+    other span may carry a call's usage keys (a framework's own span counting it twice).
+    """
+    spans = list(spans)
+    by_id = {s.context.span_id: s for s in spans if s.context is not None}
+    children: dict[int, list[ReadableSpan]] = {}
+    for span in spans:
+        if span.parent is not None and span.parent.span_id in by_id:
+            children.setdefault(span.parent.span_id, []).append(span)
+
+    def subtree(span: ReadableSpan) -> list[ReadableSpan]:
+        out: list[ReadableSpan] = []
+        stack = list(children.get(span.context.span_id, ()))
+        while stack:
+            item = stack.pop()
+            out.append(item)
+            stack.extend(children.get(item.context.span_id, ()))
+        return out
+
+    def own(span: ReadableSpan) -> list[ReadableSpan]:
+        """The subtree without the subtrees of nested run spans."""
+        out: list[ReadableSpan] = []
+        stack = list(children.get(span.context.span_id, ()))
+        while stack:
+            item = stack.pop()
+            if _ours(item, "run"):
+                continue
+            out.append(item)
+            stack.extend(children.get(item.context.span_id, ()))
+        return out
+
+    levels: dict[int, Level] = {}
+    for run in [s for s in spans if _ours(s, "run")]:
+        below = subtree(run)
+        chats = [s for s in below if _ours(s, "message")]
+        tools = [s for s in below if _ours(s, "tool")]
+        nested = [s for s in below if _ours(s, "run")]
+        a = _attrs(run)
+        name = str(a.get(A.AGENT_NAME))
+        tokens_in = sum(int(_attrs(c).get(A.INPUT_TOKENS, 0)) for c in chats)
+        tokens_out = sum(int(_attrs(c).get(A.OUTPUT_TOKENS, 0)) for c in chats)
+        costs = [_attrs(c)[A.COST] for c in chats if A.COST in _attrs(c)]
+        with_tokens = [
+            c for c in chats if A.INPUT_TOKENS in _attrs(c) or A.OUTPUT_TOKENS in _attrs(c)
+        ]
+        errors = sum(1 for s in [*chats, *tools] if s.status.status_code is StatusCode.ERROR)
+        where = f"invoke_agent {name}"
+        assert a.get(A.AGG_MODEL_CALLS) == len(chats), (where, a.get(A.AGG_MODEL_CALLS), len(chats))
+        assert a.get(A.AGG_TOOL_CALLS) == len(tools), (where, a.get(A.AGG_TOOL_CALLS), len(tools))
+        assert a.get(A.AGG_ERRORS) == errors, (where, a.get(A.AGG_ERRORS), errors)
+        assert a.get(A.AGG_INPUT_TOKENS, 0) == tokens_in, (
+            where,
+            a.get(A.AGG_INPUT_TOKENS),
+            tokens_in,
+        )
+        assert a.get(A.AGG_OUTPUT_TOKENS, 0) == tokens_out, (where, tokens_out)
+        if costs:
+            assert math.isclose(a[A.AGG_COST], sum(costs), rel_tol=1e-9), (where, a[A.AGG_COST])
+        else:
+            assert A.AGG_COST not in a, where
+        assert a.get(A.UNPRICED_CALLS, 0) == len(with_tokens) - len(costs), where
+        assert a.get(A.NESTED_RUNS, 0) == len(nested), (where, a.get(A.NESTED_RUNS), len(nested))
+        mine = own(run)
+        own_chats = [s for s in mine if _ours(s, "message")]
+        own_in = sum(int(_attrs(c).get(A.INPUT_TOKENS, 0)) for c in own_chats)
+        if nested:
+            assert a[A.OWN_MODEL_CALLS] == len(own_chats), where
+            assert a[A.OWN_INPUT_TOKENS] == own_in, where
+            assert a[A.OWN_TOOL_CALLS] == sum(1 for s in mine if _ours(s, "tool")), where
+        else:
+            assert A.OWN_MODEL_CALLS not in a, where
+        levels[run.context.span_id] = Level(
+            agent=name,
+            depth=0,
+            input_tokens=tokens_in,
+            output_tokens=tokens_out,
+            cost=sum(costs) if costs else None,
+            unpriced=len(with_tokens) - len(costs),
+            model_calls=len(chats),
+            tool_calls=len(tools),
+            errors=errors,
+            nested_runs=len(nested),
+            own_model_calls=len(own_chats),
+            own_input_tokens=own_in,
+        )
+
+    if model_calls is not None:
+        ours = [s for s in spans if _ours(s, "message")]
+        assert len(ours) == model_calls, (len(ours), model_calls)
+        doubles = [
+            s.name
+            for s in spans
+            if not _ours(s, "message")
+            and (A.INPUT_TOKENS in _attrs(s) or "llm.token_count.prompt" in _attrs(s))
+        ]
+        assert doubles == [], f"spans counting a model call a second time: {doubles}"
+
+    # The levels as a tree: a run's parent level is its nearest run ancestor.
+    roots: list[Level] = []
+    for run_id, level in levels.items():
+        parent = by_id[run_id].parent
+        while parent is not None and parent.span_id in by_id and parent.span_id not in levels:
+            parent = by_id[parent.span_id].parent
+        if parent is not None and parent.span_id in levels:
+            levels[parent.span_id].children.append(level)
+        else:
+            roots.append(level)
+
+    ordered: list[Level] = []
+
+    def walk(level: Level, depth: int) -> None:
+        level.depth = depth
+        ordered.append(level)
+        for child in sorted(level.children, key=lambda c: c.agent):
+            walk(child, depth + 1)
+
+    for root in roots:
+        walk(root, 0)
+    return ordered
+
+
+def rows(levels: Sequence[Level]) -> str:
+    """The levels as text, one run per line (for a note, or an assertion message)."""
+    return "\n".join(level.row() for level in levels)
