@@ -385,6 +385,7 @@ class _Mapper:
         self._step: int | None = None
         self._steps = 0
         self._streamed: dict[str, _Streamed] = {}  # message id -> what it reported so far
+        self._answered: set[str] = set()  # tool call ids whose result was reported
 
     # steps and messages -------------------------------------------------------------------
     def chat_started(self, context: ChatContext) -> str:
@@ -403,10 +404,29 @@ class _Mapper:
             self.builder.step_end(self._agent_name, self._step)
             self._step = None
 
-    def run_finished(self, _: Any = None) -> None:
-        """The run ended (the agent middleware, or the agent stream's result hook)."""
+    def run_finished(self, response: Any = None) -> None:
+        """The run ended (the agent middleware, or the agent stream's result hook) with
+        ``response``: the results of tool calls that a middleware answered without
+        running the tool (a handoff orchestration's ``handoff_to_<agent>`` tools), which
+        only the response holds, then the last step's end."""
         with _boundary:
+            if isinstance(response, AgentResponse):
+                self._unrun_results(response)
             self._end_step()
+
+    def _unrun_results(self, response: AgentResponse[Any]) -> None:
+        names: dict[str, str] = {}
+        for message in response.messages:
+            for content in message.contents:
+                call_id = content.call_id
+                if not call_id:
+                    continue
+                if content.type == "function_call" and content.name:
+                    names[call_id] = content.name
+                elif content.type == "function_result" and call_id not in self._answered:
+                    self._answered.add(call_id)
+                    text = as_text(_result_value(content.result))
+                    self.builder.tool_result(call_id, text, name=names.get(call_id))
 
     def _content(self, message_id: str, content: Content) -> None:
         kind = content.type
@@ -487,10 +507,12 @@ class _Mapper:
     # tools ---------------------------------------------------------------------------------
     def tool_returned(self, call_id: str, name: str, result: Any) -> None:
         with _boundary:
+            self._answered.add(call_id)
             self.builder.tool_result(call_id, as_text(_result_value(result)), name=name)
 
     def tool_failed(self, call_id: str, name: str, error: BaseException) -> None:
         with _boundary:
+            self._answered.add(call_id)
             self.builder.tool_result(
                 call_id, f"{type(error).__name__}: {error}", name=name, error=error
             )
@@ -570,7 +592,7 @@ class _AgentObserver(AgentMiddleware):
         if isinstance(context.result, ResponseStream):
             context.stream_result_hooks.append(self.mapper.run_finished)
         else:
-            self.mapper.run_finished()
+            self.mapper.run_finished(context.result)
 
 
 def _observers(mapper: _Mapper) -> list[Any]:
@@ -681,13 +703,15 @@ class _AgentRun:
             session.state[CONTEXT_KEY] = context
             self.lent = session.state
 
-    def finish(self, reply: str | None = None, error: BaseException | None = None) -> None:
+    def finish(
+        self, reply: str | None = None, error: BaseException | None = None, response: Any = None
+    ) -> None:
         with _boundary:
             if self.lent is not None:
                 self.lent.pop(CONTEXT_KEY, None)
             if error is not None:
                 self.builder.fail(error)
-            self.mapper.run_finished()
+            self.mapper.run_finished(response)  # (the stream's hooks may run in any order)
         if self.run is not None:
             cancelled = isinstance(error, asyncio.CancelledError | GeneratorExit)
             self.run.finish(reply=reply, error=error, cancelled=cancelled)
@@ -729,10 +753,16 @@ class _Delegation:
         current.lend(self.context, context.session)
         return current
 
-    def end(self, agent: MAFAgent[Any], reply: str | None, error: BaseException | None) -> None:
+    def end(
+        self,
+        agent: MAFAgent[Any],
+        reply: str | None,
+        error: BaseException | None,
+        response: Any = None,
+    ) -> None:
         current = self.runs.pop(id(agent), None)
         if current is not None:
-            current.finish(reply=reply, error=error)
+            current.finish(reply=reply, error=error, response=response)
 
     def finish(self, error: BaseException | None = None) -> None:
         for key in list(self.runs):
@@ -804,7 +834,7 @@ def _ended(delegation: _Delegation, agent: MAFAgent[Any], response: Any) -> None
     """An inner agent's run ended with ``response``: its nested run ends with the text."""
     with _boundary:
         text = getattr(response, "text", None)
-        delegation.end(agent, text if isinstance(text, str) else None, None)
+        delegation.end(agent, text if isinstance(text, str) else None, None, response)
 
 
 class _DelegatedChat(ChatMiddleware):
