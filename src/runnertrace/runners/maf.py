@@ -709,9 +709,10 @@ class _AgentRun:
         with _boundary:
             if self.lent is not None:
                 self.lent.pop(CONTEXT_KEY, None)
-            if error is not None:
+            if error is not None:  # what is open ends with the run, failed or cancelled
                 self.builder.fail(error)
-            self.mapper.run_finished(response)  # (the stream's hooks may run in any order)
+            else:  # (the stream's hooks may run in any order: the response is here too)
+                self.mapper.run_finished(response)
         if self.run is not None:
             cancelled = isinstance(error, asyncio.CancelledError | GeneratorExit)
             self.run.finish(reply=reply, error=error, cancelled=cancelled)
@@ -824,10 +825,24 @@ class _DelegatedAgent(AgentMiddleware):
             delegation.end(agent, None, exc)
             raise
         if isinstance(context.result, ResponseStream):
-            # the run's end is its stream's end (a failed stream ends with the tool)
+            # The run's end is its stream's end; a pull that fails (a cancellation: a
+            # workflow cancels the other branches when one fails) ends it at once.
+            context.result.with_pull_context_manager(partial(_pulling, delegation, agent))
             context.stream_result_hooks.append(partial(_ended, delegation, agent))
         else:
             _ended(delegation, agent, context.result)
+
+
+@contextmanager
+def _pulling(delegation: _Delegation, agent: MAFAgent[Any]) -> Iterator[None]:
+    """Around each pull of a delegated agent's stream: a failure there ends its run."""
+    try:
+        yield
+    except StopAsyncIteration:
+        raise
+    except BaseException as exc:
+        delegation.end(agent, None, exc)
+        raise
 
 
 def _ended(delegation: _Delegation, agent: MAFAgent[Any], response: Any) -> None:
