@@ -23,6 +23,7 @@ import pytest
 pytest.importorskip("agent_framework", reason="needs the maf extra: pip install -e '.[dev,maf]'")
 
 import asyncio
+import itertools
 import json
 import logging
 import os
@@ -33,17 +34,28 @@ from pathlib import Path
 from typing import Any
 
 from agent_framework import Agent, Message, WorkflowBuilder, tool
+from agent_framework.orchestrations import (
+    ConcurrentBuilder,
+    GroupChatBuilder,
+    HandoffBuilder,
+    SequentialBuilder,
+)
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
+from tests.composition_checks import Level, check_totals
 from tests.fidelity_helpers import MODES, in_start_order, one, parent_of, run
 from tests.tracing_helpers import OpenSpanTracker, cancel_and_settle
 
 from runnertrace import TracingRunner
+from runnertrace.core import Session
+from runnertrace.core import events as ev
 from runnertrace.core.agent import Agent as CoreAgent
+from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.maf import MAFRunner
 from runnertrace.runners.maf_testing import ScriptedChatClient, Turn, call, say
 from runnertrace.testing import CapturedSpans
+from runnertrace.tracing import attributes as A
 
 REPO = Path(__file__).resolve().parent.parent
 user: dict[str, trace_api.Tracer] = {}
@@ -575,3 +587,401 @@ def test_with_an_app_provider_a_workflows_calls_show_once(
     for name in ("invoke_agent writer", "invoke_agent editor"):
         (run_span,) = [s for s in spans if s["name"] == name]
         assert by_id[run_span["parent"]]["name"] == "execute_tool pipeline"
+
+
+# -- a workflow registered as the agent (workflow.as_agent()) -----------------------------------
+#
+# The workflow's run is the run (``invoke_agent pipeline``); each run of one of its agents is
+# a nested run under it, with its own steps, chat and tool spans; in stream mode the agents'
+# events are the run's stream. The ready-made orchestrations (agent-framework-orchestrations)
+# are workflows too: their participants (and a group chat's orchestrator agent) nest the same.
+
+
+def pipeline(workflow: Any) -> CoreAgent:
+    return CoreAgent(
+        "pipeline",
+        TracingRunner(MAFRunner(), capture_content=True),
+        workflow.as_agent(name="pipeline"),
+    )
+
+
+async def drive(core: CoreAgent, mode: str) -> tuple[str | None, list[ev.StreamEvent]]:
+    """One run; the run-mode reply's text, or the stream's events."""
+    requests = [AgentRequestText(prompt="Write it.")]
+    if mode == "run":
+        reply = await core.runner.run(core, Session("w1"), requests)
+        return str(reply.text), []  # type: ignore[attr-defined]
+    return None, [e async for e in core.runner.stream(core, Session("w1"), requests)]
+
+
+def runs_under(spans: CapturedSpans, name: str = "invoke_agent pipeline") -> list[ReadableSpan]:
+    """The nested runs directly under the workflow's run span, in start order."""
+    return [s for s in spans.children(one(spans, name)) if s.name.startswith("invoke_agent ")]
+
+
+def answered(*clients: Any) -> int:
+    return sum(len(c.calls) for c in clients)
+
+
+def texts(events: list[ev.StreamEvent]) -> list[str]:
+    """The streamed text, one entry per message, in the order the messages started."""
+    by_message: dict[str, list[str]] = {}
+    for event in events:
+        if isinstance(event, ev.MessageStart):
+            by_message[event.message_id] = []
+        elif isinstance(event, ev.TextDelta):
+            by_message[event.message_id].append(event.delta)
+    return ["".join(parts) for parts in by_message.values() if parts]
+
+
+def level(levels: list[Level], agent: str) -> list[tuple[int, int, int, int, int]]:
+    """(depth, model calls, own model calls, input tokens, tool calls) of each run of ``agent``."""
+    return [
+        (lv.depth, lv.model_calls, lv.own_model_calls, lv.input_tokens, lv.tool_calls)
+        for lv in levels
+        if lv.agent == agent
+    ]
+
+
+def researching_writer() -> tuple[Agent, Agent]:
+    writer = Agent(
+        ScriptedChatClient(
+            [
+                call(("w1", "lookup", {"topic": "otters"}), input_tokens=3, output_tokens=2),
+                say("A draft.", input_tokens=4, output_tokens=2),
+            ],
+            model="w-llm",
+        ),
+        "You write.",
+        name="writer",
+        tools=[lookup],
+    )
+    editor = Agent(
+        ScriptedChatClient([say("The final.", input_tokens=6, output_tokens=1)], model="e-llm"),
+        "You edit.",
+        name="editor",
+    )
+    return writer, editor
+
+
+CHAIN_TREE = [
+    (
+        "invoke_agent pipeline",
+        [
+            (
+                "invoke_agent writer",
+                [
+                    (
+                        "agent_step writer",
+                        [
+                            ("chat w-llm", []),
+                            ("execute_tool lookup", [("db.query lookup", [])]),
+                        ],
+                    ),
+                    ("agent_step writer", [("chat w-llm", [])]),
+                ],
+            ),
+            ("invoke_agent editor", [("agent_step editor", [("chat e-llm", [])])]),
+        ],
+    )
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_registered_workflow_is_the_run_and_each_agent_a_nested_run(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    writer, editor = researching_writer()
+    workflow = WorkflowBuilder(start_executor=writer).add_chain([writer, editor]).build()
+    reply, events = await drive(pipeline(workflow), mode)
+    assert captured_spans.tree() == CHAIN_TREE
+    for span in captured_spans.spans:
+        if span.name not in ("invoke_agent pipeline", "db.query lookup"):  # (the user's span)
+            owner = "editor" if span.name.endswith(("editor", "e-llm")) else "writer"
+            assert attr(span, "gen_ai.agent.name") == owner, span.name
+    levels = check_totals(captured_spans.spans, model_calls=answered(writer.client, editor.client))
+    assert level(levels, "pipeline") == [(0, 3, 0, 13, 1)]
+    assert level(levels, "writer") == [(1, 2, 2, 7, 1)]
+    assert level(levels, "editor") == [(1, 1, 1, 6, 0)]
+    root = one(captured_spans, "invoke_agent pipeline")
+    assert attr(root, A.NESTED_RUNS) == 2
+    assert attr(root, A.AGG_INPUT_TOKENS) == 13 and attr(root, A.OWN_INPUT_TOKENS) == 0
+    assert attr(one(captured_spans, "invoke_agent editor"), A.AGG_INPUT_TOKENS) == 6
+    writer_run, editor_run = runs_under(captured_spans)
+    assert writer_run.end_time is not None and editor_run.start_time is not None
+    assert writer_run.end_time <= editor_run.start_time
+    assert "The final." in attr(editor_run, "gen_ai.output.messages")
+    # the editor was sent what the writer wrote
+    (sent, _), = editor.client.calls  # type: ignore[attr-defined]
+    assert [m.text for m in sent if m.text] == ["Write it.", "A draft."]
+    if mode == "run":
+        assert reply == "A draft.The final."  # the workflow's outputs (both agents by default)
+    else:  # the agents' events are the stream, in order
+        assert texts(events) == ["A draft.", "The final."]
+        assert [e.tool_call_id for e in events if isinstance(e, ev.ToolCallResult)] == ["w1"]
+    # the middleware we attached for the run is gone again
+    assert writer.middleware is None and editor.middleware is None
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_untraced_workflow_streams_its_agents_and_makes_no_span(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    writer, editor = researching_writer()
+    workflow = WorkflowBuilder(start_executor=writer).add_chain([writer, editor]).build()
+    runner = MAFRunner()
+    core = CoreAgent("pipeline", runner, workflow.as_agent(name="pipeline"))
+    reply, events = await drive(core, mode)
+    assert captured_spans.names() == ["db.query lookup"]  # the tool's own span only
+    if mode == "run":
+        assert reply == "A draft.The final."
+    else:
+        assert texts(events) == ["A draft.", "The final."]
+    assert answered(writer.client, editor.client) == 3
+    assert writer.middleware is None and editor.middleware is None
+
+
+# -- the orchestrations (agent-framework-orchestrations) ----------------------------------------
+
+
+def member(name: str, *turns: Turn, **options: Any) -> Agent:
+    return Agent(
+        ScriptedChatClient(list(turns), model=f"{name}-llm"), f"You are {name}.", name=name, **options
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_sequential_orchestration_runs_each_participant_as_a_nested_run_in_turn(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    writer = member("writer", say("A draft.", input_tokens=3, output_tokens=2))
+    editor = member("editor", say("The final.", input_tokens=5, output_tokens=1))
+    workflow = SequentialBuilder(participants=[writer, editor]).build()
+    reply, events = await drive(pipeline(workflow), mode)
+    assert captured_spans.tree() == [
+        (
+            "invoke_agent pipeline",
+            [
+                ("invoke_agent writer", [("agent_step writer", [("chat writer-llm", [])])]),
+                ("invoke_agent editor", [("agent_step editor", [("chat editor-llm", [])])]),
+            ],
+        )
+    ]
+    first, second = runs_under(captured_spans)
+    assert first.end_time is not None and second.start_time is not None
+    assert first.end_time <= second.start_time
+    levels = check_totals(captured_spans.spans, model_calls=answered(writer.client, editor.client))
+    assert level(levels, "pipeline") == [(0, 2, 0, 8, 0)]
+    assert level(levels, "writer") == [(1, 1, 1, 3, 0)]
+    assert level(levels, "editor") == [(1, 1, 1, 5, 0)]
+    assert reply == "The final." if mode == "run" else texts(events) == ["A draft.", "The final."]
+
+
+@tool
+async def gather(topic: str) -> str:
+    """Gather notes (yields to the loop, so the branches interleave)."""
+    for _ in range(3):
+        await asyncio.sleep(0)
+    return f"notes on {topic}"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_concurrent_orchestration_runs_its_participants_as_concurrent_nested_runs(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    def analyst(name: str, tokens: int) -> Agent:
+        return member(
+            name,
+            call((f"{name}1", "gather", {"topic": name}), input_tokens=tokens, output_tokens=1),
+            say(f"{name} agrees.", input_tokens=tokens + 1, output_tokens=2),
+            tools=[gather],
+        )
+
+    left, right = analyst("left", 3), analyst("right", 7)
+    workflow = ConcurrentBuilder(participants=[left, right]).build()
+    reply, events = await drive(pipeline(workflow), mode)
+    runs = runs_under(captured_spans)
+    assert sorted(r.name for r in runs) == ["invoke_agent left", "invoke_agent right"]
+    a, b = runs
+    assert a.start_time is not None and b.start_time is not None
+    assert a.end_time is not None and b.end_time is not None
+    assert a.start_time < b.end_time and b.start_time < a.end_time  # side by side
+    for run_span in runs:  # each keeps its own steps, calls and tools
+        name = str(attr(run_span, "gen_ai.agent.name"))
+        assert captured_spans.tree(run_span) == (
+            f"invoke_agent {name}",
+            [
+                (f"agent_step {name}", [(f"chat {name}-llm", []), ("execute_tool gather", [])]),
+                (f"agent_step {name}", [(f"chat {name}-llm", [])]),
+            ],
+        )
+    levels = check_totals(captured_spans.spans, model_calls=answered(left.client, right.client))
+    assert level(levels, "pipeline") == [(0, 4, 0, 3 + 4 + 7 + 8, 2)]
+    assert level(levels, "left") == [(1, 2, 2, 7, 1)]
+    assert level(levels, "right") == [(1, 2, 2, 15, 1)]
+    if mode == "run":
+        assert reply == "left agrees.right agrees."  # the aggregator's output
+    else:
+        assert sorted(texts(events)) == ["left agrees.", "right agrees."]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_handoff_orchestration_runs_each_agent_it_hands_to_as_a_nested_run(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    options = {"require_per_service_call_history_persistence": True}
+    triage = member("triage", call(("h1", "handoff_to_refunds", {}), input_tokens=4), **options)
+    refunds = member("refunds", say("Refunded.", input_tokens=9, output_tokens=2), **options)
+    workflow = (
+        HandoffBuilder(participants=[triage, refunds])
+        .with_start_agent(triage)
+        .with_termination_condition(lambda talk: any(m.text == "Refunded." for m in talk))
+        .build()
+    )
+    reply, events = await drive(pipeline(workflow), mode)
+    assert captured_spans.tree() == [
+        (
+            "invoke_agent pipeline",
+            [
+                (
+                    "invoke_agent triage",
+                    [
+                        (
+                            "agent_step triage",
+                            [("chat triage-llm", []), ("execute_tool handoff_to_refunds", [])],
+                        )
+                    ],
+                ),
+                ("invoke_agent refunds", [("agent_step refunds", [("chat refunds-llm", [])])]),
+            ],
+        )
+    ]
+    # Agent Framework answers the handoff tool itself (a middleware of its own): the
+    # result is the response's
+    handoff = one(captured_spans, "execute_tool handoff_to_refunds")
+    assert json.loads(attr(handoff, "gen_ai.tool.call.result")) == {"handoff_to": "refunds"}
+    assert attr(handoff, "gen_ai.agent.name") == "triage"
+    first, second = runs_under(captured_spans)
+    assert first.end_time is not None and second.start_time is not None
+    assert first.end_time <= second.start_time
+    # the handoff agents are Agent Framework's clones: the participants themselves never ran
+    assert triage.client.calls and refunds.client.calls  # type: ignore[attr-defined]
+    levels = check_totals(captured_spans.spans, model_calls=answered(triage.client, refunds.client))
+    assert level(levels, "pipeline") == [(0, 2, 0, 13, 1)]
+    assert level(levels, "triage") == [(1, 1, 1, 4, 1)]
+    assert level(levels, "refunds") == [(1, 1, 1, 9, 0)]
+    assert reply == "Refunded." if mode == "run" else texts(events) == ["Refunded."]
+
+
+def choose(speaker: str | None, final: str | None = None) -> list[Any]:
+    """The group chat manager's structured decision."""
+    decision = {"terminate": speaker is None, "reason": "turns", "next_speaker": speaker}
+    return say(json.dumps({**decision, "final_message": final}), input_tokens=2, output_tokens=1)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_group_chat_runs_the_manager_and_each_speaker_as_nested_runs_in_turn(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    manager = member("manager", choose("alice"), choose("bob"), choose(None, "We agree."))
+    alice = member("alice", say("I say yes.", input_tokens=5, output_tokens=3))
+    bob = member("bob", say("Me too.", input_tokens=8, output_tokens=2))
+    workflow = GroupChatBuilder(
+        participants=[alice, bob], orchestrator_agent=manager, max_rounds=5
+    ).build()
+    reply, events = await drive(pipeline(workflow), mode)
+    runs = runs_under(captured_spans)
+    order = [str(attr(r, "gen_ai.agent.name")) for r in runs]
+    assert order == ["manager", "alice", "manager", "bob", "manager"]
+    for before, after in itertools.pairwise(runs):
+        assert before.end_time is not None and after.start_time is not None
+        assert before.end_time <= after.start_time
+    for run_span, name in zip(runs, order, strict=True):
+        assert captured_spans.tree(run_span) == (
+            f"invoke_agent {name}",
+            [(f"agent_step {name}", [(f"chat {name}-llm", [])])],
+        )
+    clients = (manager.client, alice.client, bob.client)
+    levels = check_totals(captured_spans.spans, model_calls=answered(*clients))
+    assert level(levels, "pipeline") == [(0, 5, 0, 2 + 5 + 2 + 8 + 2, 0)]
+    assert level(levels, "manager") == [(1, 1, 1, 2, 0)] * 3
+    assert level(levels, "alice") == [(1, 1, 1, 5, 0)]
+    assert level(levels, "bob") == [(1, 1, 1, 8, 0)]
+    assert attr(one(captured_spans, "invoke_agent pipeline"), A.NESTED_RUNS) == 5
+    if mode == "run":
+        assert reply == "We agree."  # the manager's final message: the workflow's output
+    else:  # every agent's messages, the manager's decisions included
+        assert texts(events)[1::2] == ["I say yes.", "Me too."]
+
+
+# -- failure and cancellation inside a workflow --------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_failing_branch_fails_the_run_and_ends_its_sibling_cancelled(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    tracker = OpenSpanTracker()
+    captured_spans.provider.add_span_processor(tracker)
+
+    @tool
+    async def wait_long(topic: str) -> str:
+        """Wait until cancelled."""
+        await asyncio.Event().wait()
+        return topic
+
+    failing = member("failing", failing_model)
+    waiting = member("waiting", call(("s1", "wait_long", {"topic": "t"})), tools=[wait_long])
+    workflow = ConcurrentBuilder(participants=[failing, waiting]).build()
+    with pytest.raises(ConnectionError, match="research endpoint reset"):
+        await drive(pipeline(workflow), mode)
+    assert tracker.open == {}
+    root = one(captured_spans, "invoke_agent pipeline")
+    assert root.status.status_code == StatusCode.ERROR
+    assert attr(root, "error.type") == "ConnectionError"
+    failed = one(captured_spans, "invoke_agent failing")
+    assert failed.status.status_code == StatusCode.ERROR
+    assert attr(failed, "error.type") == "ConnectionError"
+    assert attr(failed, "runnertrace.cancelled") is None
+    # the sibling the workflow cancelled is cancelled, with what it left open
+    cancelled = one(captured_spans, "invoke_agent waiting")
+    assert attr(cancelled, "runnertrace.cancelled") is True
+    for name in ("execute_tool wait_long", "agent_step waiting"):
+        assert attr(one(captured_spans, name), "runnertrace.cancelled") is True, name
+    assert parent_of(captured_spans, cancelled) == root
+    levels = check_totals(captured_spans.spans, model_calls=2)
+    assert level(levels, "pipeline")[0][1] == 2
+    assert attr(root, A.AGG_ERRORS) == 2  # the failed model call and the cancelled tool
+    assert failing.middleware is None and waiting.middleware is None
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_workflow_run_cancelled_inside_an_agents_tool_leaves_nothing_open(
+    mode: str, captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    tracker = OpenSpanTracker()
+    captured_spans.provider.add_span_processor(tracker)
+    inside = asyncio.Event()
+
+    @tool
+    async def slow(topic: str) -> str:
+        """Wait forever."""
+        inside.set()
+        await asyncio.Event().wait()
+        return topic
+
+    writer = member("writer", call(("r9", "slow", {"topic": "t"})), tools=[slow])
+    editor = member("editor", say("Never."))
+    workflow = SequentialBuilder(participants=[writer, editor]).build()
+    task = asyncio.create_task(drive(pipeline(workflow), mode))
+    await inside.wait()
+    await cancel_and_settle(task)
+    assert tracker.started > 0
+    assert tracker.open == {}
+    assert not [r for r in caplog.records if "Failed to detach context" in r.getMessage()]
+    nested = one(captured_spans, "invoke_agent writer")
+    assert attr(nested, "runnertrace.cancelled") is True
+    assert attr(one(captured_spans, "invoke_agent pipeline"), "runnertrace.cancelled") is True
+    assert captured_spans.by_name("invoke_agent editor") == []
+    assert writer.middleware is None and editor.middleware is None
