@@ -985,3 +985,149 @@ async def test_a_workflow_run_cancelled_inside_an_agents_tool_leaves_nothing_ope
     assert attr(one(captured_spans, "invoke_agent pipeline"), "runnertrace.cancelled") is True
     assert captured_spans.by_name("invoke_agent editor") == []
     assert writer.middleware is None and editor.middleware is None
+
+
+# -- a registered workflow with an application's provider -----------------------------------------
+
+WORKFLOW_PROBE = """
+import asyncio, json
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+provider, exporter = TracerProvider(), InMemorySpanExporter()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+
+from agent_framework import Agent, WorkflowBuilder, tool
+from agent_framework.observability import OBSERVABILITY_SETTINGS
+from agent_framework.orchestrations import ConcurrentBuilder, GroupChatBuilder, HandoffBuilder, SequentialBuilder
+from runnertrace import traced
+from runnertrace.core import Session
+from runnertrace.core.agent import Agent as CoreAgent
+from runnertrace.core.models import AgentRequestText
+from runnertrace.runners.maf import MAFRunner
+from runnertrace.runners.maf_testing import ScriptedChatClient, call, say
+from runnertrace.tracing.config import TraceConfig
+from tests.composition_checks import check_totals
+
+assert OBSERVABILITY_SETTINGS.ENABLED  # Agent Framework's own spans are on
+
+@tool
+def lookup(topic: str) -> str:
+    '''Look a topic up.'''
+    with trace.get_tracer("app").start_as_current_span("db.query lookup"):
+        return "42"
+
+def member(name, *turns, **options):
+    return Agent(ScriptedChatClient(list(turns), model=name + "-llm"), name=name, **options)
+
+def choose(who, final=None):
+    decision = {"terminate": who is None, "reason": "r", "next_speaker": who, "final_message": final}
+    return say(json.dumps(decision), input_tokens=2, output_tokens=1)
+
+def build(kind):
+    if kind == "chain":
+        writer = member("writer", call(("w1", "lookup", {"topic": "t"}), input_tokens=3),
+                        say("Draft.", input_tokens=4), tools=[lookup])
+        editor = member("editor", say("Final.", input_tokens=6))
+        return WorkflowBuilder(start_executor=writer).add_chain([writer, editor]).build(), 3
+    if kind == "sequential":
+        return SequentialBuilder(participants=[member("a", say("A.")), member("b", say("B."))]).build(), 2
+    if kind == "concurrent":
+        return ConcurrentBuilder(participants=[member("a", say("A.")), member("b", say("B."))]).build(), 2
+    if kind == "handoff":
+        options = {"require_per_service_call_history_persistence": True}
+        triage = member("triage", call(("h1", "handoff_to_refunds", {})), **options)
+        refunds = member("refunds", say("Refunded."), **options)
+        flow = (HandoffBuilder(participants=[triage, refunds]).with_start_agent(triage)
+                .with_termination_condition(lambda talk: any(m.text == "Refunded." for m in talk)))
+        return flow.build(), 2
+    manager = member("manager", choose("alice"), choose(None, "Done."))
+    flow = GroupChatBuilder(participants=[member("alice", say("Yes."))], orchestrator_agent=manager)
+    return flow.build(), 3
+
+async def go(core, mode):
+    requests = [AgentRequestText(prompt="?")]
+    if mode == "run":
+        await core.runner.run(core, Session(mode), requests)
+    else:
+        async for _ in core.runner.stream(core, Session(mode), requests):
+            pass
+
+def shapes(spans):
+    return [
+        {
+            "name": s.name,
+            "scope": s.instrumentation_scope.name,
+            "id": s.context.span_id,
+            "parent": s.parent.span_id if s.parent else None,
+        }
+        for s in spans
+    ]
+
+async def main():
+    report = {}
+    for kind in ("chain", "sequential", "concurrent", "handoff", "group chat"):
+        for mode in ("run", "stream"):
+            for tracing in ("app", None):
+                workflow, calls = build(kind)
+                agent = workflow.as_agent(name="pipeline")
+                runner = traced(MAFRunner(), TraceConfig(type="app")) if tracing else MAFRunner()
+                exporter.clear()
+                await go(CoreAgent("pipeline", runner, agent), mode)
+                spans = exporter.get_finished_spans()
+                key = f"{kind} {mode} {tracing or 'untraced'}"
+                report[key] = {"spans": shapes(spans)}
+                if tracing:
+                    levels = check_totals(spans, model_calls=calls)
+                    report[key]["levels"] = [(lv.agent, lv.depth, lv.model_calls) for lv in levels]
+    print(json.dumps(report))
+
+asyncio.run(main())
+"""
+
+KINDS = ["chain", "sequential", "concurrent", "handoff", "group chat"]
+
+
+@pytest.fixture(scope="module")
+def app_workflow_spans() -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNNERTRACE_", "OTEL_"))}
+    env.pop("ENABLE_INSTRUMENTATION", None)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(WORKFLOW_PROBE)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_with_an_app_provider_a_registered_workflow_shows_each_call_once(
+    kind: str, mode: str, app_workflow_spans: dict[str, Any]
+) -> None:
+    traced_run = app_workflow_spans[f"{kind} {mode} app"]
+    spans = traced_run["spans"]
+    # Agent Framework's own spans (workflow, executors, edges, agents, chats) stay quiet:
+    # ours stand for them; totals and each call once were checked in the probe
+    assert [s["name"] for s in spans if s["scope"] == "agent_framework"] == []
+    by_id = {s["id"]: s for s in spans}
+    (root,) = [s for s in spans if s["name"] == "invoke_agent pipeline"]
+    assert root["parent"] is None
+    nested = [s for s in spans if s["name"].startswith("invoke_agent ") and s is not root]
+    assert nested and {by_id[s["parent"]]["name"] for s in nested} == {"invoke_agent pipeline"}
+    assert [(agent, depth) for agent, depth, _ in traced_run["levels"]][0] == ("pipeline", 0)
+    for db in [s for s in spans if s["name"] == "db.query lookup"]:
+        assert by_id[db["parent"]]["name"] == "execute_tool lookup"
+    # without our runner, the same run makes Agent Framework's own spans (what ours replace)
+    untraced = app_workflow_spans[f"{kind} {mode} untraced"]["spans"]
+    assert {"workflow.run", "invoke_agent"} <= {s["name"].split(" ")[0] for s in untraced}
