@@ -697,11 +697,7 @@ class _AgentRun:
         self.lent: dict[str, Any] | None = None  # the session state we lent the context to
 
     def lend(self, context: dict[str, Any] | None, session: AgentSession | None) -> None:
-        """The framework context, in the inner run's session state while it runs (where
-        its tools look), unless that state has one of its own."""
-        if context is not None and session is not None and CONTEXT_KEY not in session.state:
-            session.state[CONTEXT_KEY] = context
-            self.lent = session.state
+        self.lent = _lend(context, session)
 
     def finish(
         self, reply: str | None = None, error: BaseException | None = None, response: Any = None
@@ -816,8 +812,15 @@ class _DelegatedAgent(AgentMiddleware):
         if delegation is not None and any(a is agent for a in delegation.agents):
             with _boundary:
                 current = delegation.start(agent, context)
-        if current is None or delegation is None:
-            await call_next()
+        if current is None or delegation is None:  # not mapped: the context is still lent
+            lent = _lend(delegation.context, context.session) if delegation else None
+            try:
+                await call_next()
+            finally:
+                if lent is not None and not isinstance(context.result, ResponseStream):
+                    lent.pop(CONTEXT_KEY, None)
+            if lent is not None and isinstance(context.result, ResponseStream):
+                context.result.with_cleanup_hook(partial(lent.pop, CONTEXT_KEY, None))
             return
         try:
             await current.observers.agent.process(context, call_next)
@@ -831,6 +834,16 @@ class _DelegatedAgent(AgentMiddleware):
             context.stream_result_hooks.append(partial(_ended, delegation, agent))
         else:
             _ended(delegation, agent, context.result)
+
+
+def _lend(context: dict[str, Any] | None, session: AgentSession | None) -> dict[str, Any] | None:
+    """The framework context, in an inner run's session state while it runs (where its
+    tools look: a workflow's agents have sessions of their own), unless that state
+    has one of its own; returns the state it was put in (to take it back from)."""
+    if context is None or session is None or CONTEXT_KEY in session.state:
+        return None
+    session.state[CONTEXT_KEY] = context
+    return session.state
 
 
 @contextmanager
@@ -1242,9 +1255,10 @@ class MAFRunner(FrameworkRunner[Any]):
 
     def _start_workflow(self, setup: RunSetup[Any], quiet: bool) -> _WorkflowRun:
         """A ``WorkflowAgent``'s run: its options (``tools``, ``function_invocation_kwargs``,
-        ``client_kwargs``, ``checkpoint_storage``, ...) go to its ``run``; its agents
-        are mapped when someone observes, and always in stream mode (their events are
-        the stream)."""
+        ``client_kwargs``, ``checkpoint_storage``, ...) go to its ``run``. Our middleware
+        is on its agents for the run, always: it lends them the framework context, and
+        maps their runs when someone traces (nested runs) and in stream mode (their
+        events are the stream)."""
         native, prepared = setup.native, setup.prepared
         options = prepared.options
         if _CONFIGURATION_OPTION in options:
@@ -1256,11 +1270,10 @@ class MAFRunner(FrameworkRunner[Any]):
         context = prepared.context if prepared.context is not None else {}
         native_session.state[CONTEXT_KEY] = context
         delegation = None
-        if setup.streaming or setup.observed:
-            with _boundary:
-                agents = _workflow_agents(native.workflow)
-                forward = _queued(setup.builder) if setup.streaming else None
-                delegation = _Delegation(agents, forward=forward, context=context)
+        with _boundary:  # (a fault costs the mapping and the context's lending, not the run)
+            agents = _workflow_agents(native.workflow)
+            forward = _queued(setup.builder) if setup.streaming else None
+            delegation = _Delegation(agents, forward=forward, context=context)
         options["messages"] = messages_of(setup.requests)
         options["session"] = native_session
         return _WorkflowRun(setup, native, options, native_session, quiet, delegation)
