@@ -32,10 +32,10 @@ from agent_framework import (
     Content,
     FunctionInvocationContext,
     Message,
+    WorkflowBuilder,
     agent_middleware,
     chat_middleware,
     function_middleware,
-    WorkflowBuilder,
     tool,
 )
 from pydantic import BaseModel
@@ -60,7 +60,7 @@ from runnertrace.testing import CapturedSpans
 from runnertrace.tracing.config import Settings, TraceConfig
 
 REPO = Path(__file__).resolve().parents[1]
-QUESTION = [AgentRequestText(prompt="What is 6 times 7?")]
+QUESTION: list[AgentRequest] = [AgentRequestText(prompt="What is 6 times 7?")]
 
 
 @tool
@@ -421,7 +421,7 @@ def test_an_unnamed_agent_cannot_be_registered() -> None:
 
 
 # -- tracing ---------------------------------------------------------------------------------------
-TOOL_RUN_TREE = [
+TOOL_RUN_TREE: list[Any] = [
     (
         "invoke_agent calc",
         [
@@ -478,7 +478,7 @@ async def test_closing_the_stream_at_every_event_leaves_nothing_open_and_saves_n
     agent = traced_agent(script())
     session = Session("s1")
     session.set_framework_context({"calls": 0})
-    async with aclosing(agent.runner.stream(agent, session, QUESTION)) as events:
+    async with aclosing(agent.runner.stream(agent, session, QUESTION)) as events:  # type: ignore[type-var]
         seen = 0
         async for _ in events:
             seen += 1
@@ -567,8 +567,9 @@ class WorkflowSetup(Setup):
         self.runtime = Runtime(settings=Settings())
         self.calc = Agent(self.client, "Be exact.", name="calc", tools=[multiply])
         workflow = WorkflowBuilder(start_executor=self.calc).build()
-        self.native = workflow.as_agent(name="pipeline")  # type: ignore[assignment]
-        self.module = MAFModule([self.native], runtime=self.runtime)
+        self.workflow = workflow.as_agent(name="pipeline")
+        self.native = self.workflow  # type: ignore[assignment]
+        self.module = MAFModule([self.workflow], runtime=self.runtime)
         self.agent = self.runtime.agents().get("pipeline")
 
 
@@ -596,7 +597,8 @@ async def test_a_workflows_agents_tools_share_the_framework_context(mode: str) -
     stored = session.get(STATE_KEY)["state"]
     assert CONTEXT_KEY not in stored
     # lent to the executor's own session for the run only
-    (executor,) = [e for e in s.native.workflow.executors.values() if isinstance(e, AgentExecutor)]
+    executors = s.workflow.workflow.executors.values()
+    (executor,) = [e for e in executors if isinstance(e, AgentExecutor)]
     assert CONTEXT_KEY not in executor._session.state  # noqa: SLF001 - where it was lent
 
 
@@ -612,6 +614,6 @@ async def test_a_registered_workflow_keeps_the_conversation_in_the_session() -> 
 async def test_a_workflow_refuses_the_agent_only_run_option() -> None:
     s = WorkflowSetup()
     s.module.run_options(s.native, function_invocation_configuration={"max_iterations": 2})
-    with pytest.raises(ValueError, match="applies to an agent_framework.Agent"):
+    with pytest.raises(ValueError, match=r"applies to an agent_framework\.Agent"):
         await s.run()
     assert s.client.calls == []

@@ -136,9 +136,9 @@ except ImportError as exc:
 
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.context import reset_var
+from runnertrace.core.events import StreamEvent
 from runnertrace.core.models import AgentReply, AgentRequest
 from runnertrace.core.module import Module
-from runnertrace.core.events import StreamEvent
 from runnertrace.core.observer import (
     NULL_OBSERVER,
     NestedRun,
