@@ -1,4 +1,5 @@
-"""``MAFRunner``: the runner contract over a Microsoft Agent Framework ``Agent``.
+"""``MAFRunner``: the runner contract over a Microsoft Agent Framework ``Agent``, or a
+workflow registered as the agent (``workflow.as_agent()``, a ``WorkflowAgent``).
 
 Install with ``pip install 'runnertrace[maf]'``; importing this module without
 ``agent-framework-core`` raises :class:`~runnertrace._internal.imports.MissingExtraError`.
@@ -82,6 +83,20 @@ a context variable set in the tool's body and passes every other run of that age
 straight through. Agent Framework's own spans (the workflow's included) stay quiet
 in the whole body of such a tool: ours stand for them. Nested ``as_tool()`` agents
 nest the same way, one run per level.
+
+**A workflow as the agent** (``workflow.as_agent()`` registered, the orchestrations of
+``agent-framework-orchestrations`` included): the workflow's run is the run, and each
+run of one of its agents (an ``AgentExecutor``'s, a handoff's clone, a group chat's
+``orchestrator_agent``, those of nested workflows) is a nested run under the run span,
+through the same middleware, attached to those agents for the run (a
+``WorkflowAgent`` runs no middleware of its own): in sequence or side by side as the
+workflow runs them, each ended by its own end, failure or cancellation (a workflow
+cancels the other branches when one fails). In stream mode the agents' events are the
+run's stream too (queued there, not reported to the run, which has them through its
+nested runs). The session is the ``WorkflowAgent``'s (its history provider keeps the
+conversation); the framework context is lent to each agent's session (its executor's)
+while it runs, so its tools find it where an ``Agent``'s do. A workflow takes no
+``function_invocation_configuration`` (its agents' clients keep theirs).
 """
 
 from __future__ import annotations
