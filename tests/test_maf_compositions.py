@@ -10,10 +10,13 @@ and each token counts once (checked in a subprocess that owns its global provide
 
 A workflow of agents (core's ``WorkflowBuilder``: a chain, a fan-out) run as a tool
 through ``workflow.as_agent().as_tool()`` gives each agent's run its own
-``invoke_agent`` span under the tool's span. The ready-made orchestrations
-(``SequentialBuilder``, ``ConcurrentBuilder``, ``HandoffBuilder``...) live in
-``agent-framework-orchestrations``, which the ``maf`` extra does not install; they
-are not covered here.
+``invoke_agent`` span under the tool's span.
+
+A workflow registered as the agent (``workflow.as_agent()``) is the run itself: each
+run of one of its agents is a nested run under the run span, and the totals at every
+``invoke_agent`` level cover its subtree (``composition_checks.check_totals``). The
+ready-made orchestrations of ``agent-framework-orchestrations`` (in the ``maf`` extra):
+sequential, concurrent, handoff and group chat, the same way.
 """
 
 from __future__ import annotations
