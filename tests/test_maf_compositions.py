@@ -185,8 +185,12 @@ async def test_an_agent_run_as_a_tool_is_its_own_run_under_the_tool_span(
     assert len(chats(captured_spans)) == len(outer.client.calls) + len(inner.client.calls) == 4  # type: ignore[attr-defined]
     assert tokens(captured_spans) == scripted_usage(outer.client, inner.client) == (36, 13)  # type: ignore[arg-type]
     nested = one(captured_spans, "invoke_agent researcher")
-    assert attr(nested, "gen_ai.aggregated_usage.input_tokens") == 12
-    assert attr(one(captured_spans, "invoke_agent coord"), "gen_ai.aggregated_usage.input_tokens")
+    levels = check_totals(captured_spans.spans, model_calls=4)
+    assert level(levels, "coord") == [(0, 4, 2, 36, 2)]  # its subtree: the researcher's too
+    assert level(levels, "researcher") == [(1, 2, 2, 12, 1)]
+    assert attr(nested, A.AGG_INPUT_TOKENS) == 12
+    outer_run = one(captured_spans, "invoke_agent coord")
+    assert (attr(outer_run, A.AGG_INPUT_TOKENS), attr(outer_run, A.OWN_INPUT_TOKENS)) == (36, 24)
     assert attr(nested, "gen_ai.request.model") == "research-llm"
     assert "The answer is 42." in attr(nested, "gen_ai.output.messages")
     inner_chat = in_start_order(captured_spans, "chat research-llm")[0]
@@ -247,6 +251,12 @@ async def test_a_failing_inner_agent_fails_its_own_run_and_the_tool(
     tool_span = one(captured_spans, "execute_tool researcher")
     assert tool_span.status.status_code == StatusCode.ERROR
     assert len(in_start_order(captured_spans, "chat coord-llm")) == 2
+    # the failed run still rolls up: its failed call, and the tool that ran it
+    levels = check_totals(captured_spans.spans, model_calls=3)
+    assert [(lv.agent, lv.model_calls, lv.errors) for lv in levels] == [
+        ("coord", 3, 2),
+        ("researcher", 1, 1),
+    ]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -303,6 +313,12 @@ async def test_an_agent_tool_inside_an_agent_tool_nests_twice(
     db = one(captured_spans, "db.query lookup")
     assert attr(parent_of(captured_spans, db), "gen_ai.agent.name") == "leaf"
     assert tokens(captured_spans) == scripted_usage(outer.client, middle.client, leaf.client)  # type: ignore[arg-type]
+    levels = check_totals(captured_spans.spans, model_calls=6)
+    assert [(lv.agent, lv.depth, lv.model_calls, lv.own_model_calls) for lv in levels] == [
+        ("coord", 0, 6, 2),
+        ("middle", 1, 4, 2),
+        ("leaf", 2, 2, 2),
+    ]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -540,6 +556,10 @@ async def test_a_sequential_workflow_run_as_a_tool_gives_each_agent_its_run(
     assert attr(one(captured_spans, "chat e-llm"), "gen_ai.agent.name") == "editor"
     clients = (outer.client, writer.client, editor.client)
     assert tokens(captured_spans) == scripted_usage(*clients)  # type: ignore[arg-type]
+    levels = check_totals(captured_spans.spans, model_calls=4)
+    assert level(levels, "coord") == [(0, 4, 2, 11 + 10 + 3 + 4, 1)]
+    assert level(levels, "writer") == [(1, 1, 1, 3, 0)]
+    assert level(levels, "editor") == [(1, 1, 1, 4, 0)]
     assert writer.middleware is None and editor.middleware is None
 
 
@@ -574,6 +594,8 @@ async def test_a_fan_out_workflow_keeps_each_branch_under_the_tool(
         )
     clients = (outer.client, writer.client, editor.client, critic.client)
     assert tokens(captured_spans) == scripted_usage(*clients)  # type: ignore[arg-type]
+    levels = check_totals(captured_spans.spans, model_calls=5)
+    assert level(levels, "coord") == [(0, 5, 2, 11 + 10 + 3 + 4 + 6, 1)]
 
 
 @pytest.mark.parametrize("mode", MODES)
