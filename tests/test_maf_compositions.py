@@ -26,6 +26,7 @@ import pytest
 pytest.importorskip("agent_framework", reason="needs the maf extra: pip install -e '.[dev,maf]'")
 
 import asyncio
+import gc
 import itertools
 import json
 import logging
@@ -33,6 +34,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +57,7 @@ from runnertrace.core import Session
 from runnertrace.core import events as ev
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.models import AgentRequestText
-from runnertrace.runners.maf import MAFRunner
+from runnertrace.runners.maf import STATE_KEY, MAFRunner
 from runnertrace.runners.maf_testing import ScriptedChatClient, Turn, call, say
 from runnertrace.testing import CapturedSpans
 from runnertrace.tracing import attributes as A
@@ -1168,3 +1170,35 @@ def test_with_an_app_provider_a_registered_workflow_shows_each_call_once(
     # without our runner, the same run makes Agent Framework's own spans (what ours replace)
     untraced = app_workflow_spans[f"{kind} {mode} untraced"]["spans"]
     assert {"workflow.run", "invoke_agent"} <= {s["name"].split(" ")[0] for s in untraced}
+
+
+@pytest.mark.parametrize("index", range(12))
+async def test_closing_a_workflows_stream_at_every_event_leaves_nothing_open(
+    index: int, captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    tracker = OpenSpanTracker()
+    captured_spans.provider.add_span_processor(tracker)
+    writer = member("writer", say("A draft."))
+    editor = member("editor", say("The final."))
+    core = pipeline(SequentialBuilder(participants=[writer, editor]).build())
+    session = Session("w1")
+    stream = core.runner.stream(core, session, [AgentRequestText(prompt="Write it.")])
+    async with aclosing(stream) as events:  # type: ignore[type-var]
+        seen = 0
+        async for _ in events:
+            seen += 1
+            if seen > index:
+                break
+    assert seen == index + 1  # the two agents stream 12 events: each index stops inside
+    gc.collect()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert tracker.started > 0 and tracker.open == {}
+    assert not [r for r in caplog.records if "Failed to detach context" in r.getMessage()]
+    root = one(captured_spans, "invoke_agent pipeline")
+    assert attr(root, "runnertrace.cancelled") is True
+    for nested in runs_under(captured_spans):  # what had started ended, as cancelled or done
+        assert nested.end_time is not None
+    assert session.get(STATE_KEY) is None  # a run stopped early saves nothing
+    assert writer.middleware is None and editor.middleware is None
