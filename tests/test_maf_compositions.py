@@ -1172,15 +1172,22 @@ def test_with_an_app_provider_a_registered_workflow_shows_each_call_once(
     assert {"workflow.run", "invoke_agent"} <= {s["name"].split(" ")[0] for s in untraced}
 
 
-@pytest.mark.parametrize("index", range(12))
+@pytest.mark.parametrize("index", range(7))
 async def test_closing_a_workflows_stream_at_every_event_leaves_nothing_open(
     index: int, captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     tracker = OpenSpanTracker()
     captured_spans.provider.add_span_processor(tracker)
-    writer = member("writer", say("A draft."))
-    editor = member("editor", say("The final."))
+
+    @tool
+    async def slow(topic: str) -> str:
+        """Wait until cancelled."""
+        await asyncio.Event().wait()
+        return topic
+
+    writer = member("writer", call(("r9", "slow", {"topic": "t"})), tools=[slow])
+    editor = member("editor", say("Never."))
     core = pipeline(SequentialBuilder(participants=[writer, editor]).build())
     session = Session("w1")
     stream = core.runner.stream(core, session, [AgentRequestText(prompt="Write it.")])
@@ -1190,15 +1197,51 @@ async def test_closing_a_workflows_stream_at_every_event_leaves_nothing_open(
             seen += 1
             if seen > index:
                 break
-    assert seen == index + 1  # the two agents stream 12 events: each index stops inside
+    # the writer streams 7 events, then waits in its tool: each index stops inside
+    assert seen == index + 1
     gc.collect()
     for _ in range(5):
         await asyncio.sleep(0)
     assert tracker.started > 0 and tracker.open == {}
     assert not [r for r in caplog.records if "Failed to detach context" in r.getMessage()]
-    root = one(captured_spans, "invoke_agent pipeline")
-    assert attr(root, "runnertrace.cancelled") is True
-    for nested in runs_under(captured_spans):  # what had started ended, as cancelled or done
-        assert nested.end_time is not None
+    assert attr(one(captured_spans, "invoke_agent pipeline"), "runnertrace.cancelled") is True
+    nested = one(captured_spans, "invoke_agent writer")
+    assert attr(nested, "runnertrace.cancelled") is True
+    assert attr(one(captured_spans, "execute_tool slow"), "runnertrace.cancelled") is True
+    assert captured_spans.by_name("invoke_agent editor") == []
     assert session.get(STATE_KEY) is None  # a run stopped early saves nothing
     assert writer.middleware is None and editor.middleware is None
+
+
+async def test_an_agent_whose_output_is_not_the_workflows_still_streams_live(
+    captured_spans: CapturedSpans,
+) -> None:
+    received: list[ev.StreamEvent] = []
+    seen_in_tool: list[int] = []
+
+    @tool
+    async def slow(topic: str) -> str:
+        """Give the consumer its turns, and note what it had by then."""
+        for _ in range(50):
+            await asyncio.sleep(0)
+        seen_in_tool.append(len(received))
+        return topic
+
+    # a sequential workflow's output is its last participant's: the writer's is not
+    writer = member("writer", call(("r1", "slow", {"topic": "t"})), say("Draft."), tools=[slow])
+    editor = member("editor", say("Final."))
+    core = pipeline(SequentialBuilder(participants=[writer, editor]).build())
+    async for event in core.runner.stream(core, Session("w1"), [AgentRequestText(prompt="Go")]):
+        received.append(event)
+    # while the writer's tool ran, its model call had reached the consumer
+    assert seen_in_tool == [7]
+    assert [type(e).__name__ for e in received[:7]] == [
+        "StepStart",
+        "MessageStart",
+        "ToolCallStart",
+        "ToolCallArgs",
+        "ToolCallArgs",
+        "ToolCallEnd",
+        "MessageEnd",
+    ]
+    assert texts(received) == ["Draft.", "Final."]

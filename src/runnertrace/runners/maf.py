@@ -107,6 +107,7 @@ import copy
 import logging
 import threading
 from collections.abc import (
+    AsyncGenerator,
     AsyncIterable,
     AsyncIterator,
     Awaitable,
@@ -115,7 +116,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import ExitStack, asynccontextmanager, contextmanager, nullcontext
+from contextlib import ExitStack, aclosing, asynccontextmanager, contextmanager, nullcontext
 from functools import partial
 from typing import Any, ClassVar
 
@@ -689,10 +690,55 @@ class _ForwardingBuilder(EventBuilder):
             self.forward(event)
 
 
-def _queued(builder: EventBuilder) -> Callable[[StreamEvent], None] | None:
-    """Where events go to be yielded by ``builder``'s stream (stream mode), not reported."""
-    queue = builder._queue  # noqa: SLF001 - the kit's builder has no "queue only" call
-    return queue.append if queue is not None else None
+class _Arrivals:
+    """A stream-mode workflow run's agents' events: queued on the run's builder, to be
+    yielded (not reported: the run has them through its nested runs), and a wake-up
+    for the stream, which would otherwise yield them only with the workflow's next
+    output (an agent whose output is not the workflow's would stream nothing live)."""
+
+    __slots__ = ("queue", "ready")
+
+    def __init__(self, builder: EventBuilder) -> None:
+        queue = builder._queue  # noqa: SLF001 - the kit's builder has no "queue only" call
+        assert queue is not None  # a stream-mode builder queues
+        self.queue = queue
+        self.ready = asyncio.Event()
+
+    def put(self, event: StreamEvent) -> None:
+        self.queue.append(event)
+        self.ready.set()
+
+    async def merged(self, native: AsyncIterable[Any]) -> AsyncGenerator[Any, None]:
+        """``native``'s items, and a ``None`` whenever events arrived in between (the
+        template drains the builder after each item). The pull runs as a task of its
+        own, created in the consumer's step; it is cancelled if the consumer stops."""
+        iterator = native.__aiter__()
+        pull: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                if pull is None:
+                    pull = asyncio.ensure_future(iterator.__anext__())
+                if not self.ready.is_set():
+                    wake = asyncio.ensure_future(self.ready.wait())
+                    try:
+                        await asyncio.wait((pull, wake), return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        wake.cancel()
+                if self.ready.is_set():
+                    self.ready.clear()
+                    yield None
+                if pull.done():
+                    try:
+                        item = pull.result()
+                    except StopAsyncIteration:
+                        return
+                    finally:
+                        pull = None
+                    yield item
+        finally:
+            if pull is not None and not pull.done():
+                pull.cancel()
+                await asyncio.gather(pull, return_exceptions=True)
 
 
 class _AgentRun:
@@ -1164,9 +1210,11 @@ class _WorkflowRun(_Run):
         native_session: AgentSession,
         quiet: bool,
         delegation: _Delegation | None,
+        arrivals: _Arrivals | None,
     ) -> None:
         super().__init__(setup, target, kwargs, native_session, quiet)
         self.delegation = delegation
+        self.arrivals = arrivals
 
     @contextmanager
     def _pull(self) -> Iterator[None]:
@@ -1189,7 +1237,12 @@ class _WorkflowRun(_Run):
                 native_stream = self.target.run(stream=True, **self.kwargs)
             native_stream.with_pull_context_manager(self._pull)
             async with native_stream:
-                yield native_stream
+                arrivals = self.arrivals
+                if arrivals is None:
+                    yield native_stream
+                else:  # closed first: its pull must not outlive the native stream
+                    async with aclosing(arrivals.merged(native_stream)) as items:
+                        yield items
                 await native_stream.get_final_response()
 
 
@@ -1284,14 +1337,15 @@ class MAFRunner(FrameworkRunner[Any]):
         native_session = _native_session(native, prepared.state, setup.session.id)
         context = prepared.context if prepared.context is not None else {}
         native_session.state[CONTEXT_KEY] = context
-        delegation = None
+        delegation = arrivals = None
         with _boundary:  # (a fault costs the mapping and the context's lending, not the run)
             agents = _workflow_agents(native.workflow)
-            forward = _queued(setup.builder) if setup.streaming else None
+            arrivals = _Arrivals(setup.builder) if setup.streaming else None
+            forward = arrivals.put if arrivals is not None else None
             delegation = _Delegation(agents, forward=forward, context=context)
         options["messages"] = messages_of(setup.requests)
         options["session"] = native_session
-        return _WorkflowRun(setup, native, options, native_session, quiet, delegation)
+        return _WorkflowRun(setup, native, options, native_session, quiet, delegation, arrivals)
 
 
 def _native_session(native: Any, stored: Any, session_id: str) -> AgentSession:
