@@ -1182,11 +1182,13 @@ async def test_closing_a_workflows_stream_at_every_event_leaves_nothing_open(
 
     @tool
     async def slow(topic: str) -> str:
-        """Wait until cancelled."""
-        await asyncio.Event().wait()
+        """Wait long enough to be cancelled (bounded: a stream that is not live fails
+        the checks below instead of waiting forever)."""
+        for _ in range(10_000):
+            await asyncio.sleep(0)
         return topic
 
-    writer = member("writer", call(("r9", "slow", {"topic": "t"})), tools=[slow])
+    writer = member("writer", call(("r9", "slow", {"topic": "t"})), say("Late."), tools=[slow])
     editor = member("editor", say("Never."))
     core = pipeline(SequentialBuilder(participants=[writer, editor]).build())
     session = Session("w1")
