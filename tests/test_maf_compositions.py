@@ -962,8 +962,9 @@ async def test_a_failing_branch_fails_the_run_and_ends_its_sibling_cancelled(
 
     @tool
     async def wait_long(topic: str) -> str:
-        """Wait until cancelled."""
-        await asyncio.Event().wait()
+        """Wait long enough for the sibling to fail (bounded: never a hang)."""
+        for _ in range(10_000):
+            await asyncio.sleep(0)
         return topic
 
     failing = member("failing", failing_model)
