@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +32,10 @@ from crewai import Agent as CrewAgent  # noqa: E402
 from crewai.tools import tool  # noqa: E402
 from opentelemetry import trace as trace_api  # noqa: E402
 from opentelemetry.trace import StatusCode  # noqa: E402
+from tests.composition_checks import check_totals  # noqa: E402
 from tests.fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply  # noqa: E402
 from tests.fidelity_helpers import MODES, in_start_order, one, parent_of  # noqa: E402
+from tests.tracing_helpers import OpenSpanTracker, cancel_and_settle  # noqa: E402
 
 from runnertrace import TracingRunner  # noqa: E402
 from runnertrace.core import Runtime, Session  # noqa: E402
@@ -331,106 +339,238 @@ async def test_a_crew_run_inside_a_tool_is_not_ours(
     assert one(captured_spans, "execute_tool ask_expert").attributes[A.TOOL_CALL_ID] == "call_e"
 
 
-@pytest.mark.parametrize("mode", MODES)
-async def test_a_hierarchical_crew_traces_the_delegation_as_a_handoff(
-    mode: str, captured_spans: CapturedSpans
-) -> None:
-    """The manager delegates to a coworker (CrewAI's delegation tool, natively called):
-    the coworker's calls are its own step, a handoff from the manager, who gets the
-    task back in a step of its own; every call is one chat span, every token once."""
-    delegate = {"task": "Find the weather", "context": "Paris", "coworker": "researcher"}
-    replies = [
-        Reply(tool_calls=[FakeToolCall("call_d", "delegate_work_to_coworker", delegate)]),
-        Reply(tool_calls=[weather_call()], prompt_tokens=20),
-        Reply(text="Paris: sunny", prompt_tokens=30),
-        Reply(text=ANSWER, prompt_tokens=40),
-    ]
-    with FakeOpenAIServer(replies) as server:
-        researcher = CrewAgent(
-            role="researcher",
-            goal="Find the weather.",
-            backstory="You look things up.",
-            llm=llm(server),
-            tools=[get_weather],
-        )
-        task = Task(description="Answer: {request}", expected_output="One sentence.")
-        crew = Crew(
-            agents=[researcher],
-            tasks=[task],
-            process=Process.hierarchical,
-            manager_llm=llm(server),
-        )
-        await run(crew, mode, name="trip")
-        calls = len(server.requests)
-    chats = captured_spans.by_name(CHAT)
-    assert len(chats) == calls == 4
-    assert sum(c.attributes[A.INPUT_TOKENS] for c in chats) == 11 + 20 + 30 + 40
-    assert one(captured_spans, "invoke_agent trip").attributes[A.AGG_INPUT_TOKENS] == 101
-    delegation = one(captured_spans, "execute_tool delegate_work_to_coworker")
-    assert json.loads(delegation.attributes[A.TOOL_ARGUMENTS]) == delegate
-    assert delegation.attributes[A.AGENT_NAME] == "Crew Manager"
-    lookup = one(captured_spans, "execute_tool get_weather")
-    assert parent_of(captured_spans, one(captured_spans, "db.query weather")) == lookup
-    ordered = in_start_order(captured_spans, CHAT)
-    names = [c.attributes[A.AGENT_NAME] for c in ordered]
-    assert names == ["Crew Manager", "researcher", "researcher", "Crew Manager"]
-    assert [steps_of(captured_spans, c)[0] for c in ordered] == [
-        "agent_step Crew Manager",
-        "agent_step researcher",
-        "agent_step researcher",
-        "agent_step Crew Manager",
-    ]
-    assert lookup.attributes[A.AGENT_NAME] == "researcher"
-    assert parent_of(captured_spans, lookup).name == "agent_step researcher"
-    steps = in_start_order(captured_spans, "agent_step Crew Manager")
-    (coworker,) = captured_spans.by_name("agent_step researcher")
-    assert coworker.attributes[A.HANDOFF_SOURCE] == "Crew Manager"
-    assert coworker.attributes[A.HANDOFF_TARGET] == "researcher"
-    assert steps[1].attributes[A.HANDOFF_SOURCE] == "researcher"
-    # the delegation's span covers the coworker's work
-    assert delegation.start_time <= coworker.start_time
-    assert coworker.end_time <= delegation.end_time
+# -- delegation: a coworker's work is a nested run under the delegation's tool call -------------
+def shape(spans: CapturedSpans, span: Any) -> tuple[str, list[Any]]:
+    """``(name, [children...])`` in start order, without reasoning spans (a ReAct reply's
+    scaffolding, under each chat span)."""
+    kids = [c for c in spans.children(span) if c.name != "reasoning"]
+    return (span.name, [shape(spans, c) for c in kids])
 
 
-@pytest.mark.parametrize("mode", MODES)
-async def test_a_react_delegation_keeps_the_coworkers_tool_call(
-    mode: str, captured_spans: CapturedSpans
-) -> None:
-    """On the ReAct path the coworker's tool call runs inside the manager's delegation
-    call: it is its own span, in the coworker's step, with the user's span inside."""
-    model = ScriptedLLM(
-        [
-            action(
-                "Delegate work to coworker",
-                task="Find the weather",
-                context="Paris",
-                coworker="researcher",
-            ),
-            action("get_weather", city="Paris"),
-            final("Paris: sunny"),
-            final(ANSWER),
-        ]
-    )
-    researcher = CrewAgent(
+def delegating_crew(manager_llm: Any, researcher_llm: Any, **researcher: Any) -> Crew:
+    """A hierarchical crew of one coworker: CrewAI's manager delegates the task to it."""
+    coworker = CrewAgent(
         role="researcher",
         goal="Find the weather.",
         backstory="You look things up.",
-        llm=model,
+        llm=researcher_llm,
         tools=[get_weather],
+        **researcher,
     )
     task = Task(description="Answer: {request}", expected_output="One sentence.")
-    crew = Crew(agents=[researcher], tasks=[task], process=Process.hierarchical, manager_llm=model)
-    await run(crew, mode, name="trip")
+    return Crew(
+        agents=[coworker], tasks=[task], process=Process.hierarchical, manager_llm=manager_llm
+    )
+
+
+def delegation_tree(tool: str, chat: str) -> tuple[str, list[Any]]:
+    """The trace of a hierarchical crew whose manager delegates once (``tool``: CrewAI's
+    delegation tool, by the name the model called it) and then answers."""
+    return (
+        "invoke_agent trip",
+        [
+            (
+                "agent_step task",
+                [
+                    (
+                        "agent_step Crew Manager",
+                        [
+                            (chat, []),
+                            (
+                                f"execute_tool {tool}",
+                                [
+                                    (
+                                        "invoke_agent researcher",
+                                        [
+                                            (
+                                                "agent_step researcher",
+                                                [
+                                                    (chat, []),
+                                                    (
+                                                        "execute_tool get_weather",
+                                                        [("db.query weather", [])],
+                                                    ),
+                                                    (chat, []),
+                                                ],
+                                            )
+                                        ],
+                                    )
+                                ],
+                            ),
+                            (chat, []),
+                        ],
+                    )
+                ],
+            )
+        ],
+    )
+
+
+REACT_DELEGATION = "Delegate work to coworker"
+REACT_DELEGATION_TREE = delegation_tree(REACT_DELEGATION, "chat scripted")
+
+
+def react_delegation_script() -> list[Any]:
+    """The manager's and the coworker's turns (one model for both, in call order)."""
+    return [
+        action(REACT_DELEGATION, task="Find the weather", context="Paris", coworker="researcher"),
+        action("get_weather", city="Paris"),
+        final("Paris: sunny"),
+        final(ANSWER),
+    ]
+
+
+def react_delegating_crew() -> Crew:
+    model = ScriptedLLM(react_delegation_script())
+    return delegating_crew(model, model)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_hierarchical_crews_delegation_is_a_nested_run(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    """The manager delegates to a coworker (CrewAI's delegation tool, natively called):
+    the coworker's work is ``invoke_agent researcher`` under the delegation's
+    ``execute_tool``, in the crew's trace and conversation; every call is one chat
+    span; the crew's run counts all four calls, the coworker's its own two."""
+    delegate = {"task": "Find the weather", "context": "Paris", "coworker": "researcher"}
+    replies = [
+        Reply(tool_calls=[FakeToolCall("call_d", "delegate_work_to_coworker", delegate)]),
+        Reply(tool_calls=[weather_call()], prompt_tokens=20, completion_tokens=2),
+        Reply(text="Paris: sunny", prompt_tokens=30, completion_tokens=3),
+        Reply(text=ANSWER, prompt_tokens=40, completion_tokens=4),
+    ]
+    with FakeOpenAIServer(replies) as server:
+        events = await run(delegating_crew(llm(server), llm(server)), mode, name="trip")
+        calls = len(server.requests)
+    run_span = one(captured_spans, "invoke_agent trip")
+    assert shape(captured_spans, run_span) == delegation_tree("delegate_work_to_coworker", CHAT)
+    trip, researcher = check_totals(captured_spans.spans, model_calls=calls)
+    assert (trip.agent, trip.model_calls, trip.own_model_calls) == ("trip", 4, 2)
+    assert (researcher.agent, researcher.model_calls, researcher.depth) == ("researcher", 2, 1)
+    assert (trip.input_tokens, trip.own_input_tokens, researcher.input_tokens) == (101, 51, 50)
+    assert run_span.attributes[A.NESTED_RUNS] == 1
+    delegation = one(captured_spans, "execute_tool delegate_work_to_coworker")
+    assert json.loads(delegation.attributes[A.TOOL_ARGUMENTS]) == delegate
+    assert delegation.attributes[A.AGENT_NAME] == "Crew Manager"
+    nested = one(captured_spans, "invoke_agent researcher")
+    assert nested.attributes[A.CONVERSATION_ID] == run_span.attributes[A.CONVERSATION_ID]
+    assert nested.attributes["runnertrace.mode"] == mode
+    (asked,) = json.loads(nested.attributes[A.INPUT_MESSAGES])
+    assert asked["parts"] == [{"type": "text", "content": "Find the weather"}]
+    assert output_parts(nested) == [{"type": "text", "content": "Paris: sunny"}]
+    assert nested.status.status_code is StatusCode.UNSET
+    ordered = in_start_order(captured_spans, CHAT)
+    names = [c.attributes[A.AGENT_NAME] for c in ordered]
+    assert names == ["Crew Manager", "researcher", "researcher", "Crew Manager"]
+    assert one(captured_spans, "execute_tool get_weather").attributes[A.AGENT_NAME] == "researcher"
+    assert run_span.attributes.get(A.MALFORMED) is None
+    if mode == "stream":  # the coworker's run is traced, not yielded: the stream is the crew's
+        assert "".join(e.delta for e in events if isinstance(e, ev.TextDelta)) == ANSWER
+        assert [e.agent_name for e in events if isinstance(e, ev.StepStart)] == [
+            None,
+            "Crew Manager",
+        ]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_react_delegation_is_a_nested_run_with_the_coworkers_tool_call(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    """On the ReAct path the coworker's tool call runs inside the manager's delegation
+    call: it is its own span, in the coworker's run, with the user's span inside."""
+    await run(react_delegating_crew(), mode, name="trip")
+    run_span = one(captured_spans, "invoke_agent trip")
+    assert shape(captured_spans, run_span) == REACT_DELEGATION_TREE
+    trip, researcher = check_totals(captured_spans.spans, model_calls=4)
+    assert (trip.model_calls, trip.own_model_calls, researcher.model_calls) == (4, 2, 2)
+    assert (trip.tool_calls, researcher.tool_calls) == (2, 1)
     lookup = one(captured_spans, "execute_tool get_weather")
     assert lookup.attributes[A.AGENT_NAME] == "researcher"
-    assert parent_of(captured_spans, lookup).name == "agent_step researcher"
-    assert parent_of(captured_spans, one(captured_spans, "db.query weather")) == lookup
-    delegation = one(captured_spans, "execute_tool Delegate work to coworker")
-    assert delegation.start_time <= lookup.start_time
-    assert lookup.end_time <= delegation.end_time
     names = [c.attributes[A.AGENT_NAME] for c in in_start_order(captured_spans, "chat scripted")]
     assert names == ["Crew Manager", "researcher", "researcher", "Crew Manager"]
-    assert one(captured_spans, "invoke_agent trip").attributes.get(A.MALFORMED) is None
+    assert run_span.attributes.get(A.MALFORMED) is None
+    assert one(captured_spans, "invoke_agent researcher").attributes.get(A.MALFORMED) is None
+
+
+async def test_an_untraced_stream_yields_the_crews_events_only(
+    captured_spans: CapturedSpans,
+) -> None:
+    """Untraced, a coworker's work has no run to go to: the stream is the crew's, as
+    traced, and nothing of ours is traced."""
+    agent = Agent("trip", CrewAIRunner(), react_delegating_crew())
+    requests = [AgentRequestText(prompt="Weather in Paris?")]
+    events = [e async for e in agent.runner.stream(agent, Session("s1"), requests)]
+    assert "".join(e.delta for e in events if isinstance(e, ev.TextDelta)) == ANSWER
+    assert [e.step_name for e in events if isinstance(e, ev.StepStart)] == ["task", "Crew Manager"]
+    tools = [e.tool_name for e in events if isinstance(e, ev.ToolCallStart)]
+    assert tools == [REACT_DELEGATION]
+    assert captured_spans.names() == ["db.query weather"]  # the user's own span only
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_failing_coworker_is_a_failed_nested_run_and_the_manager_goes_on(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    """The coworker's model call fails: CrewAI ends the coworker's execution with an
+    error and hands the delegation its message; the nested run is ERROR with the
+    exception, its error counts at both levels, and the manager answers."""
+    model = ScriptedLLM(
+        [
+            action(REACT_DELEGATION, task="Find it", context="Paris", coworker="researcher"),
+            ConnectionError("the coworker's model is down"),
+            final(ANSWER),
+        ]
+    )
+    await run(delegating_crew(model, model, max_retry_limit=0), mode, name="trip")
+    nested = one(captured_spans, "invoke_agent researcher")
+    assert nested.status.status_code is StatusCode.ERROR
+    assert nested.attributes[A.ERROR_TYPE] == "ConnectionError"
+    assert parent_of(captured_spans, nested).name == f"execute_tool {REACT_DELEGATION}"
+    trip, researcher = check_totals(captured_spans.spans, model_calls=3)
+    assert (trip.errors, researcher.errors, researcher.model_calls) == (1, 1, 1)
+    run_span = one(captured_spans, "invoke_agent trip")
+    assert run_span.status.status_code is StatusCode.UNSET
+    assert output_parts(run_span) == [{"type": "text", "content": ANSWER}]
+
+
+async def test_a_coworker_working_when_the_run_is_cancelled_ends_cancelled(
+    captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    tracker = OpenSpanTracker()
+    captured_spans.provider.add_span_processor(tracker)
+    inside, release = threading.Event(), threading.Event()
+
+    @tool("get_weather")
+    def slow_weather(city: str) -> str:
+        """The weather in a city (slow)."""
+        inside.set()
+        release.wait(30)
+        return "sunny"
+
+    model = ScriptedLLM(react_delegation_script())
+    crew = delegating_crew(model, model)
+    crew.agents[0].tools = [slow_weather]
+    task = asyncio.create_task(run(crew, "run", name="trip"))
+    try:
+        assert await asyncio.to_thread(inside.wait, 30)  # the coworker's tool is running
+        await cancel_and_settle(task)
+    finally:
+        release.set()  # the crew's thread (which cancelling cannot stop) finishes
+    nested = one(captured_spans, "invoke_agent researcher")
+    assert nested.attributes[A.CANCELLED] is True
+    assert parent_of(captured_spans, nested).name == f"execute_tool {REACT_DELEGATION}"
+    run_span = one(captured_spans, "invoke_agent trip")
+    assert run_span.attributes[A.CANCELLED] is True
+    assert run_span.attributes[A.NESTED_RUNS] == 1
+    # the manager's call and the coworker's, rolled up when its run was cancelled
+    assert (run_span.attributes[A.AGG_MODEL_CALLS], run_span.attributes[A.OWN_MODEL_CALLS]) == (
+        2,
+        1,
+    )
+    assert tracker.open == {}
+    assert not [r for r in caplog.records if "Failed to detach context" in r.getMessage()]
 
 
 async def test_concurrent_runs_of_one_crew_keep_their_own_traces(
@@ -473,3 +613,307 @@ def root_of(spans: CapturedSpans, span: Any) -> Any:
 
 def in_start_order_of(spans: list[Any]) -> list[Any]:
     return sorted(spans, key=lambda s: s.start_time or 0)
+
+
+# -- async_execution tasks: branches of the crew's run ------------------------------------------
+def async_crew() -> Crew:
+    """Two ``async_execution`` tasks (Paris, Oslo), whose agents' first model calls wait
+    for each other (so both are in flight at once), then a task that waits for both."""
+    both = threading.Barrier(2, timeout=10)  # a deadlock guard: a lone call fails the run
+
+    def met(text: str) -> Any:
+        def turn(messages: Any) -> str:
+            both.wait()
+            return text
+
+        return turn
+
+    def member(role: str, city: str) -> CrewAgent:
+        turns = [met(action("get_weather", city=city)), final(f"{city}: sunny")]
+        return CrewAgent(
+            role=role,
+            goal="Look it up.",
+            backstory="b",
+            llm=ScriptedLLM(turns),
+            tools=[get_weather],
+        )
+
+    paris, oslo = member("paris", "Paris"), member("oslo", "Oslo")
+    writer = CrewAgent(
+        role="writer", goal="Write.", backstory="b", llm=ScriptedLLM([final(ANSWER)])
+    )
+    looked_up = [
+        Task(
+            description=f"{who.role}: {{request}}",
+            expected_output="x",
+            agent=who,
+            async_execution=True,
+        )
+        for who in (paris, oslo)
+    ]
+    answer = Task(
+        description="Answer: {request}", expected_output="x", agent=writer, context=looked_up
+    )
+    return Crew(agents=[paris, oslo, writer], tasks=[*looked_up, answer])
+
+
+def _looked_up(role: str) -> tuple[str, list[Any]]:
+    chat: tuple[str, list[Any]] = ("chat scripted", [])
+    tool_: tuple[str, list[Any]] = ("execute_tool get_weather", [("db.query weather", [])])
+    return ("agent_step task", [(f"agent_step {role}", [chat, tool_, chat])])
+
+
+# The async tasks' subtrees in their agents' order (their start order is the threads').
+ASYNC_TREE = (
+    "invoke_agent trip",
+    [
+        _looked_up("oslo"),
+        _looked_up("paris"),
+        ("agent_step task", [("agent_step writer", [("chat scripted", [])])]),
+    ],
+)
+
+
+def async_shape(spans: CapturedSpans, run_span: Any) -> tuple[str, list[Any]]:
+    """The run's tree, its two async tasks in their agents' order."""
+    name, tasks = shape(spans, run_span)
+    return name, [*sorted(tasks[:2]), *tasks[2:]]
+
+
+def subtree(spans: CapturedSpans, span: Any) -> list[Any]:
+    found: list[Any] = []
+    for child in spans.children(span):
+        found += [child, *subtree(spans, child)]
+    return found
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_async_tasks_are_branches_that_overlap_and_the_waiting_task_follows(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    events = await run(async_crew(), mode, name="trip")
+    run_span = one(captured_spans, "invoke_agent trip")
+    assert async_shape(captured_spans, run_span) == ASYNC_TREE
+    (crew,) = check_totals(captured_spans.spans, model_calls=5)
+    assert (crew.model_calls, crew.tool_calls, crew.nested_runs) == (5, 2, 0)
+    assert run_span.attributes.get(A.MALFORMED) is None
+    first, second, waiting = in_start_order(captured_spans, "agent_step task")
+    assert {first.attributes[A.STEP_INDEX], second.attributes[A.STEP_INDEX]} == {0, 1}
+    assert waiting.attributes[A.STEP_INDEX] == 2
+    # each branch holds its own agent's work, with that agent's name
+    by_agent: dict[str, Any] = {}
+    for task_span in (first, second):
+        (agent_step,) = captured_spans.children(task_span)
+        role = agent_step.name.removeprefix("agent_step ")
+        inside = subtree(captured_spans, agent_step)
+        assert {s.attributes.get(A.AGENT_NAME) for s in inside if s.name != "db.query weather"} == {
+            role
+        }
+        by_agent[role] = next(s for s in inside if s.name == "chat scripted")
+    # both first calls were in flight at once (each waited for the other in its call)
+    paris, oslo = by_agent["paris"], by_agent["oslo"]
+    assert paris.start_time < oslo.end_time and oslo.start_time < paris.end_time
+    # the task that waits for them starts after both ended
+    assert max(first.end_time, second.end_time) <= waiting.start_time
+    if mode == "stream":
+        starts = sorted(
+            (e.step_name, e.branch or "") for e in events if isinstance(e, ev.StepStart)
+        )
+        assert [s for s in starts if s[0] == "task"] == [
+            ("task", ""),
+            ("task", "task 0"),
+            ("task", "task 1"),
+        ]
+        branches = {e.step_name: e.branch for e in events if isinstance(e, ev.StepStart)}
+        messages = [e.branch for e in events if isinstance(e, ev.MessageStart)]
+        assert sorted(messages, key=str) == sorted(
+            [branches["paris"]] * 2 + [branches["oslo"]] * 2 + [None], key=str
+        )
+        assert branches["writer"] is None and {branches["paris"], branches["oslo"]} == {
+            "task 0",
+            "task 1",
+        }
+
+
+# -- the same compositions under the application's own provider ---------------------------------
+def assistant_crew() -> CrewAgent:
+    """One agent whose tool opens the user's span."""
+    return CrewAgent(
+        role="assistant",
+        goal="Answer weather questions.",
+        backstory="You know the weather.",
+        llm=ScriptedLLM([action("get_weather", city="Paris"), final(ANSWER)]),
+        tools=[get_weather],
+    )
+
+
+ASSISTANT_TREE: tuple[str, list[Any]] = (
+    "invoke_agent trip",
+    [
+        (
+            "agent_step task",
+            [
+                (
+                    "agent_step assistant",
+                    [
+                        ("chat scripted", []),
+                        ("execute_tool get_weather", [("db.query weather", [])]),
+                        ("chat scripted", []),
+                    ],
+                )
+            ],
+        )
+    ],
+)
+
+# name -> (the native to run, its tree, the tree as drawn from the spans, its model calls)
+COMPOSITIONS: dict[str, tuple[Any, Any, Any, int]] = {
+    "one agent": (assistant_crew, ASSISTANT_TREE, shape, 2),
+    "async tasks": (async_crew, ASYNC_TREE, async_shape, 5),
+    "delegation": (react_delegating_crew, REACT_DELEGATION_TREE, shape, 4),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("composition", COMPOSITIONS)
+async def test_each_composition_with_the_private_provider(
+    composition: str, mode: str, captured_spans: CapturedSpans
+) -> None:
+    make, tree, draw, calls = COMPOSITIONS[composition]
+    await run(make(), mode, name="trip")
+    assert draw(captured_spans, one(captured_spans, "invoke_agent trip")) == tree
+    check_totals(captured_spans.spans, model_calls=calls)
+
+
+APP_PROVIDER = """
+import asyncio, json
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+app = TracerProvider()
+exporter = InMemorySpanExporter()
+app.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(app)  # ours, OpenInference's and the user's spans all go here
+
+from openinference.instrumentation.crewai import CrewAIInstrumentor
+CrewAIInstrumentor().instrument()
+
+import tests.test_crewai_compositions as case
+from tests.composition_checks import check_totals, rows
+from runnertrace import traced
+from runnertrace.core import Session
+from runnertrace.core.agent import Agent
+from runnertrace.core.models import AgentRequestText
+from runnertrace.runners.crewai import CrewAIRunner
+from runnertrace.testing import CapturedSpans
+from runnertrace.tracing.config import TraceConfig
+
+case.user["tracer"] = trace.get_tracer("user-code")
+spans = CapturedSpans(exporter, app)
+
+async def go(runner, native, mode):
+    agent = Agent("trip", runner, native)
+    requests = [AgentRequestText(prompt="Weather in Paris?")]
+    if mode == "run":
+        await runner.run(agent, Session("s1"), requests)
+    else:
+        async for _ in runner.stream(agent, Session("s1"), requests):
+            pass
+
+async def main():
+    out = {}
+    for name, (make, _, draw, calls) in case.COMPOSITIONS.items():
+        for mode in ("run", "stream"):
+            await go(CrewAIRunner(), make(), mode)
+            untraced = sorted({s.instrumentation_scope.name for s in spans.spans})
+            spans.clear()
+            await go(traced(CrewAIRunner(), TraceConfig(type="app")), make(), mode)
+            (root,) = [s for s in spans.spans if s.name == "invoke_agent trip"]
+            by_id = {s.context.span_id: s for s in spans.spans}
+            out[f"{name} {mode}"] = {
+                "untraced scopes": untraced,
+                "tree": draw(spans, root),
+                "roots": [s.name for s in spans.roots()],
+                "theirs": [
+                    s.name for s in spans.spans
+                    if s.instrumentation_scope.name not in ("runnertrace", "user-code")
+                ],
+                "db parents": [
+                    by_id[s.parent.span_id].name for s in spans.by_name("db.query weather")
+                ],
+                "levels": rows(check_totals(spans.spans, model_calls=calls)),
+            }
+            spans.clear()
+    print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+
+@pytest.fixture(scope="module")
+def app_provider(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Each composition, untraced then traced, in a process whose global provider is the
+    application's, with OpenInference's CrewAI instrumentor on it."""
+    repo = Path(__file__).resolve().parents[1]
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RUNNERTRACE_", "OTEL_", "PYTEST_"))
+    }
+    home = tmp_path_factory.mktemp("home")
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(APP_PROVIDER)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        check=False,
+        env={
+            **env,
+            "HOME": str(home),
+            "CREWAI_STORAGE_DIR": str(home / "crewai"),
+            "CREWAI_DISABLE_TELEMETRY": "true",
+            "CREWAI_TRACING_ENABLED": "false",
+            "CREWAI_DISABLE_VERSION_CHECK": "true",
+        },
+    )
+    assert done.returncode == 0, done.stderr
+    seen: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return seen
+
+
+def as_tree(value: Any) -> Any:
+    """A tree read back from JSON (tuples became lists)."""
+    name, children = value
+    return (name, [as_tree(c) for c in children])
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("composition", COMPOSITIONS)
+def test_each_composition_under_an_app_provider_is_the_private_providers_tree(
+    composition: str, mode: str, app_provider: dict[str, Any]
+) -> None:
+    """The same tree as with our private provider, one trace, every model call one chat
+    span of ours with the totals of its subtree at each level (checked in the process);
+    OpenInference's instrumentor is live (an untraced run is its to trace) but adds
+    nothing to a traced run, in stream mode neither (its kickoff span); the user's
+    span in a tool nests under our execute_tool."""
+    seen = app_provider[f"{composition} {mode}"]
+    assert "openinference.instrumentation.crewai" in seen["untraced scopes"]
+    assert as_tree(seen["tree"]) == COMPOSITIONS[composition][1]
+    assert seen["roots"] == ["invoke_agent trip"]
+    assert seen["theirs"] == []
+    assert seen["db parents"] == ["execute_tool get_weather"] * len(seen["db parents"])
+    assert seen["db parents"]
+
+
+def test_under_an_app_provider_the_delegations_totals_hold_at_each_level(
+    app_provider: dict[str, Any],
+) -> None:
+    for mode in MODES:
+        trip, researcher = app_provider[f"delegation {mode}"]["levels"].splitlines()
+        assert trip.startswith("trip: 4 calls (2 own)")
+        assert researcher.startswith("  researcher: 2 calls (2 own)")

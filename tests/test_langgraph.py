@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import subprocess
 import sys
@@ -692,6 +693,85 @@ async def test_runtime_traces_langgraph_when_enabled() -> None:
         reply = await runtime.run(agent, runtime.sessions().new("s1"), PROMPT)
     assert str(reply) == ANSWER
     assert spans.tree() == EXPECTED_TREE
+
+
+# -- an agent a tool runs is another agent's run ----------------------------------------
+def asking_graph() -> Any:
+    """``calc`` whose one tool runs another graph agent (``inner``) and returns its answer."""
+    inner_model = ScriptedChatModel(responses=[answer_turn("inner says 42")], model_name="inner")
+    inner = create_react_agent(inner_model, [], name="inner")
+
+    @tool
+    async def ask_inner(question: str) -> str:
+        """Ask the inner agent."""
+        out = await inner.ainvoke({"messages": [HumanMessage(question)]})
+        return str(out["messages"][-1].text)
+
+    model = ScriptedChatModel(
+        responses=[tool_turn("call_0", "ask_inner", question="6x7?"), answer_turn()]
+    )
+    return calc_graph(model, tools=[ask_inner])
+
+
+ASKING_STREAM = [
+    *EXPECTED_STREAM[:2],
+    ("tool_call_start", "call_0", "ask_inner", "m1"),
+    ("tool_call_args", "call_0", '{"question'),
+    ("tool_call_args", "call_0", '": "6x7?"}'),
+    *EXPECTED_STREAM[5:9],
+    ("tool_call_result", "call_0", "inner says 42", False),
+    *EXPECTED_STREAM[10:],
+]
+
+
+async def test_an_agent_a_tool_runs_is_not_in_this_runs_stream_nor_its_events() -> None:
+    runtime = Runtime(settings=load_settings())
+    graph = asking_graph()
+    LangGraphModule([graph], runtime=runtime)
+    events = await stream_events(
+        runtime, runtime.agents().get("calc"), runtime.sessions().new("s1")
+    )
+    assert shape(events) == ASKING_STREAM  # the tool's result only, none of its agent's events
+    assert_paired(events)
+    runtime = Runtime(settings=load_settings())
+    graph = asking_graph()
+    LangGraphModule([graph], runtime=runtime)
+    observed: list[Any] = []
+    with observing(observed.append):  # an observer without nested runs: not its events either
+        reply = await runtime.run(
+            runtime.agents().get("calc"), runtime.sessions().new("s1"), PROMPT
+        )
+    assert str(reply) == ANSWER
+    assert shape(observed) == shape(coalesce(events))
+
+
+@pytest.mark.parametrize("mode", ["run", "stream"])
+async def test_traced_an_agent_a_tool_runs_is_a_nested_run_and_the_stream_stays_the_same(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    agent = Agent("calc", TracingRunner(LangGraphRunner()), asking_graph())
+    events: list[Any] = []
+    with observing(events.append) if mode == "run" else contextlib.nullcontext():
+        if mode == "run":
+            await agent.runner.run(agent, Session("s1"), PROMPT)
+        else:
+            events = [e async for e in agent.runner.stream(agent, Session("s1"), PROMPT)]
+    if mode == "stream":
+        assert shape(events) == ASKING_STREAM
+    (inner,) = spans_named(captured_spans, "invoke_agent inner")
+    assert parent_named(captured_spans, inner) == "execute_tool ask_inner"
+    outer = dict(spans_named(captured_spans, "invoke_agent calc")[0].attributes or {})
+    assert (outer[A.AGG_MODEL_CALLS], outer[A.OWN_MODEL_CALLS], outer[A.NESTED_RUNS]) == (3, 2, 1)
+    assert (outer[A.AGG_INPUT_TOKENS], outer[A.OWN_INPUT_TOKENS]) == (10 + 20 + 20, 10 + 20)
+
+
+def spans_named(spans: CapturedSpans, name: str) -> list[Any]:
+    return spans.by_name(name)
+
+
+def parent_named(spans: CapturedSpans, span: Any) -> str:
+    (parent,) = [s for s in spans.spans if span.parent and s.context.span_id == span.parent.span_id]
+    return str(parent.name)
 
 
 # -- example -------------------------------------------------------------------------------

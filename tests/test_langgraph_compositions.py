@@ -20,18 +20,27 @@ pytest.importorskip(
 )
 
 import asyncio
+import json
 import logging
+import os
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import create_react_agent
+from langgraph.prebuilt import ToolNode, create_react_agent
 from langgraph.types import Send
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
+from tests.composition_checks import check_totals, rows
 from tests.fidelity_helpers import MODES, in_start_order, one, parent_of, run
+from tests.tracing_helpers import OpenSpanTracker
 
 from runnertrace import TracingRunner
 from runnertrace.core.agent import Agent
@@ -41,7 +50,10 @@ from runnertrace.testing import CapturedSpans
 
 # create_react_agent is deprecated in favour of langchain.agents.create_agent,
 # which needs the full `langchain` package; the prebuilt agent is what we drive.
-pytestmark = pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:create_react_agent has been moved"),
+    pytest.mark.filterwarnings("ignore::langchain_core._api.beta_decorator.LangChainBetaWarning"),
+]
 
 TOOL_SECONDS = 0.05  # each tool's latency: long enough for Send branches to overlap
 USER: dict[str, Any] = {}  # the user's tracer, on the test's span capture
@@ -181,6 +193,7 @@ async def test_a_subgraph_agents_steps_nest_in_its_node_step(
     for step in (*model_steps, tools_step):
         assert parent_of(captured_spans, step) is node_step
     assert attrs(run_span)["gen_ai.aggregated_usage.input_tokens"] == 11 + 13
+    assert levels_of(captured_spans, 2) == [("team", 0, 2, 1, 24, 24)]
     assert_clean(captured_spans, caplog)
 
 
@@ -243,6 +256,7 @@ async def test_a_supervisors_agents_each_keep_their_own_steps_calls_and_tools(
     tools_step = in_step(captured_spans, tool_span, "researcher/tools", "researcher")
     assert parent_of(captured_spans, tools_step) is one(captured_spans, "agent_step researcher")
     assert attrs(run_span)["gen_ai.aggregated_usage.input_tokens"] == 3 + 5 + 7 + 11 + 13 + 17
+    assert levels_of(captured_spans, 6) == [("team", 0, 6, 1, 56, 56)]
     assert_clean(captured_spans, caplog)
 
 
@@ -322,6 +336,7 @@ async def test_send_branches_overlap_and_keep_their_own_steps_calls_and_tools(
     assert seen == {s.context.span_id for s in branches}  # each branch has its own city
     total = sum(sum(tokens) for tokens in CITIES.values())
     assert attrs(run_span)["gen_ai.aggregated_usage.input_tokens"] == total
+    assert levels_of(captured_spans, 4) == [("fanout", 0, 4, 2, total, total)]
     assert_clean(captured_spans, caplog)
 
 
@@ -347,6 +362,7 @@ async def test_a_root_agents_parallel_tool_calls_share_one_step_on_the_runs_line
     assert a[0] < b[1] and b[0] < a[1]  # the two calls ran at once
     model_steps = in_start_order(captured_spans, "agent_step agent")
     assert [parent_of(captured_spans, s) for s in model_steps] == [run_span, run_span]
+    assert levels_of(captured_spans, 2) == [("solo", 0, 2, 2, 23 + 29, 23 + 29)]
     assert_clean(captured_spans, caplog)
 
 
@@ -381,6 +397,8 @@ async def test_agents_on_parallel_edges_keep_their_own_steps_calls_and_tools(
         name = "north" if city == "Oslo" else "south"
         step = in_step(captured_spans, tool_span, f"{name}/tools", name)
         assert parent_of(captured_spans, step) is one(captured_spans, f"agent_step {name}")
+    total = sum(sum(tokens) for tokens in CITIES.values())
+    assert levels_of(captured_spans, 4) == [("pair", 0, 4, 2, total, total)]
     assert_clean(captured_spans, caplog)
 
 
@@ -431,6 +449,8 @@ async def test_a_failing_send_branch_does_not_end_the_other_branchs_call_with_it
     # Oslo's call was cut short by LangGraph cancelling its branch, not by Rome's error.
     assert attrs(oslo).get("error.type") == "CancelledError"
     assert times(oslo)[0] < times(rome)[1]  # it was in flight when Rome failed
+    (level,) = check_totals(captured_spans.spans, model_calls=2)
+    assert (level.agent, level.model_calls, level.errors) == ("fanout", 2, 2)
 
 
 # -- with OpenInference's LangChain instrumentor on the same provider ------------------------------
@@ -465,6 +485,7 @@ async def test_each_call_of_a_composition_is_ours_once_with_openinference_active
         ]
         assert theirs == []
         assert_counted_once(captured_spans, fakes)
+        check_totals(captured_spans.spans, model_calls=sum(len(f.reported) for f in fakes))
         assert_clean(captured_spans, caplog)
         # the instrumentor is live: an untraced run of the same composition is its to trace
         captured_spans.clear()
@@ -473,3 +494,532 @@ async def test_each_call_of_a_composition_is_ours_once_with_openinference_active
         assert any(s.name == "ScriptedChatModel" for s in captured_spans.spans)
     finally:
         instrumentor.uninstrument()
+
+
+# -- Send inside a subgraph ------------------------------------------------------------------------
+def subgraph_send_graph(fake: Fake) -> Any:
+    """A root graph whose one node is the ``Send`` fan-out graph: its branches run inside
+    the subgraph, their tasks two namespaces deep."""
+    graph = StateGraph(MessagesState)
+    graph.add_node("team", fan_out_graph(fake))
+    graph.add_edge(START, "team")
+    graph.add_edge("team", END)
+    return graph.compile(name="outer")
+
+
+def enclosing(spans: CapturedSpans, span: ReadableSpan, name: str) -> ReadableSpan:
+    """The nearest ancestor of ``span`` called ``name``."""
+    while (span := parent_of(spans, span)).name != name:
+        pass
+    return span
+
+
+def ancestors(spans: CapturedSpans, span: ReadableSpan) -> list[ReadableSpan]:
+    found = []
+    while span.parent is not None:
+        span = parent_of(spans, span)
+        found.append(span)
+    return found
+
+
+def city_of(span: ReadableSpan) -> str:
+    text = str(
+        attrs(span).get("gen_ai.input.messages", attrs(span).get("gen_ai.tool.call.arguments"))
+    )
+    (city,) = [c for c in CITIES if c in text]
+    return city
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_send_branches_inside_a_subgraph_keep_their_own_steps_calls_and_tools(
+    mode: str, captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake = CityFake("worker")
+    await run(core(subgraph_send_graph(fake)), mode)
+
+    assert_counted_once(captured_spans, [fake])
+    run_span = one(captured_spans, "invoke_agent outer")
+    node_step = one(captured_spans, "agent_step team")
+    assert parent_of(captured_spans, node_step) is run_span
+    plan = one(captured_spans, "agent_step team/plan")
+    assert parent_of(captured_spans, plan) is node_step
+    assert agent_of(plan) == "fanout"  # the subgraph's node
+    branches = captured_spans.by_name("agent_step team/worker")
+    assert len(branches) == 2
+    (a, b) = (times(s) for s in branches)
+    assert a[0] < b[1] and b[0] < a[1]  # the two Send branches ran at once
+    assert {agent_of(s) for s in branches} == {"fanout"}
+    chats = chat_spans(captured_spans)
+    tools = captured_spans.by_name("execute_tool lookup")
+    owner: dict[str, set[int]] = {city: set() for city in CITIES}
+    for span in [*chats, *tools]:
+        owner[city_of(span)].add(
+            enclosing(captured_spans, span, "agent_step team/worker").context.span_id
+        )
+    # each city's two calls and its tool in one branch, each branch a city of its own
+    assert sorted(len(ids) for ids in owner.values()) == [1, 1]
+    assert set.union(*owner.values()) == {s.context.span_id for s in branches}
+    for chat in chats:
+        in_step(captured_spans, chat, "team/worker/agent", "worker")
+    for tool_span in tools:
+        in_step(captured_spans, tool_span, "team/worker/tools", "worker")
+        assert (
+            parent_of(captured_spans, one(captured_spans, f"db.query {city_of(tool_span)}"))
+            is tool_span
+        )
+    # no step holds another branch's call: one call per model step, one city per tools step
+    for step in captured_spans.by_name("agent_step team/worker/agent"):
+        assert len([c for c in chats if parent_of(captured_spans, c) is step]) == 1
+    for chat in chats:  # what a model call opened nests under that very call
+        mine = [
+            h
+            for h in captured_spans.by_name(f"http.request {city_of(chat)}")
+            if parent_of(captured_spans, h) is chat
+        ]
+        assert len(mine) == 1
+    (level,) = check_totals(captured_spans.spans, model_calls=len(fake.reported))
+    assert (level.agent, level.model_calls, level.tool_calls, level.nested_runs) == (
+        "outer",
+        4,
+        2,
+        0,
+    )
+    assert level.input_tokens == sum(sum(tokens) for tokens in CITIES.values())
+    assert_clean(captured_spans, caplog)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_agents_on_parallel_edges_inside_a_subgraph_keep_their_own_steps_calls_and_tools(
+    mode: str, captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    fakes = {
+        name: Fake(name, [lookup_call(city, tokens[0]), answer(f"{city} done", tokens[1])])
+        for name, (city, tokens) in zip(("north", "south"), CITIES.items(), strict=True)
+    }
+    pair = StateGraph(MessagesState)
+    for name, fake in fakes.items():
+        pair.add_node(name, react(name, fake))
+        pair.add_edge(START, name)
+        pair.add_edge(name, END)
+    graph = StateGraph(MessagesState)
+    graph.add_node("team", pair.compile(name="pair"))
+    graph.add_edge(START, "team")
+    graph.add_edge("team", END)
+    await run(core(graph.compile(name="outer")), mode)
+
+    assert_counted_once(captured_spans, list(fakes.values()))
+    node_steps = [one(captured_spans, f"agent_step team/{name}") for name in fakes]
+    (a, b) = (times(s) for s in node_steps)
+    assert a[0] < b[1] and b[0] < a[1]  # the two agents ran at once
+    for name, node_step in zip(fakes, node_steps, strict=True):
+        assert agent_of(node_step) == "pair"
+        for chat in in_start_order(captured_spans, f"chat {name}-llm"):
+            step = in_step(captured_spans, chat, f"team/{name}/agent", name)
+            assert parent_of(captured_spans, step) is node_step
+        (tool_span,) = [
+            t for t in captured_spans.by_name("execute_tool lookup") if agent_of(t) == name
+        ]
+        step = in_step(captured_spans, tool_span, f"team/{name}/tools", name)
+        assert parent_of(captured_spans, step) is node_step
+    total = sum(sum(tokens) for tokens in CITIES.values())
+    assert levels_of(captured_spans, 4) == [("outer", 0, 4, 2, total, total)]
+    assert_clean(captured_spans, caplog)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_send_branches_inside_a_subgraph_nest_in_its_node_step(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    await run(core(subgraph_send_graph(CityFake("worker"))), mode)
+    node_step = one(captured_spans, "agent_step team")
+    branches = captured_spans.by_name("agent_step team/worker")
+    assert [parent_of(captured_spans, s) for s in branches] == [node_step, node_step]
+
+
+# -- an agent used as a tool: a nested run ---------------------------------------------------------
+def ask(tool_name: str, question: str, input_tokens: int) -> AIMessage:
+    call = {"name": tool_name, "args": {"question": question}, "id": f"call-{tool_name}"}
+    return AIMessage(content="", tool_calls=[call], usage_metadata=usage(input_tokens))
+
+
+def agent_tool(graph: Any, name: str) -> Any:
+    """A tool whose body runs ``graph`` (the pattern of LangGraph's multi-agent docs)."""
+
+    async def ask_agent(question: str) -> str:
+        out = await graph.ainvoke({"messages": [HumanMessage(question)]})
+        return str(out["messages"][-1].text)
+
+    return tool(name, description=f"Ask the {graph.name}.")(ask_agent)
+
+
+def as_tool(graph: Any, name: str) -> Any:
+    """``Runnable.as_tool()``: the graph itself as the tool."""
+    return graph.as_tool(
+        name=name, description=f"Ask the {graph.name}.", arg_types={"messages": list}
+    )
+
+
+def researcher_team(kind: str) -> tuple[Any, list[Fake]]:
+    researcher = Fake("researcher", [lookup_call("Oslo", 11), answer("Oslo is cold.", 13)])
+    inner = react("researcher", researcher)
+    if kind == "as_tool":
+        call = {
+            "name": "research",
+            "args": {"messages": [{"role": "user", "content": "Oslo?"}]},
+            "id": "call-research",
+        }
+        first = AIMessage(content="", tool_calls=[call], usage_metadata=usage(3))
+        research = as_tool(inner, "research")
+    else:
+        first = ask("research", "Oslo?", 3)
+        research = agent_tool(inner, "research")
+    boss = Fake("boss", [first, answer("Oslo: cold.", 5)])
+    return react("boss", boss, tools=[research]), [boss, researcher]
+
+
+RESEARCHER_RUN = (
+    "invoke_agent researcher",
+    [
+        ("agent_step agent", [("chat researcher-llm", [])]),
+        ("agent_step tools", [("execute_tool lookup", [("db.query Oslo", [])])]),
+        ("agent_step agent", [("chat researcher-llm", [])]),
+    ],
+)
+BOSS_TREE = [
+    (
+        "invoke_agent boss",
+        [
+            ("agent_step agent", [("chat boss-llm", [])]),
+            ("agent_step tools", [("execute_tool research", [RESEARCHER_RUN])]),
+            ("agent_step agent", [("chat boss-llm", [])]),
+        ],
+    )
+]
+
+
+def levels_of(spans: CapturedSpans, calls: int) -> list[tuple[str, int, int, int, int, int]]:
+    """Per run level: (agent, depth, model calls, tool calls, input tokens, own input tokens)."""
+    levels = check_totals(spans.spans, model_calls=calls)
+    print(rows(levels))  # the note's per-level figures (pytest -s)
+    return [
+        (lv.agent, lv.depth, lv.model_calls, lv.tool_calls, lv.input_tokens, lv.own_input_tokens)
+        for lv in levels
+    ]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", ["tool", "as_tool"])
+async def test_an_agent_used_as_a_tool_is_a_nested_run_under_its_tool_call(
+    mode: str, kind: str, captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    graph, fakes = researcher_team(kind)
+    await run(core(graph), mode)
+
+    assert captured_spans.tree() == BOSS_TREE
+    inner = one(captured_spans, "invoke_agent researcher")
+    assert agent_of(inner) == "researcher"
+    for span in captured_spans.spans:  # the researcher's spans carry its name, the rest the boss's
+        if span.name.startswith(("agent_step", "chat", "execute_tool")):
+            inside = inner in ancestors(captured_spans, span)
+            assert agent_of(span) == ("researcher" if inside else "boss"), span.name
+    (asked,) = json.loads(attrs(inner)["gen_ai.input.messages"])
+    assert asked["parts"][0]["content"] == "Oslo?"
+    assert_counted_once(captured_spans, fakes)
+    assert levels_of(captured_spans, 4) == [
+        ("boss", 0, 4, 2, 3 + 5 + 11 + 13, 3 + 5),
+        ("researcher", 1, 2, 1, 11 + 13, 11 + 13),
+    ]
+    assert_clean(captured_spans, caplog)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_agents_used_as_tools_nest_two_deep_and_roll_up(
+    mode: str, captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    fetcher = Fake("fetcher", [answer("raw: cold", 7)])
+    researcher = Fake("researcher", [ask("fetch", "Oslo raw", 11), answer("Oslo is cold.", 13)])
+    inner = react(
+        "researcher", researcher, tools=[agent_tool(react("fetcher", fetcher, ()), "fetch")]
+    )
+    boss = Fake("boss", [ask("research", "Oslo?", 3), answer("Oslo: cold.", 5)])
+    await run(core(react("boss", boss, tools=[agent_tool(inner, "research")])), mode)
+
+    fetch_run = one(captured_spans, "invoke_agent fetcher")
+    assert [s.name for s in ancestors(captured_spans, fetch_run)] == [
+        "execute_tool fetch",
+        "agent_step tools",
+        "invoke_agent researcher",
+        "execute_tool research",
+        "agent_step tools",
+        "invoke_agent boss",
+    ]
+    assert agent_of(one(captured_spans, "execute_tool fetch")) == "researcher"
+    assert agent_of(one(captured_spans, "chat fetcher-llm")) == "fetcher"
+    assert_counted_once(captured_spans, [boss, researcher, fetcher])
+    assert levels_of(captured_spans, 5) == [
+        ("boss", 0, 5, 2, 3 + 5 + 11 + 13 + 7, 3 + 5),
+        ("researcher", 1, 3, 1, 11 + 13 + 7, 11 + 13),
+        ("fetcher", 2, 1, 0, 7, 7),
+    ]
+    boss_run = attrs(one(captured_spans, "invoke_agent boss"))
+    assert boss_run["runnertrace.nested_runs"] == 2
+    assert_clean(captured_spans, caplog)
+
+
+class InnerFailed(RuntimeError):
+    """What the agent tool's model raises."""
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_agent_tool_that_fails_ends_its_nested_run_in_error_and_counts_above(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    researcher_model = ScriptedChatModel(
+        responses=[InnerFailed("model endpoint reset the connection")], model_name="researcher-llm"
+    )
+    researcher = create_react_agent(researcher_model, [lookup], name="researcher")
+    boss = Fake("boss", [ask("research", "Oslo?", 3), answer("No notes today.", 5)])
+    tools = ToolNode([agent_tool(researcher, "research")], handle_tool_errors=True)
+    await run(core(create_react_agent(boss.model, tools, name="boss")), mode)
+
+    inner = one(captured_spans, "invoke_agent researcher")
+    (chat,) = captured_spans.by_name("chat researcher-llm")
+    for span in (inner, chat):
+        assert span.status.status_code is StatusCode.ERROR, span.name
+        assert attrs(span)["error.type"] == "InnerFailed"
+    call = parent_of(captured_spans, inner)
+    assert call.name == "execute_tool research"
+    assert call.status.status_code is StatusCode.ERROR  # the boss was told the tool failed
+    boss_run = one(captured_spans, "invoke_agent boss")
+    assert boss_run.status.status_code is StatusCode.UNSET  # and answered
+    levels = check_totals(captured_spans.spans, model_calls=3)
+    assert [(lv.agent, lv.model_calls, lv.errors) for lv in levels] == [
+        ("boss", 3, 2),  # the researcher's failed call and the tool that ran it
+        ("researcher", 1, 1),
+    ]
+
+
+class Hangs(ScriptedChatModel):
+    """A model that never answers: it tells ``reached`` it was called, then waits."""
+
+    reached: Any = None
+
+    async def _agenerate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        self.reached.set()
+        await asyncio.Event().wait()
+
+    async def _astream(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        self.reached.set()
+        await asyncio.Event().wait()
+        yield  # pragma: no cover - never reached
+
+
+class RomeFailsOnceOsloAsked(ScriptedChatModel):
+    """The branches' model: Oslo's branch asks the researcher; Rome's fails, but only once
+    the researcher's call is in flight."""
+
+    reached: Any = None
+
+    async def _agenerate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        if "Rome" in str(messages[0].text):
+            await self.reached.wait()
+        return await super()._agenerate(messages, *args, **kwargs)
+
+    async def _astream(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        if "Rome" in str(messages[0].text):
+            await self.reached.wait()
+        async for chunk in super()._astream(messages, *args, **kwargs):
+            yield chunk
+
+
+def branch_turn(messages: list[BaseMessage]) -> AIMessage:
+    if "Rome" in str(messages[0].text):
+        raise BranchError("Rome is unreachable")
+    return ask("research", "Oslo?", 11)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_agent_tool_cancelled_by_a_failing_sibling_branch_ends_cancelled(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    tracker = OpenSpanTracker()
+    captured_spans.provider.add_span_processor(tracker)
+    reached = asyncio.Event()
+    researcher = create_react_agent(
+        Hangs(responses=[], model_name="researcher-llm", reached=reached),
+        [lookup],
+        name="researcher",
+    )
+    model = RomeFailsOnceOsloAsked(
+        responses=[branch_turn] * 2, model_name="worker-llm", reached=reached
+    )
+    worker = create_react_agent(model, [agent_tool(researcher, "research")], name="worker")
+    graph = StateGraph(MessagesState)
+    graph.add_node("plan", lambda state: {})
+    graph.add_node("worker", worker)
+    graph.add_edge(START, "plan")
+    graph.add_conditional_edges(
+        "plan",
+        lambda state: [
+            Send("worker", {"messages": [HumanMessage(f"research {c}")]}) for c in CITIES
+        ],
+        ["worker"],
+    )
+    graph.add_edge("worker", END)
+    with pytest.raises(BranchError):
+        await run(core(graph.compile(name="fanout")), mode)
+
+    inner = one(captured_spans, "invoke_agent researcher")
+    assert attrs(inner)["runnertrace.cancelled"] is True
+    assert parent_of(captured_spans, inner).name == "execute_tool research"
+    (hung,) = captured_spans.by_name("chat researcher-llm")
+    assert enclosing(captured_spans, hung, "invoke_agent researcher") is inner
+    assert attrs(hung).get("error.type") == "CancelledError"
+    assert not tracker.open  # everything, the nested run included, ended
+    levels = check_totals(captured_spans.spans)
+    assert [(lv.agent, lv.model_calls) for lv in levels] == [("fanout", 3), ("researcher", 1)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_agent_a_node_runs_is_a_subgraph_of_the_run_not_a_nested_run(
+    mode: str, captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake = Fake("researcher", [lookup_call("Oslo", 11), answer("Oslo is cold.", 13)])
+    researcher = react("researcher", fake)
+
+    async def research(state: MessagesState) -> dict[str, Any]:
+        out = await researcher.ainvoke({"messages": state["messages"]})
+        return {"messages": [out["messages"][-1]]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("research", research)
+    graph.add_edge(START, "research")
+    graph.add_edge("research", END)
+    await run(core(graph.compile(name="team")), mode)
+
+    assert [s.name for s in captured_spans.spans if s.name.startswith("invoke_agent")] == [
+        "invoke_agent team"
+    ]
+    node_step = one(captured_spans, "agent_step research")
+    for chat in chat_spans(captured_spans):
+        step = in_step(captured_spans, chat, "research/agent", "researcher")
+        assert parent_of(captured_spans, step) is node_step
+    assert levels_of(captured_spans, 2) == [("team", 0, 2, 1, 24, 24)]
+    assert_clean(captured_spans, caplog)
+
+
+# -- with an app-wide SDK provider and OpenInference's LangChain instrumentor on it ---------------
+APP_PROVIDER = """
+import asyncio, json
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+app = TracerProvider()
+exporter = InMemorySpanExporter()
+app.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(app)  # OpenInference's spans and (reused) ours go here
+
+from openinference.instrumentation.langchain import LangChainInstrumentor
+LangChainInstrumentor().instrument()
+
+import tests.test_langgraph_compositions as case
+from tests.composition_checks import check_totals
+from runnertrace import traced
+from runnertrace.core import Session
+from runnertrace.core.agent import Agent
+from runnertrace.core.models import AgentRequestText
+from runnertrace.runners.langgraph import LangGraphRunner
+from runnertrace.tracing.config import TraceConfig
+
+case.USER["tracer"] = trace.get_tracer("user-code")
+
+def subgraph_send():
+    fake = case.CityFake("worker")
+    return case.subgraph_send_graph(fake), [fake]
+
+CASES = {"subgraph send": subgraph_send, "agent tool": lambda: case.researcher_team("tool")}
+
+async def go(runner, name, mode):
+    graph, fakes = CASES[name]()
+    a = Agent(graph.name, runner, graph)
+    requests = [AgentRequestText(prompt="Oslo and Rome?")]
+    if mode == "run":
+        await a.runner.run(a, Session("s1"), requests)
+    else:
+        async for _ in a.runner.stream(a, Session("s1"), requests):
+            pass
+    spans = exporter.get_finished_spans()
+    by_id = {s.context.span_id: s for s in spans}
+    def parents(prefix):
+        return sorted(
+            by_id[s.parent.span_id].name for s in spans if s.name.startswith(prefix) and s.parent
+        )
+    calls = sum(len(f.reported) for f in fakes)
+    out = {
+        "names": sorted(s.name for s in spans),
+        "scopes": sorted({s.instrumentation_scope.name for s in spans}),
+        "calls": calls,
+        "db parents": parents("db.query"),
+        "http parents": parents("http.request"),
+        "nested parents": parents("invoke_agent researcher"),
+    }
+    if runner is not None and getattr(runner, "is_tracing_runner", False):
+        levels = check_totals(spans, model_calls=calls)
+        out["levels"] = [[lv.agent, lv.depth, lv.model_calls, lv.input_tokens] for lv in levels]
+    exporter.clear()
+    return out
+
+async def main():
+    out = {}
+    for name in CASES:
+        for mode in ("run", "stream"):
+            out[f"untraced {name} {mode}"] = await go(LangGraphRunner(), name, mode)
+            tracing = traced(LangGraphRunner(), TraceConfig(type="tests.backends.MemoryBackend"))
+            out[f"traced {name} {mode}"] = await go(tracing, name, mode)
+    print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+
+def test_with_an_app_provider_and_openinference_on_it_each_call_once_in_its_run(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("openinference.instrumentation.langchain")
+    repo = Path(__file__).resolve().parents[1]
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RUNNERTRACE_", "OTEL_", "PYTEST_"))
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(APP_PROVIDER)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env={**env, "HOME": str(tmp_path), "LANGSMITH_TRACING": "false"},
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    total = sum(sum(tokens) for tokens in CITIES.values())
+    expected = {
+        "subgraph send": [["outer", 0, 4, total]],
+        "agent tool": [["boss", 0, 4, 32], ["researcher", 1, 2, 24]],
+    }
+    for name, levels in expected.items():
+        for mode in MODES:
+            untraced = seen[f"untraced {name} {mode}"]
+            # untraced, the spans are OpenInference's (so the checks below can fail)
+            assert not any(n.startswith("invoke_agent") for n in untraced["names"])
+            assert any(s.startswith("openinference") for s in untraced["scopes"]), untraced
+            got = seen[f"traced {name} {mode}"]
+            assert got["scopes"] == ["runnertrace", "user-code"], got["scopes"]
+            assert got["levels"] == levels  # check_totals held at every level, each call once
+            assert set(got["db parents"]) == {"execute_tool lookup"}
+            assert set(got["http parents"]) <= {"chat worker-llm"}
+            if name == "agent tool":
+                assert got["nested parents"] == ["execute_tool research"]

@@ -5,8 +5,9 @@ researcher has a tool of its own that opens an app span. The researcher's run mu
 be an ``invoke_agent researcher`` span under the planner's ``execute_tool
 research``, holding its own chat and tool spans with its own ``gen_ai.agent.name``;
 each model call appears once and the chat spans' tokens add up to what the scripted
-models reported. A handoff is a new step under the same run, named after the new
-agent, with the handoff's source.
+models reported. Each run's totals cover its subtree (the agent tools' runs
+included), its own work beside them (``check_totals`` at every level). A handoff is a
+new step under the same run, named after the new agent, with the handoff's source.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
+from tests.composition_checks import check_totals, rows
 from tests.fidelity_helpers import MODES, one, parent_of, run
 from tests.tracing_helpers import OpenSpanTracker, cancel_and_settle
 
@@ -35,6 +37,7 @@ from runnertrace import TracingRunner
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.runners.openai_agents import OpenAIRunner
 from runnertrace.testing import CapturedSpans
+from runnertrace.tracing import attributes as A
 
 user: dict[str, trace_api.Tracer] = {}
 
@@ -178,6 +181,25 @@ def ancestors(spans: CapturedSpans, span: ReadableSpan) -> list[str]:
 VARIANTS = {"plain": {}, "streamed": {"on_stream": ignore}}
 
 
+def levels(spans: CapturedSpans, calls: int | None) -> list[tuple[str, int, int, int, int, int]]:
+    """Per run, outermost first: (agent, depth, model calls, tool calls, input tokens, own
+    input tokens), once ``check_totals`` held at every level (each call once when ``calls``)."""
+    found = check_totals(spans.spans, model_calls=calls)
+    print(rows(found))  # the note's per-level figures (pytest -s)
+    return [
+        (lv.agent, lv.depth, lv.model_calls, lv.tool_calls, lv.input_tokens, lv.own_input_tokens)
+        for lv in found
+    ]
+
+
+# The planner's two calls (17, 19 input tokens) and the researcher's (5, 7), each counted once
+# at every level above it: the planner's run covers its research tool's run.
+AS_TOOL_LEVELS = [
+    ("planner", 0, 4, 2, 17 + 19 + 5 + 7, 17 + 19),
+    ("researcher", 1, 2, 1, 5 + 7, 5 + 7),
+]
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("mode", MODES)
 async def test_an_agent_as_tool_is_an_invoke_agent_span_under_its_tool(
@@ -205,6 +227,7 @@ async def test_an_agent_as_tool_is_an_invoke_agent_span_under_its_tool(
     assert parent_of(captured_spans, one(captured_spans, "db.query lookup")) == lookup_span
     assert inner.end_time is not None and tool.end_time is not None
     assert inner.end_time <= tool.end_time  # the inner run ends inside its tool
+    assert levels(captured_spans, 4) == AS_TOOL_LEVELS
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -221,6 +244,14 @@ async def test_each_model_call_of_an_agent_as_tool_appears_once_with_its_tokens(
         ] == TOKENS[model]
     for chat in chats(captured_spans, "planner-llm"):
         assert chat.attributes["gen_ai.agent.name"] == "planner"
+    assert levels(captured_spans, 4) == AS_TOOL_LEVELS
+    planner, researcher = (
+        dict(one(captured_spans, f"invoke_agent {n}").attributes or {})
+        for n in ("planner", "researcher")
+    )
+    assert (planner[A.AGG_OUTPUT_TOKENS], planner[A.OWN_OUTPUT_TOKENS]) == (6 + 5 + 3 + 2, 6 + 5)
+    assert planner[A.NESTED_RUNS] == 1
+    assert A.OWN_INPUT_TOKENS not in researcher  # nothing nested: own == all
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -247,6 +278,8 @@ async def test_a_handoff_is_a_new_step_of_the_new_agent_in_the_same_run(
     ) == TOKENS["booker-llm"][0]
     transfer = one(captured_spans, "execute_tool transfer_to_booker")
     assert parent_of(captured_spans, transfer) == planner_step
+    # a handoff stays inside the one run: no nested run, both agents' calls in its totals
+    assert levels(captured_spans, 2) == [("planner", 0, 2, 1, 17 + 11, 17 + 11)]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -257,6 +290,7 @@ async def test_the_hooks_given_to_as_tool_still_fire_once_per_call(
     await run(as_tool_team(hooks=hooks), mode)
     assert hooks.llm_ends == len(TOKENS["researcher-llm"])
     assert len(chats(captured_spans, "researcher-llm")) == len(TOKENS["researcher-llm"])
+    assert levels(captured_spans, 4) == AS_TOOL_LEVELS
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -275,6 +309,12 @@ async def test_a_failed_model_call_of_an_agent_as_tool_ends_its_own_run_with_the
     assert parent_of(captured_spans, inner) == one(captured_spans, "execute_tool research")
     assert one(captured_spans, "invoke_agent planner").status.status_code is StatusCode.UNSET
     assert len(chats(captured_spans, "planner-llm")) == 2
+    # the failed call counts as a call and an error at both levels
+    found = check_totals(captured_spans.spans, model_calls=3)
+    assert [(lv.agent, lv.model_calls, lv.input_tokens, lv.errors) for lv in found] == [
+        ("planner", 3, 17 + 19, 1),
+        ("researcher", 1, 0, 1),
+    ]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -305,6 +345,14 @@ async def test_agents_as_tools_nest_inside_each_other(
     ]
     (chat,) = chats(captured_spans, "fetcher-llm")
     assert chat.attributes["gen_ai.agent.name"] == "fetcher"
+    found = check_totals(captured_spans.spans, model_calls=5)
+    assert [
+        (lv.agent, lv.depth, lv.model_calls, lv.tool_calls, lv.nested_runs) for lv in found
+    ] == [
+        ("planner", 0, 5, 2, 2),
+        ("researcher", 1, 3, 1, 1),
+        ("fetcher", 2, 1, 0, 0),
+    ]
 
 
 @pytest.fixture
@@ -334,12 +382,11 @@ async def test_with_openinference_an_agent_tools_calls_appear_once(
     }
     assert len(chats(captured_spans, "researcher-llm")) == len(TOKENS["researcher-llm"])
     assert len(captured_spans.by_name("execute_tool lookup")) == 1
+    assert levels(captured_spans, 4) == AS_TOOL_LEVELS  # no span of theirs counts a call
 
 
-@pytest.mark.parametrize("mode", MODES)
-async def test_cancelling_the_run_ends_an_agent_tools_run_as_cancelled(
-    mode: str, captured_spans: CapturedSpans
-) -> None:
+async def cancel_inside_an_agent_tool(mode: str, captured_spans: CapturedSpans) -> OpenSpanTracker:
+    """Run the planner and cancel it while its agent tool's model call hangs."""
     tracker = OpenSpanTracker()
     captured_spans.provider.add_span_processor(tracker)
     reached = asyncio.Event()
@@ -352,7 +399,31 @@ async def test_cancelling_the_run_ends_an_agent_tools_run_as_cancelled(
     task = asyncio.create_task(run(as_tool_team([ModelStep.respond(hang)]), mode))
     await reached.wait()
     await cancel_and_settle(task)
+    return tracker
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_cancelling_the_run_ends_an_agent_tools_run_as_cancelled(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    tracker = await cancel_inside_an_agent_tool(mode, captured_spans)
     assert not tracker.open  # everything, the agent tool's run included, ended
     inner = one(captured_spans, "invoke_agent researcher")
     assert inner.attributes["runnertrace.cancelled"] is True
     assert parent_of(captured_spans, inner) == one(captured_spans, "execute_tool research")
+
+
+@pytest.mark.parametrize(
+    "mode",
+    MODES,
+)
+async def test_a_cancelled_run_still_counts_its_agent_tools_run(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    await cancel_inside_an_agent_tool(mode, captured_spans)
+    # the cancelled runs' totals add up, the hung call counted in both
+    found = check_totals(captured_spans.spans, model_calls=2)
+    assert [(lv.agent, lv.model_calls, lv.input_tokens) for lv in found] == [
+        ("planner", 2, 17),
+        ("researcher", 1, 0),
+    ]

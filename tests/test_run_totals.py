@@ -190,3 +190,28 @@ async def test_a_run_the_framework_nests_inside_a_nested_runs_tool_rolls_up_thro
     assert (outer[A.AGG_INPUT_TOKENS], outer[A.NESTED_RUNS]) == (2243, 2)
     levels = check_totals(captured_spans.spans, model_calls=4)
     assert [(lv.agent, lv.depth) for lv in levels] == [("outer", 0), ("middle", 1), ("inner", 2)]
+
+
+async def test_a_run_cancelled_with_a_nested_run_still_open_ends_it_first_and_counts_it(
+    captured_spans: CapturedSpans,
+) -> None:
+    """A framework may end an agent tool's run after its caller's (a done-callback), or
+    never: the caller's cancellation ends it first, cancelled, its totals inside."""
+    left_open: list[Any] = []
+
+    async def inner() -> None:
+        nested = open_nested_run("inner", mode="run")
+        for event in call("inner", 500)[:2]:
+            nested(event)  # type: ignore[misc]
+        left_open.append(nested)
+        raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        await drive(traced(Outer(inner)), "run")
+    inner_span = run_span(captured_spans, "inner")
+    assert inner_span[A.CANCELLED] is True and inner_span[A.AGG_MODEL_CALLS] == 1
+    outer = run_span(captured_spans, "outer")
+    assert (outer[A.AGG_MODEL_CALLS], outer[A.NESTED_RUNS]) == (2, 1)
+    left_open[0].finish()  # the framework's late end changes nothing
+    assert len(captured_spans.by_name("invoke_agent inner")) == 1
+    check_totals(captured_spans.spans, model_calls=2)

@@ -6,8 +6,10 @@ app span. Each member's run must be an ``invoke_agent`` span of its own under th
 manager's ``execute_tool`` for that call, holding its own steps, chat spans and
 tool spans with its own ``gen_ai.agent.name``; each model call appears once, the
 tokens on the chat spans add up to what the fake models reported, and the user's
-agent objects are left as they were. With OpenInference's smolagents instrumentor
-on the same provider, nothing is recorded twice.
+agent objects are left as they were. Each run's totals cover its subtree (the
+members it ran included), its own work beside them (``check_totals`` at every
+level). With OpenInference's smolagents instrumentor on the same provider, nothing
+is recorded twice.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 from smolagents import CodeAgent, MultiStepAgent, ToolCallingAgent, tool
 from smolagents.monitoring import LogLevel
+from tests.composition_checks import check_totals, rows
 from tests.fidelity_helpers import MODES, one, parent_of, run
 from tests.tracing_helpers import OpenSpanTracker, cancel_and_settle
 
@@ -45,6 +48,7 @@ from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.smolagents import SmolagentsRunner
 from runnertrace.runners.smolagents_testing import ScriptedModel, calls, code, delegate
 from runnertrace.testing import CapturedSpans
+from runnertrace.tracing import attributes as A
 
 user: dict[str, trace_api.Tracer] = {}
 
@@ -161,6 +165,34 @@ def attr(span: ReadableSpan, key: str) -> Any:
     return span.attributes.get(key)
 
 
+def levels(
+    spans: CapturedSpans, models: dict[str, ScriptedModel]
+) -> list[tuple[str, int, int, int, int, int]]:
+    """Per run, outermost first: (agent, depth, model calls, tool calls, input tokens, own
+    input tokens), once ``check_totals`` held at every level with each call once."""
+    found = check_totals(spans.spans, model_calls=sum(len(m.received) for m in models.values()))
+    print(rows(found))  # the note's per-level figures (pytest -s)
+    return [
+        (lv.agent, lv.depth, lv.model_calls, lv.tool_calls, lv.input_tokens, lv.own_input_tokens)
+        for lv in found
+    ]
+
+
+# Each level's totals cover its subtree: boss 17 a call, analyst 13, researcher 5.
+LEVELS = {
+    "tool_calling": [
+        ("boss", 0, 6, 3, 2 * 17 + 2 * 13 + 2 * 5, 2 * 17),
+        ("analyst", 1, 4, 2, 2 * 13 + 2 * 5, 2 * 13),
+        ("researcher", 2, 2, 1, 2 * 5, 2 * 5),
+    ],
+    "code": [
+        ("boss", 0, 5, 3, 17 + 2 * 13 + 2 * 5, 17),
+        ("analyst", 1, 4, 2, 2 * 13 + 2 * 5, 2 * 13),
+        ("researcher", 2, 2, 1, 2 * 5, 2 * 5),
+    ],
+}
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("manager_kind", MANAGERS)
 async def test_each_managed_agent_is_a_run_under_its_managers_tool_call(
@@ -185,6 +217,7 @@ async def test_each_managed_agent_is_a_run_under_its_managers_tool_call(
     assert boss.parent is None
     boss_chats = [s for s in under(captured_spans, boss) if s.name.startswith("chat ")]
     assert len(boss_chats) == len(models["boss"].received)
+    assert levels(captured_spans, models) == LEVELS[manager_kind]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -206,6 +239,7 @@ async def test_every_call_once_and_every_token_counted_once(
         assert sum(attr(c, "gen_ai.usage.output_tokens") for c in mine) == outputs
     # the lookup ran once, so its tool span is there once
     assert len(captured_spans.by_name("execute_tool lookup")) == 1
+    assert levels(captured_spans, models) == LEVELS[manager_kind]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -269,6 +303,7 @@ async def test_with_openinference_on_nothing_is_recorded_twice(
     assert parent_of(captured_spans, one(captured_spans, "db.query lookup")).name == (
         "execute_tool lookup"
     )
+    assert levels(captured_spans, models) == LEVELS[manager_kind]  # no span of theirs counts
 
 
 def member_tree(researcher_steps: list[Any]) -> tuple[str, list[Any]]:
@@ -332,9 +367,10 @@ TREES = {
 async def test_the_whole_tree_nests_member_runs_in_the_calls_that_ran_them(
     manager_kind: str, mode: str, captured_spans: CapturedSpans
 ) -> None:
-    manager, _ = team(manager_kind)
+    manager, models = team(manager_kind)
     await run(traced(manager), mode)
     assert captured_spans.tree() == TREES[manager_kind]
+    assert levels(captured_spans, models) == LEVELS[manager_kind]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -357,6 +393,13 @@ async def test_a_member_that_fails_ends_its_run_in_error_and_the_manager_goes_on
     assert call.status.status_code is StatusCode.ERROR
     assert one(captured_spans, "invoke_agent analyst").status.status_code is StatusCode.UNSET
     assert one(captured_spans, "invoke_agent boss").status.status_code is StatusCode.UNSET
+    # the failed member's run counts in the totals above it, its error too
+    found = check_totals(captured_spans.spans, model_calls=5)
+    assert [(lv.agent, lv.model_calls, lv.tool_calls, lv.errors) for lv in found] == [
+        ("boss", 5, 2, 2),  # the failed chat and the analyst's call that ran the member
+        ("analyst", 3, 1, 2),
+        ("researcher", 1, 0, 1),
+    ]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -371,10 +414,9 @@ async def test_an_untraced_run_records_nothing_and_answers_the_same(
     assert [len(m.received) for m in models.values()] == [2, 2, 2]
 
 
-@pytest.mark.parametrize("mode", MODES)
-async def test_a_run_cancelled_inside_a_member_leaves_nothing_open(
-    mode: str, captured_spans: CapturedSpans
-) -> None:
+async def cancel_inside_a_member(mode: str, captured_spans: CapturedSpans) -> OpenSpanTracker:
+    """Run the team and cancel it while the researcher's tool runs; wait until the
+    researcher has stopped. Returns what tracked the spans open."""
     tracker = OpenSpanTracker()
     captured_spans.provider.add_span_processor(tracker)
     release = threading.Event()
@@ -400,8 +442,6 @@ async def test_a_run_cancelled_inside_a_member_leaves_nothing_open(
     await reached.wait()
     await cancel_and_settle(task)
     assert not tracker.open  # the member runs (both) ended with the run
-    cancelled = one(captured_spans, "invoke_agent researcher")
-    assert attr(cancelled, "runnertrace.cancelled") is True
     release.set()
     for _ in range(300):  # the member stops at its next step, reporting nothing
         if researcher.interrupt_switch:
@@ -410,7 +450,31 @@ async def test_a_run_cancelled_inside_a_member_leaves_nothing_open(
     await asyncio.sleep(0.05)
     assert researcher.interrupt_switch
     assert len(models["researcher"].received) == 1
+    return tracker
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_run_cancelled_inside_a_member_leaves_nothing_open(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    tracker = await cancel_inside_a_member(mode, captured_spans)
+    cancelled = one(captured_spans, "invoke_agent researcher")
+    assert attr(cancelled, "runnertrace.cancelled") is True
     assert not tracker.open
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_run_cancelled_inside_a_member_still_counts_its_members(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    await cancel_inside_a_member(mode, captured_spans)
+    # the cancelled runs' totals still add up, each into the run above it
+    found = check_totals(captured_spans.spans, model_calls=3)
+    assert [(lv.agent, lv.depth, lv.model_calls) for lv in found] == [
+        ("boss", 0, 3),
+        ("analyst", 1, 2),
+        ("researcher", 2, 1),
+    ]
 
 
 class Meeting(ToolCallingAgent):  # type: ignore[misc]
@@ -459,6 +523,13 @@ async def test_members_called_in_parallel_each_nest_under_their_own_call(
     assert sum(attr(c, "gen_ai.usage.input_tokens") for c in chats) == sum(
         u[0] for m in models.values() for u in m.reported
     )
+    # both members' runs count in the boss's totals (critic: one call of 2 tokens)
+    assert levels(captured_spans, models) == [
+        ("boss", 0, 7, 4, 2 * 17 + 2 * 13 + 2 * 5 + 2, 2 * 17),
+        ("analyst", 1, 4, 2, 2 * 13 + 2 * 5, 2 * 13),
+        ("researcher", 2, 2, 1, 2 * 5, 2 * 5),
+        ("critic", 1, 1, 0, 2, 2),
+    ]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -472,10 +543,15 @@ async def test_a_members_run_span_records_its_task_and_its_answer(
     assert "Weather in Oslo?" in sent["parts"][0]["content"]  # in smolagents' task template
     (answered,) = json.loads(attr(member_run, "gen_ai.output.messages"))
     assert answered["parts"][0]["content"] == "sunny in Oslo"
-    # each run counts its own calls only (as a traced runner nested in a tool does)
-    assert attr(member_run, "gen_ai.aggregated_usage.input_tokens") == 10  # two calls, 5 each
+    # each run's totals cover its subtree; its own work is beside them when it nested runs
+    assert attr(member_run, A.AGG_INPUT_TOKENS) == 10  # two calls, 5 each
+    assert A.OWN_INPUT_TOKENS not in (member_run.attributes or {})  # nothing nested: own == all
+    analyst = one(captured_spans, "invoke_agent analyst")
+    assert (attr(analyst, A.AGG_INPUT_TOKENS), attr(analyst, A.OWN_INPUT_TOKENS)) == (36, 26)
+    assert (attr(analyst, A.NESTED_RUNS), attr(analyst, A.AGG_MODEL_CALLS)) == (1, 4)
     boss = one(captured_spans, "invoke_agent boss")
-    assert attr(boss, "gen_ai.aggregated_usage.input_tokens") == 34  # two calls, 17 each
+    assert (attr(boss, A.AGG_INPUT_TOKENS), attr(boss, A.OWN_INPUT_TOKENS)) == (70, 34)
+    assert (attr(boss, A.NESTED_RUNS), attr(boss, A.AGG_MODEL_CALLS)) == (2, 6)
 
 
 # -- an app-wide SDK provider with OpenInference on it (a process of its own) ---------------------
@@ -496,6 +572,7 @@ from openinference.instrumentation.smolagents import SmolagentsInstrumentor
 SmolagentsInstrumentor().instrument()
 
 import tests.test_smolagents_compositions as case
+from tests.composition_checks import check_totals
 from runnertrace import traced
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent
@@ -532,6 +609,11 @@ async def go(runner, kind, mode):
     if any(s.name == "invoke_agent researcher" for s in spans):
         out["researcher parent"] = parent("invoke_agent researcher")
         out["analyst parent"] = parent("invoke_agent analyst")
+        levels = check_totals(spans, model_calls=out["calls"])
+        out["levels"] = [
+            [lv.agent, lv.depth, lv.model_calls, lv.tool_calls, lv.input_tokens,
+             lv.own_input_tokens] for lv in levels
+        ]
     exporter.clear()
     return out
 
@@ -581,3 +663,4 @@ def test_with_an_app_provider_and_openinference_on_it_each_call_once(tmp_path: P
             assert got["db parent"] == "execute_tool lookup"
             assert got["researcher parent"] == "execute_tool researcher"
             assert got["analyst parent"] == MEMBERS[kind]["analyst"]
+            assert [tuple(level) for level in got["levels"]] == LEVELS[kind]

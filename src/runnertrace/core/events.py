@@ -186,13 +186,15 @@ class StepStart(_Event):
     """A step begins. ``agent_name`` names the agent running it, when it is not the
     run's agent (after a handoff); ``handoff_from`` names the agent that handed off.
 
-    Several agents of one run can work at once (parallel branches, an agent run as a
-    tool). ``branch`` keys one agent's line of work: a step, and the model calls
-    reported with the same ``branch``, nest in that branch's innermost open step, so
-    overlapping branches keep their own children (``None``: the run's own line).
-    ``parent_tool_call_id`` says the branch is an agent run as that tool call: its
-    steps nest in an ``invoke_agent`` span under the tool's span, which ends with the
-    tool. Without it a branch's first step nests under the run span.
+    Several agents of one run can work at once (parallel branches). ``branch`` keys
+    one agent's line of work: a step, and the model calls reported with the same
+    ``branch``, nest in that branch's innermost open step, so overlapping branches
+    keep their own children (``None``: the run's own line); a branch's first step
+    nests under the run span, or under ``parent_step`` (``(step_name, step_index,
+    branch)`` of a step still open) when the branch forks inside that step (LangGraph
+    ``Send`` inside a subgraph's node). Branches are concurrency inside one agent run only: an
+    agent that another agent starts (as a tool, a delegate) is a nested run of its
+    own (:func:`runnertrace.core.observer.open_nested_run`), not a branch.
     """
 
     type: Literal["step_start"] = "step_start"
@@ -201,7 +203,7 @@ class StepStart(_Event):
     agent_name: str | None = None
     handoff_from: str | None = None
     branch: str | None = None
-    parent_tool_call_id: str | None = None
+    parent_step: tuple[str, int | None, str | None] | None = None
 
 
 class StepEnd(_Event):

@@ -51,17 +51,29 @@ fields only when someone observes.
   agents, a ``LoopAgent``'s iterations. A step
   after a ``transfer_to_agent`` call by another agent records the handoff (source
   and target); a turn of a workflow agent is a plain step of the new agent.
-* Compositions are builder branches (see :mod:`runnertrace.runners._kit.builder`):
-  the run's own lane is the run's line, every other lane a branch keyed by its
-  invocation and ADK branch, its steps under the run span. A ``ParallelAgent``
-  gives each sub-agent its own ADK branch, so its branches' steps overlap, each
-  with its own chat and tool spans and agent name; a step on a lane ends the steps
-  of the invocation's lanes that take turns with it (any but one parting right
-  under a ``ParallelAgent``). An ``AgentTool`` runs its agent on a sub-runner of
-  its own invocation, to which ADK passes our plugin: the invocation started
-  while the tool runs (``before_run_callback``, told apart by a context variable
-  set in the tool's task) is that tool call's agent run, an ``invoke_agent``
-  span under the tool's ``execute_tool`` span, holding the sub-agent's steps.
+* Compositions inside one run are builder branches (see
+  :mod:`runnertrace.runners._kit.builder`): the run's own lane is the run's line,
+  every other lane a branch keyed by its invocation and ADK branch, its steps under
+  the run span. A ``ParallelAgent`` gives each sub-agent its own ADK branch, so its
+  branches' steps overlap, each with its own chat and tool spans and agent name; a
+  step on a lane ends the steps of the invocation's lanes that take turns with it
+  (any but one parting right under a ``ParallelAgent``).
+* An ``AgentTool`` runs its agent on a sub-runner of its own invocation, to which
+  ADK passes our plugin: the invocation started while the tool runs
+  (``before_run_callback``, told apart by a context variable set in the tool's
+  task) is a **nested run** (:func:`~runnertrace.core.observer.open_nested_run`,
+  opened in the tool's scope: an ``invoke_agent`` span under the tool's
+  ``execute_tool`` span, in run mode, as ``AgentTool`` runs its agent unary). Its
+  callbacks go to a mapping of its own, reporting to that run, which ends with the
+  sub-invocation (``after_run_callback``: with its final text as the reply;
+  ``on_run_error_callback``: with the error) or, at the latest, with its tool call.
+  Its totals roll up into the run that called the tool. When the tool call is
+  cancelled (a sibling branch of a ``ParallelAgent`` failed; ADK then calls
+  ``on_tool_error_callback`` with the ``CancelledError``), the nested run ends
+  cancelled, and its open step and unfinished chat span with it (the ADK
+  ``after_agent_callback`` of an agent being cancelled ends nothing there). An
+  untraced stream does not map it: the stream is the outer agent's. Any run still
+  open when its caller's run ends (fails, stops) ends cancelled first.
 * The chat span starts when the request is about to be sent, with what is sent:
   ``llm_request.contents`` as GenAI messages, the system instruction as text, the
   generate-content config's sampling parameters and the function declarations.
@@ -74,35 +86,42 @@ fields only when someone observes.
   that raises is reported with its exception, whether an ``on_tool_error``
   callback feeds a response back to the model or the run fails.
 
-**ADK's own OpenTelemetry spans: suppressed in traced runs.** ADK sends
+**ADK's own OpenTelemetry spans: silenced in traced runs.** ADK sends
 ``invoke_workflow`` / ``invoke_agent`` / ``generate_content`` / ``execute_tool``
 spans to the global tracer provider, which is also ours when the application
 installed an SDK provider (runnertrace then reuses it). Next to ours each call
-would show twice and its tokens count twice. So a traced run drives ADK under an
-*unsampled* copy of the run span's context: parent-based samplers (the SDK
-default) drop every span ADK starts there, while ours are parented explicitly and
-each tool's span is made current only inside the tool. With the global provider
-left at OpenTelemetry's default, ADK's spans are no-ops that pass the current
-context through, so the chat span is also made current around the model call
-(an HTTP span there nests under it): entered in ``before_model_callback`` and
-left in the final ``after_model_callback`` (or ``on_model_error_callback``),
-which ADK runs in its own task inside the scope it drives the model call with,
-carrying the attached context from one resumption to the next and never out to
-the consumer of the stream. When ADK's spans do record, they would be
-the parent of anything opened inside the model call, so the chat span is not
-made current there: such spans are dropped with ADK's ``generate_content`` span
-in traced runs (a non-parent-based sampler would keep ADK's spans, nested under
-our run span). An ``AgentTool``'s sub-runner runs inside the tool, whose span is
-current there: in a traced run whose ADK spans record, an unsampled copy of the
-tool span's context is made current for it too, so the sub-agent's calls appear
-once (ours). Untraced runs keep ADK's spans untouched.
+would show twice and its tokens count twice. So the first traced run wraps ADK's
+tracer (the one object all of ADK's modules share) once per process: where a
+context variable says so, its spans are OpenTelemetry's no-op spans, which pass
+the current context through, as with the global provider left at its default. A
+traced run sets it while it drives ADK (the tasks ADK starts inherit it, an
+``AgentTool``'s sub-runner included) and unsets it inside a tool's own code, so
+an untraced ADK runner a tool starts keeps its spans; untraced runs keep ADK's
+spans untouched and pay one context-variable read per span. Ours are parented
+explicitly; each tool's span is made current only inside the tool, and the chat
+span around the model call: entered in ``before_model_callback`` and left in the
+final ``after_model_callback`` (or ``on_model_error_callback``), which ADK runs
+in its own task inside the scope it drives the model call with, carrying the
+attached context from one resumption to the next and never out to the consumer
+of the stream. So a span opened inside a model call (an HTTP client's, the user's
+own in the model or a model callback) nests under our chat span, with any
+provider, and any sampler keeps ADK's spans out. (An instrumentation that wraps
+the model's client, such as google-genai's, still makes its own span there,
+under ours.) Should an ADK keep its tracer elsewhere, a traced run falls back to
+driving ADK under an *unsampled* copy of the run span's context: parent-based
+samplers (the SDK default) then drop ADK's spans, and, while they record, the
+chat span is not made current in a model call (spans opened there are dropped
+with ADK's), and an ``AgentTool``'s sub-runner runs under an unsampled copy of
+its tool span's context.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterator, Mapping, Sequence
 from contextlib import (
@@ -144,9 +163,9 @@ except ImportError as exc:
     raise missing_extra(exc, "adk") from exc
 
 from runnertrace.core.agent import Agent
-from runnertrace.core.models import AgentReply, AgentRequest
+from runnertrace.core.models import AgentReply, AgentRequest, AgentRequestText
 from runnertrace.core.module import Module
-from runnertrace.core.observer import in_traced_run
+from runnertrace.core.observer import NestedRun, in_traced_run, open_nested_run
 from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.runners._kit.skeleton import (
     FrameworkRun,
@@ -367,10 +386,13 @@ class _ModelCall:
         self.streamed: set[bool] = set()
 
 
-# The tool call whose AgentTool is running in this task: the sub-runner ADK starts
-# there sends its callbacks to our plugin too (ADK passes the plugins down), and its
-# invocation is that agent's run. Set and reset in the tool's own task.
-_AGENT_TOOL_CALL: ContextVar[str | None] = ContextVar("runnertrace_adk_agent_tool", default=None)
+# The AgentTool call running in this task, with the mapping that reported it: the
+# sub-runner ADK starts there sends its callbacks to our plugin too (ADK passes the
+# plugins down), and its invocation is that agent's nested run. Set and reset in the
+# tool's own task.
+_AGENT_TOOL_CALL: ContextVar[tuple[_Mapper, str] | None] = ContextVar(
+    "runnertrace_adk_agent_tool", default=None
+)
 
 _LaneKey = tuple[str, str]  # (ADK invocation id, ADK branch)
 
@@ -398,55 +420,84 @@ def _concurrent(branch: str, other: str, root: BaseAgent | None) -> bool:
 class _Lane:
     """One line of steps: the agents of one ADK invocation on one ADK branch take
     turns on it (a transfer, a ``SequentialAgent``, a ``LoopAgent``); a
-    ``ParallelAgent`` gives each sub-agent its own branch, an ``AgentTool`` its
-    agent its own invocation. ``branch`` is its builder branch (``None``: the run's
-    own line); ``parent_tool`` the tool call that runs its agent."""
+    ``ParallelAgent`` gives each sub-agent its own branch. ``branch`` is its
+    builder branch (``None``: the run's own line)."""
 
-    __slots__ = ("agent", "branch", "parent_tool", "step", "transferring")
+    __slots__ = ("agent", "branch", "step", "transferring")
 
-    def __init__(self, branch: str | None, parent_tool: str | None) -> None:
+    def __init__(self, branch: str | None) -> None:
         self.branch = branch
-        self.parent_tool = parent_tool
         self.step: tuple[str, int] | None = None
         self.agent: str | None = None
         self.transferring = False  # its step called transfer_to_agent
 
 
+def _content_text(content: types.Content | None) -> str:
+    """The text of a message (its non-thought text parts), ``""`` if none."""
+    if content is None:
+        return ""
+    return "".join(p.text for p in content.parts or () if p.text and not p.thought)
+
+
+def _cancelling() -> bool:
+    """Whether the task running now is being cancelled (ADK calls some callbacks on
+    its way out of a cancelled agent)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _final_text(event: Event) -> str | None:
+    """The text of an invocation's final response, if ``event`` is one."""
+    if event.partial or event.content is None or not event.is_final_response():
+        return None
+    return _content_text(event.content) or None
+
+
 class _Mapper:
     """Turns one run's plugin callbacks into builder calls.
 
-    One instance per run, shared by the sub-runners of its ``AgentTool`` calls.
+    One instance per traced run: the run's own, and one per agent run an
+    ``AgentTool`` starts (``nested``: the nested run it reports to, which it ends).
     Steps, model calls and their tool calls are kept per lane (see :class:`_Lane`),
     since the agents of a ``ParallelAgent`` call their models at the same time.
     ``model_scopes`` says whether the chat span may be made current around the
-    model call (see the module docstring).
+    model call, ``silenced`` whether ADK's tracer passes the context through in
+    this run (see the module docstring).
     """
 
-    def __init__(self, builder: EventBuilder, *, model_scopes: bool) -> None:
+    def __init__(
+        self,
+        builder: EventBuilder,
+        *,
+        model_scopes: bool,
+        silenced: bool = False,
+        nested: NestedRun | None = None,
+        prompt: str = "",
+    ) -> None:
         self.builder = builder
         self._detailed = builder.observed
         self._model_scopes = model_scopes
+        self._silenced = silenced
+        self.nested = nested
+        self.done = False  # a nested run: ended (nothing more is reported)
+        self._prompt = prompt
+        self._output: str | None = None  # a nested run: its final text so far
         self._steps = 0
-        self._root: str | None = None  # the run's own invocation id
-        self._agent_runs: dict[str, str] = {}  # sub-runner invocation id -> its tool call
+        self.root: str | None = None  # the run's own invocation id
         self._lanes: dict[_LaneKey, _Lane] = {}
         self._calls: dict[_LaneKey, _ModelCall] = {}  # lane -> its model call in progress
         self._tool_scopes: dict[str, AbstractContextManager[None]] = {}
-        self._agent_tools: dict[str, Token[str | None]] = {}  # AgentTool call id -> var token
+        self._agent_tools: dict[str, Token[tuple[_Mapper, str] | None]] = {}  # AgentTool call
+        self._spans_on: dict[str, Token[bool]] = {}  # other tool call -> ADK's spans record
         self._quiet_tools: dict[str, Token[otel_context.Context]] = {}  # AgentTool call -> token
+        self._agent_runs: dict[str, list[_Mapper]] = {}  # AgentTool call -> its agent runs
         self._pending: dict[str, str] = {}  # tool call id -> tool name, no result yet
         self._failed: set[str] = set()  # reported failed; a fed-back response follows
 
     # invocations and lanes ----------------------------------------------------------
     def run_started(self, invocation_id: str) -> None:
-        """A runner starts an invocation: the first is the run's own, one started
-        inside an ``AgentTool`` call is that tool's agent run."""
-        if self._root is None:
-            self._root = invocation_id
-            return
-        tool_call = _AGENT_TOOL_CALL.get()
-        if tool_call is not None:
-            self._agent_runs[invocation_id] = tool_call
+        """The run's own invocation starts."""
+        self.root = invocation_id
 
     def run_ended(self, invocation_id: str) -> None:
         """An invocation is over: its lanes' last steps end (an agent run's before its
@@ -457,7 +508,11 @@ class _Mapper:
 
     def agent_ended(self, key: _LaneKey, agent_name: str) -> None:
         """An agent is done: its last step on its lane ends now, not when the lane is
-        next used (a ``ParallelAgent`` branch that finishes first, a failing run)."""
+        next used (a ``ParallelAgent`` branch that finishes first, a failing run).
+        ADK calls this for an agent being cancelled too: in a nested run, its step
+        is then left to end, marked cancelled, with the run."""
+        if self.nested is not None and _cancelling():
+            return
         lane = self._lanes.get(key)
         if lane is not None and lane.agent == agent_name:
             self._close(key)
@@ -467,11 +522,76 @@ class _Mapper:
         lane = self._lanes.get(key)
         if lane is None:
             invocation, branch = key
-            own_line = invocation == self._root and not branch
-            lane = self._lanes[key] = _Lane(
-                None if own_line else f"{invocation}:{branch}", self._agent_runs.get(invocation)
-            )
+            own_line = invocation == self.root and not branch
+            lane = self._lanes[key] = _Lane(None if own_line else f"{invocation}:{branch}")
         return lane
+
+    # agent runs (AgentTool) -----------------------------------------------------------
+    def open_agent_run(self, call_id: str, invocation_context: InvocationContext) -> _Mapper | None:
+        """The invocation an ``AgentTool`` call of this run starts: a nested run under
+        the tool's span, mapped by a mapper of its own (``None``: not traced)."""
+        if not self._detailed or self.done or call_id not in self._tool_scopes:
+            return None
+        agent = invocation_context.agent
+        name = getattr(agent, "name", None) or "agent"
+        prompt = _content_text(invocation_context.user_content)
+        config = invocation_context.run_config
+        streamed = config is not None and config.streaming_mode == StreamingMode.SSE
+        with self.builder.tool_scope(call_id):  # opened under the tool's span
+            run = open_nested_run(
+                name,
+                mode="stream" if streamed else "run",
+                requests=[AgentRequestText(prompt=prompt)] if prompt else None,
+            )
+        if run is None:
+            return None
+        child = _Mapper(
+            EventBuilder(run),
+            model_scopes=self._model_scopes,
+            silenced=self._silenced,
+            nested=run,
+            prompt=prompt,
+        )
+        child.run_started(invocation_context.invocation_id)
+        self._agent_runs.setdefault(call_id, []).append(child)
+        return child
+
+    def see(self, event: Event) -> None:
+        """A nested run keeps its final response's text (its reply)."""
+        if self.nested is not None:
+            text = _final_text(event)
+            if text:
+                self._output = text
+
+    def end_run(self, error: BaseException | None = None, *, cancelled: bool = False) -> None:
+        """End a nested run: with its reply, its ``error``, or ``cancelled`` (its
+        open spans end marked so; its tasks are gone, so no scope is left)."""
+        nested = self.nested
+        if nested is None or self.done:
+            return
+        self.done = True
+        self.end_agent_runs()  # the ones it started, first: they roll up into it
+        if cancelled:
+            self._calls.clear()
+        else:
+            if error is not None:
+                self.builder.fail(error)
+            self.finish()
+        reply = None if error is not None or cancelled else reply_of(self._output, self._prompt)
+        nested.finish(reply=reply, error=error, cancelled=cancelled)
+
+    def _end_agent_runs_of(self, call_id: str, error: BaseException | None = None) -> None:
+        """The tool call that ran agents ended: any run of them still open ends now,
+        cancelled with it when the call was (ADK reports that as its error)."""
+        cancelled = isinstance(error, asyncio.CancelledError)
+        for child in self._agent_runs.pop(call_id, ()):
+            child.end_run(None if cancelled else error, cancelled=cancelled)
+
+    def end_agent_runs(self) -> None:
+        """This run ends: the agent runs still open were cut short (cancelled)."""
+        for call_id in list(self._agent_runs):
+            for child in self._agent_runs.pop(call_id):
+                child.end_run(cancelled=True)
 
     # steps --------------------------------------------------------------------------
     def end_step(self, key: _LaneKey) -> None:
@@ -502,7 +622,6 @@ class _Mapper:
             agent_name=agent_name,
             handoff_from=handoff,
             branch=lane.branch,
-            parent_tool_call_id=lane.parent_tool,
         )
         return lane
 
@@ -605,26 +724,34 @@ class _Mapper:
         scope = self.builder.tool_scope(call_id)
         scope.__enter__()
         self._tool_scopes[call_id] = scope
-        if isinstance(tool, AgentTool):  # the sub-runner it starts is this call's agent run
-            self._agent_tools[call_id] = _AGENT_TOOL_CALL.set(call_id)
+        if isinstance(tool, AgentTool):  # the sub-runner it starts is a nested run
+            self._agent_tools[call_id] = _AGENT_TOOL_CALL.set((self, call_id))
             if self._detailed and not self._model_scopes:  # traced, and ADK's spans record:
                 # the sub-runner's are dropped, as the run's are (see the module docstring)
                 self._quiet_tools[call_id] = otel_context.attach(_quiet_context())
+        elif self._silenced:  # the tool's own code: ADK's spans record there as anywhere
+            self._spans_on[call_id] = _ADK_SPANS_OFF.set(False)
 
     def _leave_tool_scope(self, call_id: str) -> None:
         quiet = self._quiet_tools.pop(call_id, None)
         if quiet is not None:
             otel_context.detach(quiet)
-        token = self._agent_tools.pop(call_id, None)
-        if token is not None:
-            with suppress(ValueError):  # reset in another context: the task's copy is gone
-                _AGENT_TOOL_CALL.reset(token)
+        # Reset in another context (the task's copy is gone): nothing to undo.
+        agent_tool = self._agent_tools.pop(call_id, None)
+        if agent_tool is not None:
+            with suppress(ValueError):
+                _AGENT_TOOL_CALL.reset(agent_tool)
+        spans_on = self._spans_on.pop(call_id, None)
+        if spans_on is not None:
+            with suppress(ValueError):
+                _ADK_SPANS_OFF.reset(spans_on)
         scope = self._tool_scopes.pop(call_id, None)
         if scope is not None:
             scope.__exit__(None, None, None)
 
     def tool_finished(self, call_id: str, name: str, result: Any) -> None:
         """After the tool (or a callback answering for it); a failure was reported already."""
+        self._end_agent_runs_of(call_id)
         self._leave_tool_scope(call_id)
         if call_id in self._failed:
             self._failed.discard(call_id)
@@ -633,8 +760,9 @@ class _Mapper:
         self.builder.tool_result(call_id, _result_text(result), name=name)
 
     def tool_failed(self, call_id: str, name: str, error: BaseException) -> None:
-        """The tool raised: reported now, whether a callback then feeds a response back
-        (``after_tool_callback`` follows) or the run fails."""
+        """The tool raised (or was cancelled): reported now, whether a callback then
+        feeds a response back (``after_tool_callback`` follows) or the run fails."""
+        self._end_agent_runs_of(call_id, error)
         self._leave_tool_scope(call_id)
         self._pending.pop(call_id, None)
         self._failed.add(call_id)
@@ -644,14 +772,17 @@ class _Mapper:
     def settle(self, event: Event) -> None:
         """Function responses whose after-tool hook never reached us (a user plugin
         ahead of ours answered for it) still close their calls."""
+        self.see(event)
         for response in event.get_function_responses():
             name = self._pending.pop(response.id, None) if response.id else None
             if name is not None and response.id is not None:
+                self._end_agent_runs_of(response.id)
                 self.builder.tool_result(response.id, _result_text(response.response), name=name)
 
     def finish(self) -> None:
-        """The native run ended: what is still open closes (a message a callback
-        answered for, the last step)."""
+        """The native run ended: what is still open closes (the agent runs it started,
+        a message a callback answered for, the last step)."""
+        self.end_agent_runs()
         for key in list(self._calls):
             self._close(key)
         for key in list(self._lanes):
@@ -667,6 +798,11 @@ def _lane_of(context: CallbackContext) -> _LaneKey:
 class _ObserverPlugin(BasePlugin):
     """The one plugin through which a run's events are observed.
 
+    ADK passes it down to an ``AgentTool``'s sub-runner, so it hears the agent runs
+    the run starts too: each invocation's callbacks go to the mapping of its run
+    (the first invocation is the run's own; one started inside an ``AgentTool``
+    call is that call's nested run; any other is not ours to map).
+
     Every callback returns ``None`` (any other value would answer for the model or
     the tool and skip the plugins and agent callbacks after it), and mapping
     faults are telemetry faults: logged once, never fatal to the run.
@@ -675,53 +811,92 @@ class _ObserverPlugin(BasePlugin):
     def __init__(self, mapper: _Mapper) -> None:
         super().__init__(PLUGIN_NAME)
         self.mapper = mapper
+        self._runs: dict[str, _Mapper] = {}  # invocation id -> the mapping of its run
+
+    def _of(self, invocation_id: str) -> _Mapper | None:
+        mapper = self._runs.get(invocation_id)
+        return mapper if mapper is not None and not mapper.done else None
 
     async def before_run_callback(self, *, invocation_context: InvocationContext) -> None:
         with _boundary:
-            self.mapper.run_started(invocation_context.invocation_id)
+            invocation = invocation_context.invocation_id
+            if self.mapper.root is None:
+                self.mapper.run_started(invocation)
+                self._runs[invocation] = self.mapper
+                return
+            started = _AGENT_TOOL_CALL.get()
+            if started is not None:
+                owner, call_id = started
+                child = owner.open_agent_run(call_id, invocation_context)
+                if child is not None:
+                    self._runs[invocation] = child
 
     async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:
         with _boundary:
-            self.mapper.run_ended(invocation_context.invocation_id)
+            mapper = self._of(invocation_context.invocation_id)
+            if mapper is not None:
+                mapper.run_ended(invocation_context.invocation_id)
+                mapper.end_run()  # a nested run ends with its reply
+
+    async def on_run_error_callback(
+        self, *, invocation_context: InvocationContext, error: Exception
+    ) -> None:
+        with _boundary:
+            mapper = self._of(invocation_context.invocation_id)
+            if mapper is not None:
+                mapper.end_run(error)  # a nested run ends with the error (ours: the runner's)
 
     async def after_agent_callback(
         self, *, agent: BaseAgent, callback_context: CallbackContext
     ) -> None:
         with _boundary:
-            self.mapper.agent_ended(_lane_of(callback_context), agent.name)
+            key = _lane_of(callback_context)
+            mapper = self._of(key[0])
+            if mapper is not None:
+                mapper.agent_ended(key, agent.name)
 
     async def before_model_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest
     ) -> None:
         with _boundary:
-            agent = callback_context._invocation_context.agent  # noqa: SLF001 - see _lane_of
-            self.mapper.model_started(
-                _lane_of(callback_context),
-                callback_context.agent_name,
-                agent.root_agent if isinstance(agent, BaseAgent) else None,
-                llm_request,
-            )
+            key = _lane_of(callback_context)
+            mapper = self._of(key[0])
+            if mapper is not None:
+                agent = callback_context._invocation_context.agent  # noqa: SLF001 - see _lane_of
+                mapper.model_started(
+                    key,
+                    callback_context.agent_name,
+                    agent.root_agent if isinstance(agent, BaseAgent) else None,
+                    llm_request,
+                )
 
     async def after_model_callback(
         self, *, callback_context: CallbackContext, llm_response: LlmResponse
     ) -> None:
         with _boundary:
-            self.mapper.model_responded(_lane_of(callback_context), llm_response)
+            key = _lane_of(callback_context)
+            mapper = self._of(key[0])
+            if mapper is not None:
+                mapper.model_responded(key, llm_response)
 
     async def on_model_error_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception
     ) -> None:
         with _boundary:
-            self.mapper.model_failed(_lane_of(callback_context), error)
+            key = _lane_of(callback_context)
+            mapper = self._of(key[0])
+            if mapper is not None:
+                mapper.model_failed(key, error)
 
     async def before_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
     ) -> None:
         if tool_context.function_call_id:
             with _boundary:
-                self.mapper.tool_started(
-                    _lane_of(tool_context), tool_context.function_call_id, tool
-                )
+                key = _lane_of(tool_context)
+                mapper = self._of(key[0])
+                if mapper is not None:
+                    mapper.tool_started(key, tool_context.function_call_id, tool)
 
     async def after_tool_callback(
         self,
@@ -733,7 +908,9 @@ class _ObserverPlugin(BasePlugin):
     ) -> None:
         if tool_context.function_call_id:
             with _boundary:
-                self.mapper.tool_finished(tool_context.function_call_id, tool.name, result)
+                mapper = self._of(tool_context.invocation_id)
+                if mapper is not None:
+                    mapper.tool_finished(tool_context.function_call_id, tool.name, result)
 
     async def on_tool_error_callback(
         self,
@@ -745,16 +922,70 @@ class _ObserverPlugin(BasePlugin):
     ) -> None:
         if tool_context.function_call_id:
             with _boundary:
-                self.mapper.tool_failed(tool_context.function_call_id, tool.name, error)
+                mapper = self._of(tool_context.invocation_id)
+                if mapper is not None:
+                    mapper.tool_failed(tool_context.function_call_id, tool.name, error)
 
     async def on_event_callback(
         self, *, invocation_context: InvocationContext, event: Event
     ) -> None:
         with _boundary:
-            self.mapper.settle(event)
+            mapper = self._of(invocation_context.invocation_id)
+            if mapper is not None:
+                mapper.settle(event)
 
 
 # -- the framework's own instrumentation -----------------------------------------------------------
+
+# Where ADK's tracer passes the context through instead of starting spans: set while
+# a traced run drives ADK (inherited by the tasks ADK starts, an AgentTool's
+# sub-runner included), unset again inside a tool's own code.
+_ADK_SPANS_OFF: ContextVar[bool] = ContextVar("runnertrace_adk_spans_off", default=False)
+_NOOP_TRACER = trace.NoOpTracer()
+_PASSING = "_runnertrace_passes_through"  # marks ADK's tracer as wrapped
+_wrapping = threading.Lock()
+
+
+def _pass_through_adk_spans() -> bool:
+    """Wrap ADK's tracer, once per process, so that where :data:`_ADK_SPANS_OFF` is
+    set its spans are OpenTelemetry's no-op spans, which keep the current context
+    (anywhere else it is left as it is: one context-variable read per span). Whether
+    it is wrapped; ``False`` when this ADK keeps its tracer elsewhere.
+
+    ADK's modules share one tracer object (``google.adk.telemetry.tracing.tracer``),
+    so its two methods are replaced on that object.
+    """
+    try:
+        from google.adk.telemetry import tracing as adk_tracing
+    except ImportError:
+        return False
+    tracer = getattr(adk_tracing, "tracer", None)
+    if tracer is None:
+        return False
+    if getattr(tracer, _PASSING, False):
+        return True
+    with _wrapping:
+        if getattr(tracer, _PASSING, False):
+            return True
+        start_span = tracer.start_span
+        start_as_current_span = tracer.start_as_current_span
+
+        def quiet_start_span(*args: Any, **kwargs: Any) -> Any:
+            chosen = _NOOP_TRACER.start_span if _ADK_SPANS_OFF.get() else start_span
+            return chosen(*args, **kwargs)
+
+        def quiet_start_as_current_span(*args: Any, **kwargs: Any) -> Any:
+            if _ADK_SPANS_OFF.get():
+                return _NOOP_TRACER.start_as_current_span(*args, **kwargs)
+            return start_as_current_span(*args, **kwargs)
+
+        try:
+            setattr(tracer, "start_span", quiet_start_span)  # noqa: B010 - a method, replaced
+        except (AttributeError, TypeError):  # a tracer whose methods cannot be replaced
+            return False
+        setattr(tracer, "start_as_current_span", quiet_start_as_current_span)  # noqa: B010
+        setattr(tracer, _PASSING, True)
+    return True
 
 
 def _adk_spans_record() -> bool:
@@ -785,15 +1016,18 @@ def _quiet_context() -> otel_context.Context:
 
 
 @contextmanager
-def _attached(context: otel_context.Context | None) -> Iterator[None]:
-    if context is None:
-        yield
-        return
-    token = otel_context.attach(context)
+def _quieted(context: otel_context.Context | None, silenced: bool) -> Iterator[None]:
+    """Where a traced run drives ADK: its tracer passing the context through
+    (``silenced``), else under the quiet ``context``; an untraced run as it is."""
+    spans_off = _ADK_SPANS_OFF.set(True) if silenced else None
+    token = otel_context.attach(context) if context is not None else None
     try:
         yield
     finally:
-        otel_context.detach(token)
+        if token is not None:
+            otel_context.detach(token)
+        if spans_off is not None:
+            _ADK_SPANS_OFF.reset(spans_off)
 
 
 # -- the run and the runner ------------------------------------------------------------------------
@@ -811,6 +1045,7 @@ class _Run(FrameworkRun[None]):
         kwargs: dict[str, Any],
         mapper: _Mapper | None,
         quiet: otel_context.Context | None,
+        silenced: bool,
     ) -> None:
         super().__init__(setup)
         self.native = setup.native
@@ -819,25 +1054,24 @@ class _Run(FrameworkRun[None]):
         self.kwargs = kwargs
         self.mapper = mapper
         self.quiet = quiet
+        self.silenced = silenced
         self.output: str | None = None
         self.started = time.time()  # the run's events are the ones from here on
 
     def see(self, event: Event) -> None:
         """Keep the final response's text (the reply)."""
-        if event.partial or event.content is None or not event.is_final_response():
-            return
-        text = "".join(p.text for p in event.content.parts or () if p.text and not p.thought)
+        text = _final_text(event)
         if text:
             self.output = text
 
     async def events(self) -> AsyncGenerator[Event, None]:
-        """ADK's events, each pulled under the quiet context in a traced run (never
+        """ADK's events, each pulled with ADK's spans silenced in a traced run (never
         across a ``yield``); at the end the per-run ADK runner is closed (its plugins
         and toolsets)."""
         native = self.adk.run_async(**self.kwargs)
         try:
             while True:
-                with _attached(self.quiet):
+                with _quieted(self.quiet, self.silenced):
                     try:
                         event = await anext(native)
                     except StopAsyncIteration:
@@ -845,7 +1079,7 @@ class _Run(FrameworkRun[None]):
                 self.see(event)
                 yield event
         finally:
-            with _attached(self.quiet):
+            with _quieted(self.quiet, self.silenced):
                 await native.aclose()
                 await self.adk.close()
 
@@ -861,6 +1095,15 @@ class _Run(FrameworkRun[None]):
     def complete(self) -> None:
         if self.mapper is not None:  # what is still open closes (the last step)
             self.mapper.finish()
+
+    def fail(self, error: BaseException) -> None:
+        super().fail(error)
+        if self.mapper is not None:  # agent runs cut short by the failure: cancelled
+            self.mapper.end_agent_runs()
+
+    def close(self) -> None:
+        if self.mapper is not None:  # the run stopped (cancelled, or its consumer left)
+            self.mapper.end_agent_runs()
 
     async def outcome(self) -> None:
         return None
@@ -961,9 +1204,17 @@ class GoogleADKRunner(FrameworkRunner[BaseAgent]):
     async def start(self, setup: RunSetup[BaseAgent]) -> _Run:
         # Untraced run mode adds no plugin: the run is the plain native call. Stream
         # mode always maps (the events are the stream).
+        traced = in_traced_run()
+        # A traced run silences ADK's spans by passing the context through its tracer;
+        # where that cannot be done, it drives ADK under a quiet context instead.
+        silenced = traced and _pass_through_adk_spans()
         mapper: _Mapper | None = None
         if setup.streaming or setup.observed:
-            mapper = _Mapper(setup.builder, model_scopes=not _adk_spans_record())
+            mapper = _Mapper(
+                setup.builder,
+                model_scopes=silenced or not _adk_spans_record(),
+                silenced=silenced,
+            )
         native, session, prepared = setup.native, setup.session, setup.prepared
         options = prepared.options
         app_options = {k: options.pop(k) for k in list(options) if k in _APP_OPTIONS}
@@ -987,8 +1238,8 @@ class GoogleADKRunner(FrameworkRunner[BaseAgent]):
         options["session_id"] = session.id
         options["new_message"] = user_content_of(setup.requests)
         options["state_delta"] = dict(prepared.context) if prepared.context else None
-        quiet = _quiet_context() if in_traced_run() else None
-        return _Run(setup, self, adk, options, mapper, quiet)
+        quiet = _quiet_context() if traced and not silenced else None
+        return _Run(setup, self, adk, options, mapper, quiet, silenced)
 
     async def save_run(self, run: _Run) -> None:
         """Copy this run's events and state out of the session service into the session."""

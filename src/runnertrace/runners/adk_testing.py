@@ -111,7 +111,8 @@ class ScriptedAdkLlm(BaseLlm):
     ``delay`` is each call's latency in seconds (awaited before the first chunk, so
     the agents of a ``ParallelAgent`` really overlap), and ``calls`` logs every call
     it answered as :class:`CallRecord` (its own clock and usage, independent of any
-    span).
+    span). ``called`` is set as each call starts and ``gate`` awaited before it
+    answers (or raises): the order of concurrent agents' calls, without a clock.
     """
 
     model: str = "scripted-llm"
@@ -121,6 +122,8 @@ class ScriptedAdkLlm(BaseLlm):
     requests: list[LlmRequest] = Field(default_factory=list)
     delay: float = 0.0
     calls: list[CallRecord] = Field(default_factory=list)
+    called: asyncio.Event | None = None
+    gate: asyncio.Event | None = None
     _position: int = PrivateAttr(default=0)
 
     def _next(self, llm_request: LlmRequest) -> Turn:
@@ -143,8 +146,12 @@ class ScriptedAdkLlm(BaseLlm):
         self, llm_request: LlmRequest, stream: bool = False
     ) -> AsyncGenerator[LlmResponse, None]:
         started = time.time_ns()
+        if self.called is not None:
+            self.called.set()
         if self.delay:  # a failing call takes its time too
             await asyncio.sleep(self.delay)
+        if self.gate is not None:
+            await self.gate.wait()
         turn = self._next(llm_request)
         if stream:
             if turn.thought:

@@ -20,15 +20,18 @@ How the contract maps onto CrewAI:
   Agent's ``Crew(...)`` keywords). A concurrent run of the same crew gets a copy.
   Each task is a step (``task``, its position) holding the step of the agent
   that works on it, both ended by CrewAI's task and agent ids; each agent's chat
-  and tool spans carry its role as the agent name. In a hierarchical crew the
-  manager's step holds the task; a coworker it delegates to (CrewAI's delegation
-  tool) runs inside that tool call: a handoff. The manager's step ends (the
-  delegation's tool span outlives it, and covers the coworker's work), the
-  coworker's step follows (``handoff_from`` the manager), then the manager's
-  resumes (``handoff_from`` the coworker). The coworker's step is a sibling of
-  the manager's, not a child of the delegation's span: the tracer nests a step
-  in the innermost step. Events that name another crew's agent or task (a crew
-  kicked off inside a tool) are not this run's.
+  and tool spans carry its role as the agent name. A task with
+  ``async_execution=True`` runs in a thread of its own beside the crew's: it is a
+  branch of the run (``StepStart.branch``), so its step, its agent's step, chat and
+  tool spans overlap the other async tasks' under the run span; the task that waits
+  for them follows in the crew's own line. In a hierarchical crew the manager's
+  step holds the task. A coworker that an agent delegates to (CrewAI's delegation
+  tool, which runs the coworker inside the tool call) is a nested run
+  (:func:`~runnertrace.core.observer.open_nested_run`): ``execute_tool <delegation>``
+  > ``invoke_agent <coworker>`` > its step, chat and tool spans, its totals rolled
+  up into the crew's run; its events are traced, not yielded (the stream is the
+  crew's). A retried coworker is a run per attempt. Events that name another
+  crew's agent or task (a crew kicked off inside a tool) are not this run's.
 - **Session state.** CrewAI keeps no conversation between kickoffs, so the
   runner keeps the turns under the session key ``"crewai"`` (per agent) and
   puts them in front of the next task's description. Saved only after a run
@@ -43,7 +46,10 @@ How the contract maps onto CrewAI:
   events arrive in emission order, at the moment they happen, and a sink is a
   context variable, so each run sees only its own crew's events (20 concurrent
   runs are tested). The sink is added by a ``before_kickoff`` callback, inside
-  the kickoff's own thread. A task and an agent execution become steps (the
+  the kickoff's own thread. Each event is mapped in the line of work (a lane) of
+  the context it is emitted in: the crew's, an async task's branch, a coworker's
+  nested run; CrewAI copies the context into every thread it starts (that is how
+  the sink reaches them too). A task and an agent execution become steps (the
   agent's role is the step's agent name), an LLM call a message (its
   ``call_id`` is the message id), stream chunks deltas, tool usage a tool call.
   In a ReAct run the tool call is the ``Action`` the model's text asks for, so
@@ -73,7 +79,9 @@ How the contract maps onto CrewAI:
   CrewAI instrumentor would add a kickoff, a task and a tool span for what our
   spans already show: a *traced* run suppresses OTel instrumentation in the
   crew's thread (``suppress_instrumentation``, which the instrumentor and most
-  others honour), so each call is one span, ours. A span a tool or a model
+  others honour; in stream mode the first step of CrewAI's chunk stream, where
+  the crew's task starts, runs suppressed too), so each call is one span, ours,
+  also with the application's own provider. A span a tool or a model
   call opens with a tracer still nests under our spans (tracers do not check
   the flag), but an HTTP client's instrumentation inside a traced crew is
   silenced with the rest. Untraced runs are left to the instrumentor.
@@ -81,6 +89,7 @@ How the contract maps onto CrewAI:
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import json
@@ -140,9 +149,9 @@ try:
 except ImportError as exc:
     raise missing_extra(exc, "crewai") from exc
 
-from runnertrace.core.models import AgentReply, AgentRequest, prompt_of
+from runnertrace.core.models import AgentReply, AgentRequest, AgentRequestText, prompt_of
 from runnertrace.core.module import Module
-from runnertrace.core.observer import in_traced_run
+from runnertrace.core.observer import NULL_OBSERVER, NestedRun, in_traced_run, open_nested_run
 from runnertrace.runners._kit import genai
 from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.runners._kit.skeleton import (
@@ -286,46 +295,123 @@ def _handled(text: str) -> BaseException:
 
 
 # -- native progress -> builder calls (the mapping) ------------------------------------------------
+class _Lane:
+    """One line of work in a run, and the state of the agent working in it.
+
+    The crew's own line (its sync tasks, one after the other) is the run's; an
+    ``async_execution`` task's is a branch of the run (``branch``: its key), which
+    overlaps the others; a coworker that an agent delegates to (CrewAI's delegation
+    tool) works in a nested run of its own (``run``), opened in the delegation's
+    tool scope, with a builder of its own. A lane is found by the context the
+    events are emitted in (:data:`_LANE`): CrewAI runs an async task in a thread of
+    its own in a copy of the crew's context, and a coworker in the delegating
+    agent's tool call.
+    """
+
+    __slots__ = (
+        "agent_steps",
+        "asked",
+        "asked_native",
+        "branch",
+        "builder",
+        "call",
+        "call_error",
+        "mapper",
+        "outer",
+        "previous",
+        "ran",
+        "run",
+        "running",
+        "steps",
+        "task",
+        "tool_scope",
+        "tools",
+    )
+
+    def __init__(
+        self,
+        mapper: _Mapper,
+        builder: EventBuilder,
+        *,
+        branch: str | None = None,
+        run: NestedRun | None = None,
+        outer: _Lane | None = None,
+    ) -> None:
+        self.mapper = mapper
+        self.builder = builder
+        self.branch = branch
+        self.run = run  # a coworker's nested run, which this lane ends
+        self.outer = outer  # a coworker's: the lane of the agent that delegated
+        self.previous: _Lane | None = None  # a coworker's: the context's lane before it
+        self.task = ""  # a coworker's: the task delegated to it
+        self.steps: list[tuple[str, int | None]] = []
+        self.agent_steps: dict[tuple[str, str], str] = {}  # (agent id, task id) -> its step
+        self.tools: list[dict[str, JsonValue]] | None = None  # the working agent's tools
+        self.asked: tuple[str, str] | None = None  # (call id, tool) the last message asked for
+        self.call: tuple[str, str] | None = None  # the ReAct tool call running or being retried
+        self.call_error: BaseException | None = None
+        self.tool_scope: AbstractContextManager[None] | None = None
+        self.running = False  # the call's function is running (in its scope)
+        self.ran = False  # the function of the current call has started
+        # Native function calling: the calls the model's last responses asked for, not
+        # yet run, as (call id, tool name, arguments).
+        self.asked_native: list[tuple[str, str, Any]] = []
+
+    def step_start(self, name: str, index: int | None, agent_name: str | None = None) -> None:
+        self.steps.append((name, index))
+        self.builder.step_start(name, index, agent_name=agent_name, branch=self.branch)
+
+    def step_end(self, name: str, index: int | None = None) -> None:
+        if (name, index) in self.steps:
+            self.steps.remove((name, index))
+            self.builder.step_end(name, index, branch=self.branch)
+
+    def settle_call(self) -> None:
+        """A failed ReAct tool call that CrewAI did not retry ends with its last error."""
+        if self.call is None or self.call_error is None:
+            return
+        (call_id, name), error = self.call, self.call_error
+        self.call, self.call_error = None, None
+        self.builder.tool_result(call_id, str(error), name=name, error=error)
+
+
+# The lane of the events emitted in this context (``None``: the crew's own line).
+_LANE: contextvars.ContextVar[_Lane | None] = contextvars.ContextVar(
+    "runnertrace_crewai_lane", default=None
+)
+
+
 class _Mapper:
     """One run's sink: maps the crew's events, in emission order, onto the builder.
 
-    Called in the crew's thread only (the bus calls sinks in the emitting thread),
-    so scopes it enters at a start event are left at the matching end event in
-    the same context. After :meth:`close` (the run ended or was cancelled while
-    the crew's thread keeps going) it ignores everything.
+    The bus calls sinks in the emitting thread: the crew's, an async task's, a
+    thread CrewAI runs a tool in. Each event is mapped in its lane (:class:`_Lane`),
+    under one lock; scopes entered at a start event are left at the matching end
+    event, in the same context. After :meth:`close` (the run ended or was cancelled
+    while the crew's threads keep going) it ignores everything.
     """
 
-    def __init__(self, builder: EventBuilder, *, suppress: bool = False) -> None:
+    def __init__(self, builder: EventBuilder, *, mode: str = "run", suppress: bool = False) -> None:
         self.builder = builder
+        self.mode = mode
         self.suppress = suppress
         self.closed = False
         self.crew_id: str | None = None
+        self.main = _Lane(self, builder)
         self._model_scopes: dict[str, AbstractContextManager[None]] = {}
-        self._tool_scope: AbstractContextManager[None] | None = None
-        self._running = False  # our tool's function is running (in its scope)
-        self._ran = False  # the function of the current call has started
-        self._tools: list[dict[str, JsonValue]] | None = None
+        self._message_lanes: dict[str, _Lane] = {}  # an open model call -> its lane
         self._streamed: set[str] = set()
         self._react: dict[str, _ReActText] = {}  # ReAct calls (sent no tools): their split
-        self._steps: list[tuple[str, int | None]] = []
         self._tasks = 0
-        self._task_steps: dict[str, int] = {}  # task id -> its step's index
-        self._agent_steps: dict[tuple[str, str], str] = {}  # (agent id, task id) -> its step
-        self._suspended: list[str] = []  # agents whose step a delegation suspended
-        self._asked: tuple[str, str] | None = None  # (call id, tool) the last message asked for
-        self._call: tuple[str, str] | None = None  # the tool call running or being retried
-        self._call_error: BaseException | None = None
-        # ReAct calls a running call's tool made (a coworker's, delegated to from
-        # inside it) suspend it: its state, restored when the inner call ends.
-        self._outer: list[tuple[Any, ...]] = []
-        # Native function calling: the calls the model's last responses asked for, not
-        # yet run, as (call id, tool name, arguments); and the calls running, per
-        # thread (CrewAI runs a response's calls in a thread pool, each in its own
-        # copy of the context, so each scope is entered and left in its own thread).
-        self._asked_native: list[tuple[str, str, Any]] = []
-        self._native: dict[int, list[tuple[str, str, AbstractContextManager[None]]]] = {}
+        self._task_steps: dict[str, tuple[int, _Lane]] = {}  # task id -> its step's index, lane
+        self._agent_lanes: dict[tuple[str, str], _Lane] = {}  # agent execution -> its lane
+        self._coworkers: list[_Lane] = []  # the coworkers' lanes whose run is open
+        # Native function calling: the calls running, per thread (CrewAI runs a
+        # response's calls in a thread pool, each in its own copy of the context, so
+        # each scope is entered and left in its own thread).
+        self._native: dict[int, list[tuple[_Lane, str, str, AbstractContextManager[None]]]] = {}
         self._arguments: dict[tuple[str, Any], str] = {}  # streamed call -> its arguments so far
-        self._lock = threading.RLock()  # parallel tool calls report from several threads
+        self._lock = threading.RLock()  # async tasks and parallel tool calls report at once
         # This crew's agents (its manager joins when it starts) and tasks: an event of
         # another agent is a crew's run inside one of our tools, its own run's.
         self._agent_ids: set[str] = set()
@@ -347,6 +433,12 @@ class _Mapper:
             if not self._foreign(event):
                 handler(self, source, event)
 
+    def _lane(self) -> _Lane:
+        """The lane of what runs in the current context (the crew's own line unless an
+        async task or a delegation of this run set another)."""
+        lane = _LANE.get()
+        return lane if lane is not None and lane.mapper is self else self.main
+
     def _foreign(self, event: Any) -> bool:
         """Whether ``event`` is another crew's, by CrewAI's agent and task ids: an agent
         execution names its agent (ours when its crew is this crew), a model call or a
@@ -365,88 +457,148 @@ class _Mapper:
         return task_id is not None and str(task_id) not in self._task_ids
 
     def fail(self, error: BaseException) -> None:
-        self._settle_call()
-        self.builder.fail(error)
+        """The run failed: the coworkers' runs still open fail with it (innermost
+        first), then this run's open calls."""
+        with self._lock:
+            for lane in list(reversed(self._coworkers)):
+                lane.settle_call()
+                lane.builder.fail(error)
+                self._end_coworker(lane, error=error)
+            self.main.settle_call()
+            for task_lane in {lane for _, lane in self._task_steps.values()}:
+                task_lane.settle_call()
+            self.builder.fail(error)
 
     def close(self) -> None:
-        """The run is over: ignore what the crew's thread still emits. Scopes it
-        entered belong to that thread's context and end with it."""
-        self.closed = True
-        if self.crew_id is not None:
-            _MAPPINGS.pop(self.crew_id, None)
-        self._model_scopes.clear()
-        self._native.clear()
-        self._tool_scope = None
+        """The run is over: ignore what the crew's threads still emit. Scopes they
+        entered belong to their contexts and end with them; a coworker's run still
+        open (the run was cancelled while it worked) ends as cancelled."""
+        with self._lock:
+            self.closed = True
+            if self.crew_id is not None:
+                _MAPPINGS.pop(self.crew_id, None)
+            for lane in list(reversed(self._coworkers)):
+                self._end_coworker(lane, cancelled=True)
+            self._model_scopes.clear()
+            self._message_lanes.clear()
+            self._native.clear()
 
     # -- steps -----------------------------------------------------------------------------
-    def _step_start(self, name: str, index: int | None, agent_name: str | None = None) -> None:
-        self._steps.append((name, index))
-        self.builder.step_start(name, index, agent_name=agent_name)
-
-    def _step_end(self, name: str, index: int | None = None) -> None:
-        if (name, index) in self._steps:
-            self._steps.remove((name, index))
-            self.builder.step_end(name, index)
-
     def on_task_started(self, source: Any, event: TaskStartedEvent) -> None:
-        self._settle_call()
-        self._task_steps[_task_key(event)] = self._tasks
-        self._step_start("task", self._tasks)
+        """A crew's task: a step in the crew's line, or, run with ``async_execution``
+        (in a thread of its own, beside the crew's), in a branch of its own."""
+        lane = self._lane()
+        lane.settle_call()
+        index = self._tasks
         self._tasks += 1
+        if getattr(getattr(event, "task", None), "async_execution", False):
+            # The task's thread runs in its own copy of the crew's context: the lane
+            # set here is the task's, and its agent's (and the threads that copy it).
+            lane = _Lane(self, self.builder, branch=f"task {index}")
+            _LANE.set(lane)
+        self._task_steps[_task_key(event)] = (index, lane)
+        lane.step_start("task", index)
 
     def on_task_ended(self, source: Any, event: Any) -> None:
         """A task's step ends by the task's id (a crew's async tasks overlap)."""
-        self._settle_call()
-        index = self._task_steps.pop(_task_key(event), None)
-        if index is not None:
-            self._step_end("task", index)
+        found = self._task_steps.pop(_task_key(event), None)
+        if found is None:
+            return
+        index, lane = found
+        lane.settle_call()
+        lane.step_end("task", index)
 
     def on_agent_started(self, source: Any, event: AgentExecutionStartedEvent) -> None:
-        self._settle_call()
+        lane = self._lane()
+        lane.settle_call()
         role = str(event.agent.role)
-        if self.builder.observed:
-            self._tools = _tool_definitions(event.tools)
-        outer = next(reversed(self._agent_steps.values()), None)
-        self._agent_steps[_agent_key(event)] = role
-        if outer is None:
-            self._step_start(role, None, agent_name=role)
-            return
-        # A coworker delegated to from inside an agent's tool call: a handoff. The
-        # delegating agent's step ends (its tool call outlives it) and resumes after.
-        self._step_end(outer)
-        self._suspended.append(outer)
-        self.builder.step_start(role, None, agent_name=role, handoff_from=outer)
-        self._steps.append((role, None))
+        if lane.agent_steps:
+            # An agent of this lane is working: this one runs inside its tool call
+            # (CrewAI's delegation tool), a coworker, in a nested run of its own.
+            lane = self._coworker(lane, role, event)
+        if lane.builder.observed:
+            lane.tools = _tool_definitions(event.tools)
+        key = _agent_key(event)
+        self._agent_lanes[key] = lane
+        lane.agent_steps[key] = role
+        lane.step_start(role, None, agent_name=role)
+
+    def _coworker(self, outer: _Lane, role: str, event: AgentExecutionStartedEvent) -> _Lane:
+        """The lane of a coworker delegated to from ``outer``'s running tool call: a run
+        nested in that call's scope (the current context), whose events are traced but
+        not yielded (the stream is the crew's); an untraced run maps them to nothing."""
+        run: NestedRun | None = None
+        task = str(getattr(event.task, "description", None) or event.task_prompt)
+        if outer.builder.observed:
+            requests = [AgentRequestText(prompt=task)]
+            run = open_nested_run(role, mode=self.mode, requests=requests)
+        lane = _Lane(self, EventBuilder(run or NULL_OBSERVER), run=run, outer=outer)
+        lane.task = task
+        self._coworkers.append(lane)
+        # Set in the delegation's context, which its end is reported in: reset there.
+        lane.previous = _LANE.get()
+        _LANE.set(lane)
+        return lane
+
+    def _end_coworker(
+        self,
+        lane: _Lane,
+        *,
+        output: Any = None,
+        error: BaseException | None = None,
+        cancelled: bool = False,
+    ) -> None:
+        if lane in self._coworkers:
+            self._coworkers.remove(lane)
+            if lane.run is not None:
+                reply = None if output is None else reply_of(output, lane.task)
+                lane.run.finish(reply=reply, error=error, cancelled=cancelled)
 
     def on_agent_ended(self, source: Any, event: Any) -> None:
         """An agent's step ends by the agent's and the task's ids: in a crew, each agent
-        takes its turn over its tasks, and a delegated coworker runs inside another's."""
-        self._settle_call()
-        role = self._agent_steps.pop(_agent_key(event), None)
-        if role is None:
+        takes its turn over its tasks; a coworker's run ends with its step."""
+        key = _agent_key(event)
+        lane = self._agent_lanes.pop(key, None)
+        if lane is None:
             return
-        self._step_end(role)
-        if self._suspended:  # back to the agent that delegated
-            outer = self._suspended.pop()
-            self.builder.step_start(outer, None, agent_name=outer, handoff_from=role)
-            self._steps.append((outer, None))
+        lane.settle_call()
+        role = lane.agent_steps.pop(key, None)
+        if role is not None:
+            lane.step_end(role)
+        if lane.outer is None or lane.agent_steps:
+            return
+        # A coworker's execution ended (CrewAI may retry it: a run of its own again).
+        error = None
+        if isinstance(event, AgentExecutionErrorEvent):
+            error = _handled(str(event.error))
+            lane.builder.fail(error)
+        self._end_coworker(lane, output=getattr(event, "output", None), error=error)
+        if _LANE.get() is lane:
+            _LANE.set(lane.previous)
 
     # -- model calls -----------------------------------------------------------------------
     def on_llm_started(self, source: Any, event: LLMCallStartedEvent) -> None:
-        self._settle_call()
-        request = _boundary.detail(_request, event, self._tools) if self.builder.observed else {}
+        lane = self._lane()
+        lane.settle_call()
+        builder = lane.builder
+        request = _boundary.detail(_request, event, lane.tools) if builder.observed else {}
         provider = getattr(source, "provider", None)
-        message_id = self.builder.message_start(
+        message_id = builder.message_start(
             event.call_id,
             model=event.model,
             provider=provider if isinstance(provider, str) else None,
+            branch=lane.branch,
             **request,
         )
+        self._message_lanes[message_id] = lane
         if not _calls_functions(source):  # CrewAI parses the reply as ReAct text
             self._react[message_id] = _ReActText()
-        scope = self.builder.model_scope(message_id)
+        scope = builder.model_scope(message_id)
         scope.__enter__()
         self._model_scopes[message_id] = scope
+
+    def _message_lane(self, call_id: str) -> _Lane:
+        return self._message_lanes.get(call_id) or self._lane()
 
     def _leave_model(self, call_id: str) -> None:
         scope = self._model_scopes.pop(call_id, None)
@@ -455,11 +607,12 @@ class _Mapper:
 
     def on_llm_chunk(self, source: Any, event: LLMStreamChunkEvent) -> None:
         self._streamed.add(event.call_id)
+        builder = self._message_lane(event.call_id).builder
         call = event.tool_call
         if call is None:
-            self._text(event.call_id, event.chunk)
+            self._text(builder, event.call_id, event.chunk)
             return
-        self.builder.tool_call(
+        builder.tool_call(
             self._arguments_delta(event.call_id, call.index, call.function.arguments),
             tool_call_id=call.id,
             name=call.function.name,
@@ -467,20 +620,20 @@ class _Mapper:
             message_id=event.call_id,
         )
 
-    def _text(self, call_id: str, text: str, *, last: bool = False) -> None:
+    def _text(self, builder: EventBuilder, call_id: str, text: str, *, last: bool = False) -> None:
         """A model's text: a ReAct reply's scaffolding (its thought, its action) is the
         message's reasoning, and only its final answer is text, as CrewAI replies it;
         so a stream's text deltas are the reply run mode gives."""
         react = self._react.get(call_id)
         if react is None:
-            self.builder.text(text, call_id)
+            builder.text(text, call_id)
             return
         pieces = react.feed(text)
         if last:
             pieces += react.finish()
             del self._react[call_id]
         for kind, piece in pieces:
-            emit = self.builder.reasoning if kind == "reasoning" else self.builder.text
+            emit = builder.reasoning if kind == "reasoning" else builder.text
             emit(piece, call_id)
 
     def _arguments_delta(self, call_id: str, index: Any, arguments: str | None) -> str:
@@ -492,28 +645,32 @@ class _Mapper:
         return now[len(seen) :] if now.startswith(seen) else now
 
     def on_llm_thinking(self, source: Any, event: LLMThinkingChunkEvent) -> None:
-        self.builder.reasoning(event.chunk, event.call_id)
+        self._message_lane(event.call_id).builder.reasoning(event.chunk, event.call_id)
 
     def on_llm_completed(self, source: Any, event: LLMCallCompletedEvent) -> None:
         call_id = event.call_id
+        lane = self._message_lane(call_id)
+        self._message_lanes.pop(call_id, None)
         self._leave_model(call_id)
         response = event.response
         if isinstance(response, str):
-            self._text(call_id, "" if call_id in self._streamed else response, last=True)
-            self._ask(call_id, response)
+            self._text(
+                lane.builder, call_id, "" if call_id in self._streamed else response, last=True
+            )
+            self._ask(lane, call_id, response)
         elif isinstance(response, list):
-            self._ask_native(call_id, response)
+            self._ask_native(lane, call_id, response)
         self._streamed.discard(call_id)
         self._react.pop(call_id, None)
         self._arguments = {k: v for k, v in self._arguments.items() if k[0] != call_id}
-        self.builder.message_end(
+        lane.builder.message_end(
             call_id,
             finish_reason=event.finish_reason,
             response_id=event.response_id,
             **_usage(event.usage),
         )
 
-    def _ask(self, call_id: str, text: str) -> None:
+    def _ask(self, lane: _Lane, call_id: str, text: str) -> None:
         """A ReAct ``Action`` in the model's text is the tool call it asks for."""
         try:
             parsed = parse(text)
@@ -522,12 +679,12 @@ class _Mapper:
         if not isinstance(parsed, AgentAction):
             return
         tool_call_id = f"call_{uuid.uuid4().hex[:12]}"
-        self.builder.tool_call(
+        lane.builder.tool_call(
             parsed.tool_input, tool_call_id=tool_call_id, name=parsed.tool, message_id=call_id
         )
-        self._asked = (tool_call_id, parsed.tool)
+        lane.asked = (tool_call_id, parsed.tool)
 
-    def _ask_native(self, call_id: str, calls: list[Any]) -> None:
+    def _ask_native(self, lane: _Lane, call_id: str, calls: list[Any]) -> None:
         """The tool calls a native function-calling response asks for (run mode: their
         only report; stream mode: announced by the chunks already, by the same ids)."""
         for call in calls:
@@ -537,42 +694,39 @@ class _Mapper:
             tool_call_id, name, arguments = info
             text = arguments if isinstance(arguments, str) else json.dumps(arguments)
             if call_id not in self._streamed:
-                self.builder.tool_call(
+                lane.builder.tool_call(
                     text, tool_call_id=tool_call_id, name=name, message_id=call_id
                 )
-            self._asked_native.append((tool_call_id, name, _parsed(text)))
+            lane.asked_native.append((tool_call_id, name, _parsed(text)))
 
     def on_llm_failed(self, source: Any, event: LLMCallFailedEvent) -> None:
+        lane = self._message_lane(event.call_id)
+        self._message_lanes.pop(event.call_id, None)
         self._leave_model(event.call_id)
         self._streamed.discard(event.call_id)
         self._react.pop(event.call_id, None)
-        self.builder.message_end(event.call_id, error=_handled(event.error))
+        lane.builder.message_end(event.call_id, error=_handled(event.error))
 
-    # -- tool calls ------------------------------------------------------------------------
+    # -- tool calls (ReAct: the call the last message asked for) ------------------------------
     def on_tool_started(self, source: Any, event: ToolUsageStartedEvent) -> None:
         if not isinstance(source, ToolUsage):
             self._native_started(source, event)
             return
-        if self._running or self._tool_scope is not None:  # a coworker's call inside ours
-            self._outer.append(
-                (self._call, self._call_error, self._ran, self._running, self._tool_scope)
-            )
-            self._call = self._call_error = self._tool_scope = None
-            self._running = self._ran = False
+        lane = self._lane()
         name = str(event.tool_name)
-        if self._call is None or self._call[1] != name:  # not a retry of the failed call
-            self._settle_call()
-            asked, self._asked = self._asked, None
+        if lane.call is None or lane.call[1] != name:  # not a retry of the failed call
+            lane.settle_call()
+            asked, lane.asked = lane.asked, None
             if asked is not None and _same_tool(asked[1], name):
-                self._call = (asked[0], name)
-            else:  # a call no message announced (native function calling without chunks)
-                self._call = (f"call_{uuid.uuid4().hex[:12]}", name)
-        self._call_error = None
-        self._ran = False
+                lane.call = (asked[0], name)
+            else:  # a call no message announced
+                lane.call = (f"call_{uuid.uuid4().hex[:12]}", name)
+        lane.call_error = None
+        lane.ran = False
         if not self._time_function(source, name):
-            scope = self.builder.tool_scope(self._call[0])
+            scope = lane.builder.tool_scope(lane.call[0])
             scope.__enter__()
-            self._tool_scope = scope
+            lane.tool_scope = scope
 
     def _time_function(self, source: Any, name: str) -> bool:
         """Run the tool's scope around the tool's function itself, if it can be found.
@@ -598,58 +752,65 @@ class _Mapper:
     def _timed(self, func: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(func)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            call = self._call
-            if call is None or self._running or self.closed:
+            with self._lock:  # taking the scope opens the span: one lane at a time
+                lane = self._lane()
+                call = lane.call
+                if call is None or lane.running or self.closed:
+                    scope: AbstractContextManager[None] | None = None
+                else:
+                    lane.running = lane.ran = True
+                    scope = lane.builder.tool_scope(call[0])
+            if scope is None:
                 return func(*args, **kwargs)
-            self._running = self._ran = True
             try:
-                with self.builder.tool_scope(call[0]):
+                with scope:
                     return func(*args, **kwargs)
             finally:
-                self._running = False
+                lane.running = False
 
         timed.__runnertrace_mapping__ = self  # type: ignore[attr-defined]
         return timed
 
-    def _leave_tool(self) -> bool:
+    def _leave_tool(self, lane: _Lane) -> bool:
         """Leave the running tool's scope; False when no call is running.
 
         A call whose function never ran (a cached result, a failed validation)
         opens its span here, when CrewAI settles it."""
-        scope, self._tool_scope = self._tool_scope, None
+        scope, lane.tool_scope = lane.tool_scope, None
         if scope is not None:
             scope.__exit__(None, None, None)
-        elif self._call is not None and not self._ran:
-            with self.builder.tool_scope(self._call[0]):
-                self._ran = True
-        return self._call is not None
+        elif lane.call is not None and not lane.ran:
+            with lane.builder.tool_scope(lane.call[0]):
+                lane.ran = True
+        return lane.call is not None
 
     # -- native function calling: a call the model's response asked for, by id --------------
     def _native_started(self, source: Any, event: ToolUsageStartedEvent) -> None:
         """CrewAI's executor runs a call of the last response (its event has no call
         id): it is the first asked call of that tool, with those arguments if one
         matches. Its scope opens here, in the thread that runs the tool."""
+        lane = self._lane()
         name = str(event.tool_name)
-        same = [c for c in self._asked_native if _same_tool(c[1], name)]
+        same = [c for c in lane.asked_native if _same_tool(c[1], name)]
         exact = [c for c in same if c[2] == event.tool_args]
         chosen = next(iter(exact or same), None)
         if chosen is None:  # a call no response announced: it runs as its own
             tool_call_id = f"call_{uuid.uuid4().hex[:12]}"
-            self.builder.tool_start(tool_call_id, name, json.dumps(event.tool_args, default=str))
+            lane.builder.tool_start(tool_call_id, name, json.dumps(event.tool_args, default=str))
         else:
-            self._asked_native.remove(chosen)
+            lane.asked_native.remove(chosen)
             tool_call_id = chosen[0]
-        scope = self.builder.tool_scope(tool_call_id)
+        scope = lane.builder.tool_scope(tool_call_id)
         scope.__enter__()
-        self._native.setdefault(threading.get_ident(), []).append((tool_call_id, name, scope))
+        self._native.setdefault(threading.get_ident(), []).append((lane, tool_call_id, name, scope))
 
     def _native_ended(self, output: Any, error: BaseException | None) -> None:
         running = self._native.get(threading.get_ident())
         if not running:
             return
-        tool_call_id, name, scope = running.pop()  # a coworker's calls nest in a delegation
+        lane, tool_call_id, name, scope = running.pop()  # calls nest in a delegation
         scope.__exit__(None, None, None)
-        self.builder.tool_result(
+        lane.builder.tool_result(
             tool_call_id,
             genai.as_text(output) if error is None else str(error),
             name=name,
@@ -660,50 +821,23 @@ class _Mapper:
         if not isinstance(source, ToolUsage):
             self._native_ended(event.output, None)
             return
-        if not self._leave_tool() or self._call is None:
+        lane = self._lane()
+        if not self._leave_tool(lane) or lane.call is None:
             return
-        call_id, name = self._call
-        self._call = None
-        self.builder.tool_result(call_id, genai.as_text(event.output), name=name)
-        self._resume_outer()
+        call_id, name = lane.call
+        lane.call = None
+        lane.builder.tool_result(call_id, genai.as_text(event.output), name=name)
 
     def on_tool_error(self, source: Any, event: ToolUsageErrorEvent) -> None:
-        if not isinstance(source, ToolUsage):
-            error = event.error
-            self._native_ended(
-                None, error if isinstance(error, BaseException) else CrewAIReportedError(str(error))
-            )
-            return
-        if not self._leave_tool():
-            return
         error = event.error
-        # CrewAI may retry the call: it is settled by whatever the crew does next
-        # (an inner call at once: the call it ran inside goes on).
-        self._call_error = (
-            error if isinstance(error, BaseException) else CrewAIReportedError(str(error))
-        )
-        if self._outer:
-            self._settle_call()
-            self._resume_outer()
-
-    def _resume_outer(self) -> None:
-        """An inner call ended: the call it ran inside is the running one again."""
-        if self._outer:
-            (
-                self._call,
-                self._call_error,
-                self._ran,
-                self._running,
-                self._tool_scope,
-            ) = self._outer.pop()
-
-    def _settle_call(self) -> None:
-        """A failed tool call that CrewAI did not retry ends with its last error."""
-        if self._call is None or self._call_error is None:
+        failure = error if isinstance(error, BaseException) else CrewAIReportedError(str(error))
+        if not isinstance(source, ToolUsage):
+            self._native_ended(None, failure)
             return
-        (call_id, name), error = self._call, self._call_error
-        self._call, self._call_error = None, None
-        self.builder.tool_result(call_id, str(error), name=name, error=error)
+        lane = self._lane()
+        if self._leave_tool(lane):
+            # CrewAI may retry the call: it is settled by whatever the lane does next.
+            lane.call_error = failure
 
 
 class _ReActText:
@@ -838,6 +972,28 @@ def _attach(inputs: Any) -> Any:
 
 
 # -- the run and the runner ------------------------------------------------------------------------
+class _QuietStart:
+    """CrewAI's chunk stream, its first step run under ``quiet``: CrewAI starts the
+    crew's task there (``Crew.kickoff`` in a thread), in a copy of that context, so a
+    traced stream's crew runs with OTel instrumentation suppressed, as run mode's."""
+
+    __slots__ = ("_items", "_quiet")
+
+    def __init__(self, native: AsyncIterable[Any], quiet: AbstractContextManager[None]) -> None:
+        self._items = native.__aiter__()
+        self._quiet: AbstractContextManager[None] | None = quiet
+
+    def __aiter__(self) -> _QuietStart:
+        return self
+
+    async def __anext__(self) -> Any:
+        quiet, self._quiet = self._quiet, None
+        if quiet is None:
+            return await self._items.__anext__()
+        with quiet:  # entered and left in this one step (no yield in between)
+            return await self._items.__anext__()
+
+
 def _nothing() -> None:
     """Giving back a copy of an agent: nothing to do."""
 
@@ -879,7 +1035,8 @@ class _Run(FrameworkRun[Any]):
         native = self.native = cast(CrewStreamingOutput, kickoff)
         # A consumer that stops early closes both at once: ours, then CrewAI's stream.
         async with native:
-            yield native
+            traced = self.mapper is not None and self.mapper.suppress
+            yield _QuietStart(native, self._quiet()) if traced else native
 
     def fail(self, error: BaseException) -> None:
         if self.mapper is not None:
@@ -1024,7 +1181,11 @@ class CrewAIRunner(FrameworkRunner[CrewAgent | Crew]):
         # (the events are the stream).
         mapper: _Mapper | None = None
         if setup.streaming or setup.observed:
-            mapper = _Mapper(setup.builder, suppress=in_traced_run())
+            mapper = _Mapper(
+                setup.builder,
+                mode="stream" if setup.streaming else "run",
+                suppress=in_traced_run(),
+            )
         if isinstance(setup.native, Crew):
             return self._registered_crew(setup, setup.native, mapper)
         worker, give_back = self._take(setup.native)

@@ -55,6 +55,7 @@ How the contract maps onto LangGraph:
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import re
 import threading
@@ -79,8 +80,9 @@ from pydantic import BaseModel, JsonValue
 from runnertrace._internal.errors import should_raise
 from runnertrace._internal.imports import missing_extra
 from runnertrace.core.agent import Agent
-from runnertrace.core.models import AgentReply, AgentRequest
+from runnertrace.core.models import AgentReply, AgentRequest, AgentRequestText
 from runnertrace.core.module import Module
+from runnertrace.core.observer import NestedRun, open_nested_run
 from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.runners._kit.genai import (
     Message,
@@ -109,7 +111,7 @@ if TYPE_CHECKING:
 
 try:
     from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
-    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, convert_to_messages
     from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, LLMResult
     from langchain_core.runnables.config import RunnableConfig
     from langchain_core.tracers.base import BaseTracer
@@ -406,10 +408,9 @@ def _usage(message: BaseMessage | None) -> dict[str, Any]:
     }
 
 
-def _task_of(metadata: Mapping[str, Any]) -> str:
-    """The root graph's task a callback belongs to: the first segment of its checkpoint
-    namespace (``"<node>:<task id>"``), or ``""`` outside any task."""
-    return str(metadata.get("langgraph_checkpoint_ns") or "").split("|", 1)[0]
+def _parent_task(task: str) -> str:
+    """The task whose node runs the subgraph ``task`` belongs to (``""``: the root graph)."""
+    return task.rpartition("|")[0]
 
 
 def _is_tool_call_task(inputs: Any) -> bool:
@@ -417,13 +418,25 @@ def _is_tool_call_task(inputs: Any) -> bool:
     return isinstance(inputs, Mapping) and inputs.get("__type") == "tool_call_with_context"
 
 
-def _step_name(name: str, metadata: Mapping[str, Any]) -> str:
+def _step_name(name: str, task: str, metadata: Mapping[str, Any]) -> str:
     """The node name, prefixed by the enclosing nodes when inside a subgraph."""
-    namespace = str(metadata.get("langgraph_checkpoint_ns") or "")
-    path = [segment.split(":", 1)[0] for segment in namespace.split("|") if segment]
+    path = [segment.split(":", 1)[0] for segment in task.split("|") if segment]
     if len(path) > 1:
         return "/".join(path)
     return str(metadata.get("langgraph_node") or name)
+
+
+def _requests(inputs: Any) -> list[AgentRequestText] | None:
+    """What a graph run inside a tool was asked: its input's last human message (or text)."""
+    if isinstance(inputs, str):
+        return [AgentRequestText(prompt=inputs)]
+    messages = inputs.get(MESSAGES) if isinstance(inputs, Mapping) else None
+    if not isinstance(messages, list | tuple):
+        messages = [messages] if messages else []
+    for message in reversed(convert_to_messages(messages)):
+        if message.type == "human":
+            return [AgentRequestText(prompt=str(message.text))]
+    return None
 
 
 # -- native progress -> builder calls (the mapping) ------------------------------------------------
@@ -446,6 +459,25 @@ class _Model:
     call_ids: set[str] = field(default_factory=set)
 
 
+@dataclass
+class _Task:
+    """An open task of the graph: its lane, the task whose subgraph it runs in
+    (``""``: the root graph) and its step."""
+
+    lane: str | None
+    parent: str
+    step: tuple[str, int]
+
+
+@dataclass
+class _Nested:
+    """A graph run inside one of the run's tools: its mapper and its nested run."""
+
+    mapper: _Mapper
+    run: NestedRun | None
+    prompt: str
+
+
 class _Mapper(BaseCallbackHandler):
     """Turns one run's LangChain callbacks into events, through an :class:`EventBuilder`.
 
@@ -454,15 +486,21 @@ class _Mapper(BaseCallbackHandler):
       A step's agent is the graph that runs the node: a subgraph's name inside
       it, the run's agent at the top; a change of agent between steps is a
       handoff from the previous one.
-    - Tasks of the root graph running at once (``Send`` branches, parallel edges) are
-      lanes: the first holds the run's own line, each other one is a builder branch
-      keyed by its task (the first segment of LangGraph's checkpoint namespace), so
-      its steps, nested subgraph steps and model calls stay its own while they overlap.
-      Per-call ``tools`` tasks share their node's step (and lane) instead.
+    - Tasks running at once (``Send`` branches, parallel edges), in the root graph or
+      in a subgraph, are lanes: the first holds the lane of the task that runs their
+      graph (the run's own line at the top), each other one is a builder branch keyed
+      by its task (its LangGraph checkpoint namespace), so its steps, nested subgraph
+      steps and model calls stay its own while they overlap. Per-call ``tools`` tasks
+      share their node's step (and lane) instead.
     - A chat-model run is a message whose id is the run id, started with what it
       was sent (messages, system instructions, parameters, bound tools), in the lane
       of its task.
     - A tool run answers the call whose id LangChain passes at its start.
+    - A graph that a tool runs (an agent used as a tool: ``await agent.ainvoke(...)``
+      in a ``@tool``, ``graph.as_tool()``) is another agent's run, not this one's: a
+      nested run (:func:`~runnertrace.core.observer.open_nested_run`) under the
+      tool's span, mapped by a mapper of its own that its callbacks are routed to.
+      Untraced, its events are not this run's stream's.
 
     Deliberately a *sync* handler that runs inline: LangChain calls it directly,
     in order, on the task (or tool worker thread) that raised the callback. An
@@ -488,10 +526,16 @@ class _Mapper(BaseCallbackHandler):
         self._chains: dict[UUID, str] = {}  # every open chain run -> its name
         self._steps: dict[UUID, _StepKey] = {}
         self._open_steps: dict[_StepKey, int] = {}
-        self._lanes: dict[str, str | None] = {}  # root-graph task -> its builder branch
-        self._task_nodes: dict[UUID, str] = {}  # a root-graph node's run -> its task
+        self._tasks: dict[str, _Task] = {}  # open task (checkpoint namespace) -> its lane
+        self._task_nodes: dict[UUID, str] = {}  # a node's run -> its task
         self._models: dict[UUID, _Model] = {}
         self._tools: dict[UUID, tuple[str, str]] = {}  # tool run -> (call id, tool name)
+        # The namespace this mapper's graph runs in, cut off its tasks' namespaces
+        # (a graph run inside a tool is a subgraph of the tool's task for LangGraph).
+        self._prefix = ""
+        self._in_tools: dict[UUID, Any] = {}  # a chain a tool runs (maybe a graph) -> inputs
+        self._nested: dict[UUID, _Nested] = {}  # a graph's run inside a tool -> its run
+        self._routes: dict[UUID, _Mapper] = {}  # a run inside such a graph -> its mapper
 
     # -- scopes (entered only by the traced subclass) -------------------------------------
     def _enter(self, run_id: UUID, scope: AbstractContextManager[None]) -> None:
@@ -501,8 +545,63 @@ class _Mapper(BaseCallbackHandler):
         return None
 
     def close(self) -> None:
-        """After the run (the traced subclass leaves what is still entered)."""
-        return None
+        """After the run: a graph run inside a tool that is still open ends as cancelled
+        (the traced subclass also leaves what is still entered)."""
+        for root in list(self._nested):
+            self._end_nested(root, cancelled=True)
+
+    # -- graphs run inside a tool: nested runs --------------------------------------------
+    def _route(self, run_id: UUID, parent_run_id: UUID | None) -> _Mapper | None:
+        """The mapper of the graph run inside a tool that this run belongs to, if any."""
+        child = self._routes.get(run_id)
+        if child is None and parent_run_id is not None:
+            child = self._routes.get(parent_run_id)
+            if child is not None:
+                self._routes[run_id] = child
+        return child
+
+    def _open_nested(self, root: UUID, task: str) -> _Mapper:
+        """A graph that a tool runs has reached its first step (``task``, its namespace
+        as LangGraph writes it): its run is a nested run, mapped by a mapper of its own."""
+        name = self._chains.pop(root, None) or "LangGraph"
+        requests = _requests(self._in_tools.pop(root, None))
+        run = open_nested_run(name, mode="run", requests=requests) if self.traced else None
+        child: _Mapper
+        if run is not None:
+            child = _TracedMapper(EventBuilder(run), name)
+        else:  # nothing traces it: its events are nobody's
+            child = _Mapper(EventBuilder(), name)
+        child.root = root
+        child._chains[root] = name
+        parent = task.rpartition("|")[0]
+        child._prefix = f"{parent}|" if parent else ""
+        self._nested[root] = _Nested(child, run, requests[0].prompt if requests else "")
+        self._routes[root] = child
+        return child
+
+    def _end_nested(
+        self,
+        root: UUID,
+        outputs: Any = None,
+        error: BaseException | None = None,
+        cancelled: bool = False,
+    ) -> None:
+        nested = self._nested.pop(root, None)
+        if nested is None:
+            return
+        self._routes.pop(root, None)
+        child = nested.mapper
+        with _boundary:
+            if error is not None or cancelled:
+                child.fail(error or asyncio.CancelledError())
+            child.close()
+            if nested.run is None:
+                return
+            if error is None and not cancelled:
+                nested.run.finish(reply=_reply(outputs, nested.prompt))
+                return
+            cancelled = cancelled or isinstance(error, asyncio.CancelledError)
+            nested.run.finish(error=error, cancelled=cancelled)
 
     # -- steps --------------------------------------------------------------------------
     def on_chain_start(
@@ -516,35 +615,79 @@ class _Mapper(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        child = self._route(run_id, parent_run_id) if self._routes else None
+        if child is None:
+            child = self._chain_start(
+                serialized, inputs, run_id, parent_run_id, tags, metadata, kwargs
+            )
+        if child is not None:
+            self._routes[run_id] = child
+            child.on_chain_start(
+                serialized,
+                inputs,
+                run_id=run_id,
+                parent_run_id=parent_run_id,
+                tags=tags,
+                metadata=metadata,
+                **kwargs,
+            )
+
+    def _chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        tags: list[str] | None,
+        metadata: dict[str, Any] | None,
+        kwargs: dict[str, Any],
+    ) -> _Mapper | None:
+        """A chain of this run starts; returns the mapper of a graph run inside a tool
+        when this is that graph's first step (the caller hands the step to it)."""
         name = str(kwargs.get("name") or (serialized or {}).get("name") or "")
         index = next((int(m.group(1)) for t in tags or () if (m := _STEP_TAG.match(t))), None)
         with self._lock, _boundary:
             if self.root is None:
                 self.root = run_id
             self._chains[run_id] = name
+            if parent_run_id is not None and (
+                parent_run_id in self._tools or parent_run_id in self._in_tools
+            ):
+                if index is not None and parent_run_id in self._in_tools:
+                    # a graph's first step, inside a tool: that graph is another agent's run
+                    self._chains.pop(run_id, None)
+                    raw = str((metadata or {}).get("langgraph_checkpoint_ns") or "")
+                    return self._open_nested(parent_run_id, raw)
+                self._in_tools[run_id] = inputs
             if index is None:
-                return
+                return None
             metadata = metadata or {}
-            step = (_step_name(name, metadata), index)
-            task = _task_of(metadata)
+            task = self._task(metadata)
+            step = (_step_name(name, task, metadata), index)
             lane = self._lane(task, step, inputs)
-            if task and "|" not in str(metadata.get("langgraph_checkpoint_ns")):
+            if task:
                 self._task_nodes[run_id] = task
             key = (*step, lane)
             self._steps[run_id] = key
             count = self._open_steps.get(key, 0)
             self._open_steps[key] = count + 1
             if count:
-                return
+                return None
             # the graph running this node: None for the run's own (root) graph
             agent = None
             if parent_run_id is not None and parent_run_id != self.root:
                 agent = self._chains.get(parent_run_id)
             if lane is not None:  # a branch: no handoff, its agent is its own
+                # A branch forked inside a subgraph's node starts in that node's step.
+                parent = self._tasks.get(_parent_task(task)) if lane == task else None
                 self.builder.step_start(
-                    step[0], index, agent_name=agent or self._agent_name, branch=lane
+                    step[0],
+                    index,
+                    agent_name=agent or self._agent_name,
+                    branch=lane,
+                    parent_step=(*parent.step, parent.lane) if parent is not None else None,
                 )
-                return
+                return None
             handoff = agent != self._agent
             self.builder.step_start(
                 step[0],
@@ -553,33 +696,73 @@ class _Mapper(BaseCallbackHandler):
                 handoff_from=(self._agent or self._agent_name) if handoff else None,
             )
             self._agent = agent
+        return None
+
+    def _task(self, metadata: Mapping[str, Any]) -> str:
+        """The task a callback belongs to: its checkpoint namespace (``"<node>:<task id>"``,
+        ``|``-joined inside subgraphs) within this mapper's graph; ``""`` outside any task."""
+        task = str(metadata.get("langgraph_checkpoint_ns") or "")
+        prefix = self._prefix
+        return task[len(prefix) :] if prefix and task.startswith(prefix) else task
+
+    def _lane_of(self, task: str) -> str | None:
+        """The lane of ``task``, else of the nearest open task it runs inside."""
+        while task:
+            found = self._tasks.get(task)
+            if found is not None:
+                return found.lane
+            task = _parent_task(task)
+        return None
 
     def _lane(self, task: str, step: tuple[str, int], inputs: Any) -> str | None:
-        """The builder branch of a step of root-graph task ``task`` (None: the run's line).
+        """The builder branch of the step of task ``task`` (None: the run's line).
 
-        A task's first step (the root graph's node) picks the lane: a per-call tool
-        task joins its node's open step; otherwise the run's line if no other task
-        holds it, else a branch of its own. The task's nested steps follow it."""
+        The lane it inherits is its parent task's (the run's line for the root
+        graph's tasks). A per-call tool task joins its node's open step; otherwise
+        the task holds the inherited lane if no other task of its graph does, else
+        it is a branch of its own."""
         if not task:
             return None
-        if task in self._lanes:
-            return self._lanes[task]
-        lane: str | None = task
+        known = self._tasks.get(task)
+        if known is not None:
+            return known.lane
+        parent = _parent_task(task)
+        inherited = self._lane_of(parent)
+        siblings = [t for t in self._tasks.values() if t.parent == parent]
+        shared = None
         if _is_tool_call_task(inputs):
-            shared = next((k for k in self._open_steps if k[:2] == step), None)
-            if shared is not None:
-                lane = shared[2]
-        if lane == task and all(key[2] is not None for key in self._open_steps):
-            lane = None  # the run's own line is free
-        self._lanes[task] = lane
+            shared = next((t for t in siblings if t.step == step), None)
+        if shared is not None:
+            lane = shared.lane
+        elif any(t.lane == inherited for t in siblings):
+            lane = task
+        else:
+            lane = inherited
+        self._tasks[task] = _Task(lane, parent, step)
         return lane
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        if self._routes:
+            child = self._routes.pop(run_id, None)
+            if child is not None:
+                child.on_chain_end(outputs, run_id=run_id, **kwargs)
+                if run_id == child.root:
+                    self._end_nested(run_id, outputs=outputs)
+                return
         if run_id == self.root:
             self.output = outputs
+        self._in_tools.pop(run_id, None)
         self._end_chain(run_id)
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        if self._routes:
+            child = self._routes.pop(run_id, None)
+            if child is not None:
+                child.on_chain_error(error, run_id=run_id, **kwargs)
+                if run_id == child.root:
+                    self._end_nested(run_id, error=error)
+                return
+        self._in_tools.pop(run_id, None)
         key = self._steps.get(run_id)
         if key is not None:
             # A failed or cancelled step: LangChain may report its model call's error
@@ -600,8 +783,8 @@ class _Mapper(BaseCallbackHandler):
             if key is None:
                 return
             task = self._task_nodes.pop(run_id, None)
-            if task is not None:  # the task's root-graph node ended: its lane is gone
-                self._lanes.pop(task, None)
+            if task is not None:  # the task's node ended: its lane is gone
+                self._tasks.pop(task, None)
             count = self._open_steps.pop(key) - 1
             if count:
                 self._open_steps[key] = count
@@ -620,6 +803,18 @@ class _Mapper(BaseCallbackHandler):
         invocation_params: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        if self._routes:
+            child = self._route(run_id, kwargs.get("parent_run_id"))
+            if child is not None:
+                child.on_chat_model_start(
+                    serialized,
+                    messages,
+                    run_id=run_id,
+                    metadata=metadata,
+                    invocation_params=invocation_params,
+                    **kwargs,
+                )
+                return
         metadata = metadata or {}
         model, provider = metadata.get("ls_model_name"), metadata.get("ls_provider")
         request = (
@@ -630,7 +825,7 @@ class _Mapper(BaseCallbackHandler):
             else {}
         )
         with self._lock, _boundary:
-            lane = self._lanes.get(_task_of(metadata))
+            lane = self._lane_of(self._task(metadata))
             message_id = self.builder.message_start(
                 str(run_id),
                 model=str(model) if model else None,
@@ -644,6 +839,11 @@ class _Mapper(BaseCallbackHandler):
     def on_llm_new_token(
         self, token: Any, *, chunk: Any = None, run_id: UUID, **kwargs: Any
     ) -> None:
+        if self._routes:
+            child = self._routes.get(run_id)
+            if child is not None:
+                child.on_llm_new_token(token, chunk=chunk, run_id=run_id, **kwargs)
+                return
         model = self._models.get(run_id)
         if model is None or not isinstance(chunk, ChatGenerationChunk):
             return
@@ -670,6 +870,11 @@ class _Mapper(BaseCallbackHandler):
                 self.builder.text(text, model.message_id)
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        if self._routes:
+            child = self._routes.pop(run_id, None)
+            if child is not None:
+                child.on_llm_end(response, run_id=run_id, **kwargs)
+                return
         self._leave(run_id)
         generations = response.generations[0] if response.generations else []
         first = generations[0] if generations else None
@@ -693,6 +898,11 @@ class _Mapper(BaseCallbackHandler):
             self.builder.message_end(model.message_id, **_usage(final))
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        if self._routes:
+            child = self._routes.pop(run_id, None)
+            if child is not None:
+                child.on_llm_error(error, run_id=run_id, **kwargs)
+                return
         self._leave(run_id)
         with self._lock, _boundary:
             model = self._models.pop(run_id, None)
@@ -708,6 +918,11 @@ class _Mapper(BaseCallbackHandler):
         run_id: UUID,
         **kwargs: Any,
     ) -> None:
+        if self._routes:
+            child = self._route(run_id, kwargs.get("parent_run_id"))
+            if child is not None:
+                child.on_tool_start(serialized, input_str, run_id=run_id, **kwargs)
+                return
         name = str(kwargs.get("name") or (serialized or {}).get("name") or "unknown")
         call_id = str(kwargs.get("tool_call_id") or run_id)
         with self._lock, _boundary:
@@ -715,6 +930,11 @@ class _Mapper(BaseCallbackHandler):
             self._enter(run_id, self.builder.tool_scope(call_id))
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        if self._routes:
+            child = self._routes.pop(run_id, None)
+            if child is not None:
+                child.on_tool_end(output, run_id=run_id, **kwargs)
+                return
         self._leave(run_id)
         message = _tool_message(output)
         content = _stringify(output if message is None else message.content)
@@ -725,6 +945,11 @@ class _Mapper(BaseCallbackHandler):
                 self.builder.tool_result(call[0], content, name=call[1], is_error=failed)
 
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        if self._routes:
+            child = self._routes.pop(run_id, None)
+            if child is not None:
+                child.on_tool_error(error, run_id=run_id, **kwargs)
+                return
         self._leave(run_id)
         with self._lock, _boundary:
             call = self._tools.pop(run_id, None)
@@ -734,13 +959,16 @@ class _Mapper(BaseCallbackHandler):
 
     # -- failure ------------------------------------------------------------------------
     def fail(self, error: BaseException) -> None:
-        """The run failed: end what LangChain left open (innermost first)."""
+        """The run failed: end what LangChain left open (innermost first), graphs run
+        inside its tools first."""
+        for root in list(self._nested):
+            self._end_nested(root, error=error)
         with self._lock, _boundary:
             self.builder.fail(error)
             for name, index, lane in reversed(list(self._open_steps)):
                 self.builder.step_end(name, index, branch=lane)
             self._open_steps.clear()
-            self._lanes.clear()
+            self._tasks.clear()
             self._task_nodes.clear()
             self._steps.clear()
 
@@ -785,6 +1013,7 @@ class _TracedMapper(_Mapper):
 
     def close(self) -> None:
         """After the run: leave what is still entered in this context, drop the rest."""
+        super().close()
         for run_id in reversed(list(self._scopes)):
             self._leave(run_id)
 

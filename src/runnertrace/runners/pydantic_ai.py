@@ -61,6 +61,22 @@ In **stream mode** the deltas come from the native stream, seen through
 ``stream()`` yields the builder's queue after each native event it pulls (no task
 or extra hop per event).
 
+**An agent that a tool runs (delegation) is a nested run.** Pydantic AI's multi-agent
+pattern, ``await other.run(..., usage=ctx.usage)`` inside a tool, starts a run no
+runner of ours is called for, and that receives nothing of the run that called it. So
+the first traced run installs one process-wide hook: it wraps ``Agent.iter`` (every
+``run``, ``run_sync``, ``run_stream``, ``run_stream_events`` and ``iter`` goes through
+it; Pydantic AI has no process-wide registry of capabilities). Inside the tool of a
+traced run (a context variable the runner sets in its tool scope) the hook opens a
+nested run (:func:`~runnertrace.core.observer.open_nested_run`: ``invoke_agent`` under
+the tool's ``execute_tool``) and adds this runner's own capability to the delegate's
+run, with the silencers below: the same mapping as for the traced agent, each model
+call once (from its own response: ``usage=ctx.usage`` makes Pydantic AI's run usage
+cumulative, ours is not). A delegate's delegates nest the same way. Anywhere else the
+hook reads that one context variable and calls the original: untraced runs pay one
+lookup. A run of this runner (traced or not) inside a tool is left to the runner. The
+nested run's mode is ``run`` (``iter`` cannot tell whether its caller streams).
+
 **Pydantic AI's own OpenTelemetry spans: suppressed in traced runs.** Pydantic AI
 instrumented (``agent.instrument``, ``Agent.instrument_all()``, an
 ``Instrumentation`` capability with the default or a custom ``id``, Logfire's
@@ -71,14 +87,19 @@ twice. So during a traced run (``in_traced_run()``) the runner adds, for every
 ``Instrumentation`` id the run would use, a run-time ``Instrumentation`` of that id
 with no-op providers, which takes that id's place for this run only (no global
 state; untraced runs keep Pydantic AI's spans, and traced ones one vocabulary,
-ours). An ``Instrumentation`` with ``id=None`` has no id to take over and emits.
+ours). A delegated run inside a traced run gets the same silencers. An
+``Instrumentation`` with ``id=None`` has no id to take over and emits.
 """
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import logging
-from collections.abc import AsyncIterable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+import threading
+from asyncio import CancelledError
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, ClassVar
@@ -125,9 +146,9 @@ try:
 except ImportError as exc:
     raise missing_extra(exc, "pydantic-ai") from exc
 
-from runnertrace.core.models import AgentReply, AgentRequest
+from runnertrace.core.models import AgentReply, AgentRequest, AgentRequestText
 from runnertrace.core.module import Module
-from runnertrace.core.observer import in_traced_run
+from runnertrace.core.observer import NULL_OBSERVER, NestedRun, in_traced_run, open_nested_run
 from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.runners._kit.genai import (
     arguments_of,
@@ -324,6 +345,7 @@ class _Mapper:
         self._agent_name = agent_name
         self._detailed = detailed
         self._step: int | None = None
+        self._early = False  # the open step started with its request (run_stream)
         self._messages = 0
         self._message_id: str | None = None
         self._saw_parts = False
@@ -335,6 +357,9 @@ class _Mapper:
 
     # steps ------------------------------------------------------------------------------
     def step_started(self, ctx: RunContext[Any]) -> None:
+        if self._early:  # run_stream: the node's step opened with its streamed request
+            self._early = False
+            return
         if self._step is not None:  # a request node following a request node
             self._end_step()
         self._step = ctx.run_step
@@ -354,16 +379,27 @@ class _Mapper:
                         self._result(call_id, content, is_error=is_error)
         self._end_step()
 
+    def run_ended(self) -> None:
+        """The run succeeded: end the step still open (``run_stream`` ends a run at its
+        final response, without the ``CallToolsNode`` that ends a step elsewhere)."""
+        self._end_step()
+
     def _end_step(self) -> None:
         if self._step is None:
             return
         step, self._step = self._step, None
+        self._early = False
         self._pending.clear()
         self._aliases.clear()
         self.builder.step_end(self._agent_name, step)
 
     # messages ---------------------------------------------------------------------------
     def message_started(self, ctx: RunContext[Any], request_context: ModelRequestContext) -> str:
+        if self._step is None:
+            # run_stream streams a request node before wrap_node_run wraps (only) the
+            # node's graph advancement: the step starts with its request instead.
+            self.step_started(ctx)
+            self._early = True
         self._messages += 1
         message_id = self._message_id = f"{ctx.run_id or 'run'}-m{self._messages}"
         self._saw_parts = False
@@ -612,7 +648,12 @@ class _Observer(AbstractCapability[Any]):
         mapper = self.mapper
         try:
             with mapper.builder.tool_scope(mapper.call_id(call.tool_call_id)):
-                result = await handler(args)
+                # An agent the tool runs (delegation) is a nested run: see _delegated_iter.
+                delegation = _delegating.set(True)
+                try:
+                    result = await handler(args)
+                finally:
+                    _delegating.reset(delegation)
         except _CONTROL_FLOW:
             raise
         except Exception as exc:
@@ -713,6 +754,128 @@ def _silenced_instrumentation(capability_id: str) -> AbstractCapability[Any]:
     return Instrumentation(settings=_no_op_settings(), id=capability_id)
 
 
+# -- agents that a tool runs (delegation) ----------------------------------------------------------
+
+# True inside the body of a tool of a traced run (its tool scope). Only there does the
+# delegation hook do anything; everywhere else it costs one read of this variable.
+_delegating: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "runnertrace_pydantic_ai_delegating", default=False
+)
+_hook_installed = False
+_hook_lock = threading.Lock()
+
+
+@dataclass
+class _OwnRun(AbstractCapability[Any]):
+    """Marks a run of this runner that installs no observer (run mode, untraced) inside a
+    tool of a traced run: the runner decided how to trace it, the hook leaves it alone."""
+
+    _safe_at_runtime: ClassVar[bool] = True
+
+
+_OWN_RUN = _OwnRun()
+
+
+def _install_delegation_hook() -> None:
+    """Wrap ``Agent.iter`` once per process (at the first traced run, never at import).
+
+    Pydantic AI has no process-wide registry of capabilities, and a delegated run
+    (``await other.run(..., usage=ctx.usage)`` in a tool) receives nothing of the run
+    that called it; ``Agent.iter`` is the one public method every run goes through
+    (``run``, ``run_sync``, ``run_stream``, ``run_stream_events``, ``iter``). The
+    wrapper reads one context variable and, outside a traced run's tool, calls the
+    original at once.
+    """
+    global _hook_installed
+    if _hook_installed:
+        return
+    with _hook_lock:  # first traced runs in two threads at once: one wrapper
+        if _hook_installed:
+            return
+        PydanticAgent.iter = _delegation_hook(PydanticAgent.iter)  # type: ignore[method-assign]
+        _hook_installed = True
+
+
+def _delegation_hook(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Agent.iter`` wrapped: one context-variable read, then the original, unless the
+    call comes from inside a traced run's tool."""
+    delegating = _delegating.get
+
+    @functools.wraps(original)
+    def iter(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not delegating():
+            return original(self, *args, **kwargs)
+        return _delegated_iter(original, self, args, kwargs)
+
+    return iter
+
+
+def _delegated_iter(
+    original: Callable[..., Any], agent: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``agent.iter(...)`` called inside a traced run's tool: a nested run of its own,
+    with the runner's mapping (``_Observer``) added to the run's capabilities."""
+    declared = list(kwargs.get("capabilities") or ())
+    if any(isinstance(capability, (_Observer, _OwnRun)) for capability in declared):
+        return original(agent, *args, **kwargs)  # a run of this runner: traced (or not) by it
+    delegation: _Delegation | None = None
+    with _boundary:
+        delegation = _Delegation.open(agent, args, kwargs)
+    if delegation is None:  # nothing traces here (observed without a tracing layer, say)
+        return original(agent, *args, **kwargs)
+    options = {**kwargs, "capabilities": [*declared, *delegation.capabilities]}
+    return delegation.around(original(agent, *args, **options))
+
+
+@dataclass
+class _Delegation:
+    """One delegated run: its nested run, the capabilities that map it, what it was asked."""
+
+    run: NestedRun
+    observer: _Observer
+    capabilities: list[AbstractCapability[Any]]
+    prompt: Any
+
+    @classmethod
+    def open(cls, agent: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Delegation | None:
+        prompt = args[0] if args else kwargs.get("user_prompt")
+        name = getattr(agent, "name", None) or "agent"
+        # The framework's own spans are silenced for this run too: each call counts once.
+        ids = _instrumentation_ids(agent, kwargs)
+        silencers = [_silenced_instrumentation(i) for i in sorted(ids)]
+        requests = [AgentRequestText(prompt=prompt)] if isinstance(prompt, str) else None
+        run = open_nested_run(name, mode="run", requests=requests)
+        if run is None:
+            return None
+        observer = _Observer(_Mapper(EventBuilder(run), name, detailed=True))
+        return cls(run, observer, [*silencers, observer], prompt)
+
+    @asynccontextmanager
+    async def around(self, native: AbstractAsyncContextManager[Any]) -> AsyncIterator[Any]:
+        """The native ``iter`` context; the nested run ends as the native run ends."""
+        run, builder = self.run, self.observer.mapper.builder
+        try:
+            async with native as agent_run:
+                yield agent_run
+        except CancelledError:
+            with _boundary:
+                run.finish(cancelled=True)
+            raise
+        except BaseException as error:
+            with _boundary:
+                builder.fail(error)
+                run.finish(error=error)
+            raise
+        else:
+            with _boundary:
+                self.observer.mapper.run_ended()
+                result = agent_run.result
+                prompt = self.prompt if isinstance(self.prompt, str) else ""
+                run.finish(reply=_reply(result, prompt) if result is not None else None)
+        finally:
+            builder.observer = NULL_OBSERVER  # nothing more reaches the ended run
+
+
 # -- the run and the runner ------------------------------------------------------------------------
 
 
@@ -800,10 +963,13 @@ class PydanticAIRunner(FrameworkRunner[AbstractAgent[Any, Any]]):
             )
         capabilities = list(options.get("capabilities") or [])
         if in_traced_run():
+            _install_delegation_hook()
             ids = _instrumentation_ids(setup.native, options)
             capabilities.extend(_silenced_instrumentation(i) for i in sorted(ids))
         if observer is not None:
             capabilities.append(observer)
+        elif _delegating.get():  # untraced, inside a traced run's tool: not a delegate
+            capabilities.append(_OWN_RUN)
         # Owned keys last, so no declared option can displace them.
         options["user_prompt"] = user_prompt_of(setup.requests)
         options["message_history"] = list(prepared.state or [])

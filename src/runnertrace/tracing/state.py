@@ -28,9 +28,11 @@ import contextvars
 import functools
 import json
 import logging
+import threading
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 from opentelemetry import trace as trace_api
@@ -58,6 +60,9 @@ included), so a run nested two deep hands its totals to the right parent."""
 logger = logging.getLogger("runnertrace")
 
 _INTERNAL = SpanKind.INTERNAL
+# Guards each run's list of open nested runs, which nested runs ending on other threads
+# (CrewAI, smolagents) change: taken once when a nested run starts and once as a run ends.
+_CHILDREN = threading.Lock()
 _CLIENT = SpanKind.CLIENT
 
 
@@ -149,6 +154,12 @@ class RunTracer:
         self.own = RunTotals()
         self.nested = RunTotals()
         self.parent_run = parent_run
+        self.open_children: list[RunTracer] | None = None  # nested runs not yet finished
+        if parent_run is not None:
+            with _CHILDREN:
+                if parent_run.open_children is None:
+                    parent_run.open_children = []
+                parent_run.open_children.append(self)
         self.policy = policy
         self.capture = policy.capture
         self.clean = policy.clean
@@ -166,7 +177,6 @@ class RunTracer:
             )
         self.steps: list[tuple[tuple[str, Any], _Open]] = []
         self.branches: dict[str, _Branch] = {}
-        self.agent_runs: dict[str, _Open] = {}  # tool call id -> the agent it runs
         self.messages: dict[str, _Open] = {}
         self.reasoning: dict[str, _Open] = {}
         self.tools: dict[str, _Open] = {}
@@ -371,8 +381,9 @@ class RunTracer:
             branch_key = _text(branch_key)
             branch = self.branches.get(branch_key)
             if branch is None:
-                root = self._agent_run(getattr(event, "parent_tool_call_id", None))
-                branch = self.branches[branch_key] = _Branch(root)
+                fork = getattr(event, "parent_step", None)
+                root = self._open_step(*fork) if fork else None
+                branch = self.branches[branch_key] = _Branch(root or self.run)
             steps, parent = branch.steps, self._container(branch_key)
             agent = agent or parent.agent
         fields: dict[str, Any] = {A.STEP_NAME: _text(name)}
@@ -386,40 +397,11 @@ class RunTracer:
         step.branch = branch_key
         steps.append(((name, index), step))
 
-    def _agent_run(self, tool_call_id: Any) -> _Open:
-        """The ``invoke_agent`` span of the agent run as tool call ``tool_call_id``,
-        under the tool's span (opened by the branch's first step; one per call,
-        shared by the branches of that agent). No such call: the run span."""
-        if tool_call_id is None:
-            return self.run
-        tool_call_id = _text(tool_call_id)
-        found = self.agent_runs.get(tool_call_id)
-        if found is not None:
-            return found
-        tool = self.tools.get(tool_call_id)
-        if tool is None:
-            self._anomaly(f"agent run as unknown tool call {tool_call_id!r}")
-            return self.run
-        if tool.pending is not None:  # the agent runs, so its tool does
-            self._run_tool(tool)
-        fields = {A.OPERATION: "invoke_agent", A.AGENT_ID: tool.name}
-        item = self._start("invoke_agent", "run", tool, fields, A.AGENT_NAME, agent=tool.name)
-        self.agent_runs[tool_call_id] = item
-        return item
-
-    def _end_agent_run(self, tool_call_id: str) -> None:
-        """The tool that ran an agent ended: the agent's branches end, then its span."""
-        item = self.agent_runs.pop(tool_call_id, None)
-        if item is None:
-            return
-        for key in [k for k, b in self.branches.items() if b.root is item]:
-            branch = self.branches.pop(key)
-            if branch.steps:
-                self._anomaly(f"{len(branch.steps)} step(s) of branch {key!r} open at its end")
-            for _, step in reversed(branch.steps):
-                self._close_children(step)
-                self._close(step, incomplete=True)
-        self._close(item, incomplete=False)
+    def _open_step(self, name: Any, index: Any, branch: Any) -> _Open | None:
+        """The open step ``(name, index)`` of ``branch`` (``None``: the run's own line)."""
+        found = self.branches.get(_text(branch)) if branch is not None else None
+        steps = self.steps if branch is None else found.steps if found else []
+        return next((step for key, step in reversed(steps) if key == (name, index)), None)
 
     def _on_step_end(self, event: Any) -> None:
         key = (_field(event, "step_name", "name"), getattr(event, "step_index", None))
@@ -763,8 +745,6 @@ class RunTracer:
         error = _event_error(getattr(event, "error", None))
         if error is None and getattr(event, "is_error", False):
             error = EventError(type="_OTHER", message=_text(getattr(event, "content", "")))
-        if self.agent_runs:
-            self._end_agent_run(cid)
         if error is not None:
             self._put(item, {A.ERROR_TYPE: error.type})
             self._fail(item, error)
@@ -827,11 +807,24 @@ class RunTracer:
     def finish(
         self, reply: Any = None, error: BaseException | None = None, cancelled: bool = False
     ) -> None:
-        """End the run: close every open span, then the run span. Idempotent."""
-        if self.finished:
-            return
-        self.finished = True
+        """End the run: close every open span, then the run span. Idempotent.
+
+        A run that fails or is cancelled while runs nested in it are still open ends
+        them first, as cancelled (a framework may end them later, or never), so their
+        spans end inside this run's and their totals are in its own."""
+        with _CHILDREN:
+            if self.finished:
+                return
+            self.finished = True
+            parent, children = self.parent_run, self.open_children
+            if parent is not None and parent.open_children:
+                with suppress(ValueError):  # not listed: the parent ended it already
+                    parent.open_children.remove(self)
+            self.open_children = None
         self.accepting = False
+        if children and (error is not None or cancelled):
+            for child in children:
+                child.finish(error=error if cancelled else None, cancelled=True)
         try:
             try:
                 if self.reasoning or self.messages or self.tools or self.steps or self.branches:
@@ -889,7 +882,6 @@ class RunTracer:
         dangling = [*self.reasoning.values(), *self.messages.values(), *self.tools.values()]
         for branch in self.branches.values():
             dangling += [step for _, step in reversed(branch.steps)]
-        dangling += reversed(self.agent_runs.values())
         dangling += [step for _, step in reversed(self.steps)]
         # Tools whose step ended while they awaited a result end normally.
         unexpected = [item for item in dangling if not item.awaiting]
@@ -906,7 +898,6 @@ class RunTracer:
         self.messages.clear()
         self.tools.clear()
         self.branches.clear()
-        self.agent_runs.clear()
         self.steps.clear()
         if faults:
             raise faults[0]

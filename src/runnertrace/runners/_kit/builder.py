@@ -12,13 +12,13 @@ re-implement the same pairing rules; :class:`EventBuilder` holds them once:
 * a message ends its calls' argument streams (``tool_call_end``) before it ends;
 * :meth:`EventBuilder.fail` closes what is open, the message with the error.
 
-Several agents at once (parallel branches, an agent run as a tool): a runner
-passes ``branch=`` (any key the framework gives to tell the agents apart) to
+Several agents of one run at once (parallel branches): a runner passes ``branch=``
+(any key the framework gives to tell the agents apart) to
 :meth:`~EventBuilder.step_start`, :meth:`~EventBuilder.step_end` and
 :meth:`~EventBuilder.message_start`; each branch then has its own innermost step,
-and a message's reasoning and tool calls stay in the message's branch. A branch
-started with ``parent_tool_call_id=`` is an agent run as that tool call (see
-:class:`~runnertrace.core.events.StepStart`).
+and a message's reasoning and tool calls stay in the message's branch. An agent
+that another agent starts (an agent run as a tool) is not a branch but a nested run
+(:func:`~runnertrace.core.observer.open_nested_run`), with a builder of its own.
 
 Each event is handed to the run's observer the moment it is made (so spans start
 when things happen) and, in stream mode, queued for the runner to yield
@@ -108,9 +108,10 @@ class EventBuilder:
         agent_name: str | None = None,
         handoff_from: str | None = None,
         branch: str | None = None,
-        parent_tool_call_id: str | None = None,
+        parent_step: tuple[str, int | None, str | None] | None = None,
     ) -> None:
-        """A step starts; ``branch`` / ``parent_tool_call_id``: see the module docstring."""
+        """A step starts; ``branch``, ``parent_step``: see the module docstring and
+        :class:`~runnertrace.core.events.StepStart`."""
         self._steps.append((name, index, branch))
         self.emit(
             ev.StepStart(
@@ -119,7 +120,7 @@ class EventBuilder:
                 agent_name=agent_name,
                 handoff_from=handoff_from,
                 branch=branch,
-                parent_tool_call_id=parent_tool_call_id,
+                parent_step=parent_step,
             )
         )
 
