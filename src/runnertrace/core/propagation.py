@@ -55,14 +55,11 @@ class Incoming:
     """What an incoming carrier holds: the context to join and the caller's identity."""
 
     context: Context | None = None
-    """The remote parent, or ``None`` when the carrier named no valid one."""
+    """What the carrier held (its baggage included), ``None`` when it held nothing."""
+    joins: bool = False
+    """Whether ``context`` names a valid remote parent: the run joins the caller's trace."""
     session_id: str | None = None
     user_id: str | None = None
-
-    @property
-    def joins(self) -> bool:
-        """Whether the run joins the caller's trace."""
-        return self.context is not None
 
 
 NOTHING = Incoming()
@@ -116,13 +113,13 @@ def _extract(carrier: Mapping[str, Any] | None, source: str) -> Incoming:
     user = entries.get(USER_KEY)
     user_id = str(user) if isinstance(user, str) and user else None
     if trace.get_current_span(context).get_span_context().is_valid:
-        return Incoming(context, session_id, user_id)
+        return Incoming(context, True, session_id, user_id)
     logger.debug(
         "runnertrace: the incoming %s has no valid traceparent (%r): the run starts a new trace",
         source,
         plain.get("traceparent", "")[:64],
     )
-    return Incoming(None, session_id, user_id)
+    return Incoming(context, False, session_id, user_id)
 
 
 def inject(carrier: MutableMapping[str, str] | None = None, context: Any = None) -> dict[str, str]:
@@ -143,7 +140,7 @@ def joined(incoming: Incoming) -> Iterator[None]:
     Attach and detach happen in the caller's own step: never hold the block
     across a ``yield`` of an async generator.
     """
-    if incoming.context is None:
+    if not incoming.joins or incoming.context is None:
         yield
         return
     from opentelemetry import context as otel_context
