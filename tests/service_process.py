@@ -78,7 +78,9 @@ def app(endpoint: str, a2a_url: str) -> Any:
     agent = Agent(ScriptedLlm(turns=script(10)), tools=tools(endpoint, a2a_url), name="planner")
     NativeModule([agent], runtime=runtime)
     registered = runtime.agents().get("planner")
-    registered.runner = traced(registered.runner, TraceConfig(type="otlp", otlp={"endpoint": endpoint}))
+    registered.runner = traced(
+        registered.runner, TraceConfig(type="otlp", otlp={"endpoint": endpoint})
+    )
     return create_app(runtime)
 
 

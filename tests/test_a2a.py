@@ -25,16 +25,16 @@ import pytest
 
 pytest.importorskip("a2a")
 
-from a2a.client import ClientConfig, create_client  # noqa: E402
-from a2a.helpers.proto_helpers import get_message_text, new_text_message  # noqa: E402
-from a2a.types.a2a_pb2 import Role, SendMessageRequest  # noqa: E402
-from opentelemetry.trace import SpanKind  # noqa: E402
-from otlp_fixtures import wait_until  # noqa: E402
-from otlp_receiver import OtlpReceiver  # noqa: E402
+from a2a.client import ClientConfig, create_client
+from a2a.helpers.proto_helpers import get_message_text, new_text_message
+from a2a.types.a2a_pb2 import Role, SendMessageRequest
+from opentelemetry.trace import SpanKind
 
-from runnertrace.core import Runtime  # noqa: E402
-from runnertrace.core.models import AgentRequestText  # noqa: E402
-from runnertrace.runners.native import (  # noqa: E402
+from otlp_fixtures import wait_until
+from otlp_receiver import OtlpReceiver
+from runnertrace.core import Runtime
+from runnertrace.core.models import AgentRequestText
+from runnertrace.runners.native import (
     Agent,
     LlmResponse,
     NativeModule,
@@ -42,10 +42,10 @@ from runnertrace.runners.native import (  # noqa: E402
     ToolCall,
     tool,
 )
-from runnertrace.testing import capture_spans  # noqa: E402
-from runnertrace.tracing import traced  # noqa: E402
-from runnertrace.tracing.a2a import traced_client  # noqa: E402
-from runnertrace.tracing.config import Settings  # noqa: E402
+from runnertrace.testing import capture_spans
+from runnertrace.tracing import traced
+from runnertrace.tracing.a2a import traced_client
+from runnertrace.tracing.config import Settings
 
 TESTS = Path(__file__).resolve().parent
 SERVER = TESTS / "a2a_server_process.py"
@@ -71,7 +71,9 @@ class A2AServer:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(self.process.stderr.read().decode() if self.process.stderr else "")
+                raise RuntimeError(
+                    self.process.stderr.read().decode() if self.process.stderr else ""
+                )
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
                 return
@@ -132,7 +134,9 @@ async def run_caller(url: str, mode: str, streaming: bool, context_id: str) -> s
             "Relayed.",
         ]
     )
-    NativeModule([Agent(llm, tools=[ask_tool(url, streaming, context_id)], name="caller")], runtime=runtime)
+    NativeModule(
+        [Agent(llm, tools=[ask_tool(url, streaming, context_id)], name="caller")], runtime=runtime
+    )
     agent = runtime.agents().get("caller")
     agent.runner = traced(agent.runner)
     session = runtime.sessions().new("caller-session")
@@ -185,9 +189,9 @@ async def test_a_tool_calling_a_remote_agent_carries_the_trace_into_its_run(
     assert server_span.attributes["a2a.message.id"] == attrs["a2a.message.id"]
     (run,) = [s for s in remote() if s.name == "invoke_agent math"]
     assert run.parent_span_id == server_span.span_id
-    assert {s.attributes.get("gen_ai.conversation.id") for s in remote() if s.scope == "runnertrace"} == {
-        context_id
-    }
+    assert {
+        s.attributes.get("gen_ai.conversation.id") for s in remote() if s.scope == "runnertrace"
+    } == {context_id}
     # The remote run is whole: its two calculator calls, each once, in this trace.
     assert [s.name for s in remote()].count("execute_tool calculator") == 2
 
@@ -206,7 +210,8 @@ async def test_without_the_wrapper_the_remote_run_is_a_trace_of_its_own(
         return [
             s
             for s in receiver.spans
-            if s.attributes.get("gen_ai.conversation.id") == context_id and s.attributes.get("a2a.method.name")
+            if s.attributes.get("gen_ai.conversation.id") == context_id
+            and s.attributes.get("a2a.method.name")
         ]
 
     assert wait_until(lambda: len(ours()) == 1, timeout_s=20)

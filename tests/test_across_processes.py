@@ -18,21 +18,20 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 pytest.importorskip("mcp")
 pytest.importorskip("a2a")
 
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # noqa: E402
-from opentelemetry.sdk.resources import Resource  # noqa: E402
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from otlp_fixtures import wait_until  # noqa: E402
-from otlp_receiver import OtlpReceiver, ReceivedSpan  # noqa: E402
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from runnertrace.serve import ServiceClient  # noqa: E402
+from otlp_fixtures import wait_until
+from otlp_receiver import OtlpReceiver, ReceivedSpan
+from runnertrace.serve import ServiceClient
 
 TESTS = Path(__file__).resolve().parent
 SERVER_KIND, CLIENT_KIND = 2, 3
@@ -63,7 +62,9 @@ class Process:
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(self.process.stderr.read().decode() if self.process.stderr else "")
+                raise RuntimeError(
+                    self.process.stderr.read().decode() if self.process.stderr else ""
+                )
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
                 return
@@ -94,7 +95,13 @@ def service(receiver: OtlpReceiver) -> Iterator[str]:
     a2a = Process("a2a_server_process.py", "a2a-agent", a2a_port, receiver.traces_url)
     try:
         port = free_port()
-        served = Process("service_process.py", "service", port, receiver.traces_url, f"http://127.0.0.1:{a2a_port}/")
+        served = Process(
+            "service_process.py",
+            "service",
+            port,
+            receiver.traces_url,
+            f"http://127.0.0.1:{a2a_port}/",
+        )
         try:
             yield f"http://127.0.0.1:{port}"
         finally:
@@ -106,14 +113,18 @@ def service(receiver: OtlpReceiver) -> Iterator[str]:
 def tree(spans: list[ReceivedSpan], root: ReceivedSpan, depth: int = 0) -> list[str]:
     """The trace as indented lines (children in start order), for the README and failures."""
     lines = ["  " * depth + root.name]
-    children = sorted((s for s in spans if s.parent_span_id == root.span_id), key=lambda s: s.start_ns)
+    children = sorted(
+        (s for s in spans if s.parent_span_id == root.span_id), key=lambda s: s.start_ns
+    )
     for child in children:
         lines.extend(tree(spans, child, depth + 1))
     return lines
 
 
 @pytest.mark.parametrize("mode", ["run", "stream"])
-async def test_one_trace_across_four_processes(receiver: OtlpReceiver, service: str, mode: str) -> None:
+async def test_one_trace_across_four_processes(
+    receiver: OtlpReceiver, service: str, mode: str
+) -> None:
     provider = TracerProvider(resource=Resource.create({"service.name": "client"}))
     provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver.traces_url)))
     with provider.get_tracer("client-app").start_as_current_span(f"client {mode}") as root:
@@ -136,9 +147,11 @@ async def test_one_trace_across_four_processes(receiver: OtlpReceiver, service: 
         return [s.name for s in spans()]
 
     assert wait_until(
-        lambda: names().count("execute_tool calculator") == 2
-        and "invoke_agent planner" in names()
-        and "tools/call add" in names(),
+        lambda: (
+            names().count("execute_tool calculator") == 2
+            and "invoke_agent planner" in names()
+            and "tools/call add" in names()
+        ),
         timeout_s=30,
     ), names()
     found = spans()
@@ -173,7 +186,9 @@ async def test_one_trace_across_four_processes(receiver: OtlpReceiver, service: 
     assert parent(a2a_server) is a2a_client
     math = one("invoke_agent math")
     assert parent(math) is a2a_server
-    assert math.attributes["gen_ai.conversation.id"] == a2a_client.attributes["gen_ai.conversation.id"]
+    assert (
+        math.attributes["gen_ai.conversation.id"] == a2a_client.attributes["gen_ai.conversation.id"]
+    )
     # Four processes: the client's, the service's, the MCP server's, the A2A agent's.
     services = [s.resource.get("service.name") for s in (client_root, planner, mcp_call, math)]
     assert services == ["client", "service", "mcp-server", "a2a-agent"]

@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +29,15 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from mcp import StdioServerParameters  # noqa: E402
-from mcp.shared import _otel as mcp_otel  # noqa: E402
-from opentelemetry.sdk.trace import ReadableSpan  # noqa: E402
-from otlp_fixtures import wait_until  # noqa: E402
-from otlp_receiver import OtlpReceiver, ReceivedSpan  # noqa: E402
+from mcp import StdioServerParameters
+from mcp.shared import _otel as mcp_otel
+from opentelemetry.sdk.trace import ReadableSpan
 
-from runnertrace.core import Runtime  # noqa: E402
-from runnertrace.core.models import AgentRequestText  # noqa: E402
-from runnertrace.runners.native import (  # noqa: E402
+from otlp_fixtures import wait_until
+from otlp_receiver import OtlpReceiver, ReceivedSpan
+from runnertrace.core import Runtime
+from runnertrace.core.models import AgentRequestText
+from runnertrace.runners.native import (
     Agent,
     LlmResponse,
     NativeModule,
@@ -45,10 +45,10 @@ from runnertrace.runners.native import (  # noqa: E402
     ToolCall,
     tool,
 )
-from runnertrace.testing import CapturedSpans, capture_spans  # noqa: E402
-from runnertrace.tracing import traced  # noqa: E402
-from runnertrace.tracing.config import Settings  # noqa: E402
-from runnertrace.tracing.mcp import connect_stdio, connect_streamable_http  # noqa: E402
+from runnertrace.testing import CapturedSpans, capture_spans
+from runnertrace.tracing import traced
+from runnertrace.tracing.config import Settings
+from runnertrace.tracing.mcp import connect_stdio, connect_streamable_http
 
 TESTS = Path(__file__).resolve().parent
 SERVER = TESTS / "mcp_server_process.py"
@@ -89,7 +89,9 @@ class HttpServer:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(self.process.stderr.read().decode() if self.process.stderr else "")
+                raise RuntimeError(
+                    self.process.stderr.read().decode() if self.process.stderr else ""
+                )
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
                 return
@@ -109,19 +111,16 @@ class HttpServer:
 
 
 @pytest.fixture
-def app_provider_for_mcp() -> Iterator[list[CapturedSpans]]:
+def app_provider_for_mcp() -> Iterator[Callable[[CapturedSpans], None]]:
     """``mcp``'s spans recording, as with an app-wide SDK provider: its module tracer is
     pointed at the test's capture (restored afterwards)."""
-    holder: list[CapturedSpans] = []
-    saved = mcp_otel._tracer
+    saved = mcp_otel._tracer  # noqa: SLF001 - mcp's module tracer, the one its spans use
 
     def install(captured: CapturedSpans) -> None:
-        mcp_otel._tracer = captured.provider.get_tracer("mcp-python-sdk")
-        holder.append(captured)
+        mcp_otel._tracer = captured.provider.get_tracer("mcp-python-sdk")  # noqa: SLF001
 
-    holder_install: Any = install
-    yield holder_install
-    mcp_otel._tracer = saved
+    yield install
+    mcp_otel._tracer = saved  # noqa: SLF001
 
 
 def remote_tool(connect: Any) -> Any:
@@ -164,7 +163,9 @@ async def run_agent(add_remote: Any, mode: str) -> str:
         async for _ in runtime.stream(agent, session, requests):
             pass
     (result,) = [
-        c for c in llm.requests[1].contents if getattr(c, "tool_call_id", None) == "call_1" and hasattr(c, "status")
+        c
+        for c in llm.requests[1].contents
+        if getattr(c, "tool_call_id", None) == "call_1" and hasattr(c, "status")
     ]
     return str(result.text)
 
@@ -187,7 +188,10 @@ def check_the_call(
     assert attrs["mcp.protocol.version"]
     if transport == "http":
         assert attrs["mcp.session.id"]
-        assert (attrs["server.address"], attrs["server.port"]) == ("127.0.0.1", attrs["server.port"])
+        assert (attrs["server.address"], attrs["server.port"]) == (
+            "127.0.0.1",
+            attrs["server.port"],
+        )
     else:
         assert "mcp.session.id" not in attrs
     trace_id = hexid(tool_span.context.trace_id, 32)
@@ -207,7 +211,9 @@ def check_the_call(
     if transport == "http":
         assert call.attributes["mcp.session.id"] == attrs["mcp.session.id"]
     # Our spans: one execute_tool for the one call, none of mcp's recording here.
-    tools = [s for s in captured.spans if s.attributes.get("gen_ai.operation.name") == "execute_tool"]
+    tools = [
+        s for s in captured.spans if s.attributes.get("gen_ai.operation.name") == "execute_tool"
+    ]
     assert tools == [tool_span]
     return tool_span
 

@@ -134,9 +134,7 @@ def client_for(runtime: Runtime) -> httpx.AsyncClient:
 
 
 def sse(text: str) -> list[dict[str, Any]]:
-    return [
-        json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")
-    ]
+    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
 
 
 @pytest.mark.parametrize("route", ["run", "stream"])
@@ -219,9 +217,16 @@ async def test_http_run_failure_is_a_500_with_the_error() -> None:
 
 @pytest.mark.parametrize(
     ("body", "status"),
-    [({}, 400), ({"prompt": 3}, 400), ({"prompt": "hi", "nope": 1}, 400), ({"agent": "x", "prompt": "hi"}, 404)],
+    [
+        ({}, 400),
+        ({"prompt": 3}, 400),
+        ({"prompt": "hi", "nope": 1}, 400),
+        ({"agent": "x", "prompt": "hi"}, 404),
+    ],
 )
-async def test_http_rejects_bad_bodies_and_unknown_agents(body: dict[str, Any], status: int) -> None:
+async def test_http_rejects_bad_bodies_and_unknown_agents(
+    body: dict[str, Any], status: int
+) -> None:
     async with client_for(make_runtime()) as http:
         response = await http.post("/run", json=body)
     assert response.status_code == status
@@ -241,8 +246,8 @@ async def test_the_client_runs_streams_and_keeps_the_session() -> None:
     assert "".join(c.delta or "" for c in chunks) == ANSWER
     assert chunks[-1].done
     # Both calls in one session (the client keeps it), both under the caller's span.
-    assert {s.attributes["gen_ai.conversation.id"] for s in captured.by_name("invoke_agent math")} == {
-        client.session_id
-    }
+    assert {
+        s.attributes["gen_ai.conversation.id"] for s in captured.by_name("invoke_agent math")
+    } == {client.session_id}
     for name in ("POST /run", "POST /stream"):
         assert parent_of(one(captured, name)) == outer.get_span_context().span_id

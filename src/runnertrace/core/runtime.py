@@ -244,7 +244,9 @@ class Runtime:
                         return
                     with self._tool_context(agent, session, prepared).activate():
                         events = runner.stream(agent, session, prepared)
-                        source = events if incoming is None else _joined_events(events, incoming)
+                        source: Any = (
+                            events if incoming is None else _joined_events(events, incoming)
+                        )
                         try:
                             async for event in source:
                                 for out in await self._post_process(session, agent, event):
@@ -257,7 +259,7 @@ class Runtime:
                                     )
                         finally:
                             if source is not events:
-                                await source.aclose()  # type: ignore[attr-defined]
+                                await source.aclose()
                             aclose = getattr(events, "aclose", None)
                             if aclose is not None:
                                 await aclose()

@@ -124,6 +124,3 @@ def create_app(runtime: Runtime | None = None) -> Any:
             Route("/agents", agents, methods=["GET"]),
         ]
     )
-
-
-

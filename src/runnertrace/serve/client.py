@@ -62,7 +62,7 @@ class ServiceClient:
         if prompt is not None:
             body["prompt"] = prompt
         if requests:
-            body["requests"] = [r.model_dump() for r in requests]  # type: ignore[union-attr]
+            body["requests"] = [r.model_dump() for r in requests]
         if agent is not None:
             body["agent"] = agent
         session = session_id or self.session_id

@@ -75,7 +75,9 @@ class AgentService:
         names = self.runtime.agents().names()
         if agent is None:
             if len(names) != 1:
-                raise KeyError(f"name the agent: registered are {', '.join(sorted(names)) or 'none'}")
+                raise KeyError(
+                    f"name the agent: registered are {', '.join(sorted(names)) or 'none'}"
+                )
             agent = names[0]
         self._agent = self.runtime.agents().get(agent)
         self._session = self.runtime.sessions().get_or_new(session_id or uuid.uuid4().hex)

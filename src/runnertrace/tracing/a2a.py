@@ -93,7 +93,9 @@ def _record_answer(span: Any, event: Any) -> None:
         if has is None or not has(field):
             continue
         item = getattr(event, field)
-        task_id = getattr(item, "task_id", None) or (getattr(item, "id", None) if field == "task" else None)
+        task_id = getattr(item, "task_id", None) or (
+            getattr(item, "id", None) if field == "task" else None
+        )
         if task_id:
             span.set_attribute(TASK_ID, task_id)
         context_id = getattr(item, "context_id", None)
@@ -141,7 +143,7 @@ class TracedA2AClient:
         method = "SendStreamingMessage" if self._streaming() else "SendMessage"
         attributes: dict[str, Any] = {METHOD: method}
         attributes.update(_card_attributes(getattr(self.client, "_card", None)))
-        message = getattr(request, "message", None)
+        message: Any = getattr(request, "message", None)
         if getattr(message, "message_id", None):
             attributes[MESSAGE_ID] = message.message_id
         if getattr(message, "context_id", None):
@@ -268,7 +270,7 @@ class RuntimeAgentExecutor:
             attributes[A.AGENT_NAME] = agent.name
             attributes.pop("server.port", None)
             attributes.pop("server.address", None)
-            message = getattr(context, "message", None)
+            message: Any = getattr(context, "message", None)
             if getattr(message, "message_id", None):
                 attributes[MESSAGE_ID] = message.message_id
             if context.task_id:

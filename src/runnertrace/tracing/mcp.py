@@ -55,7 +55,9 @@ PROTOCOL_VERSION = "mcp.protocol.version"
 TRANSPORT = "network.transport"
 TRANSPORTS = {"stdio": "pipe", "streamable-http": "tcp", "sse": "tcp"}
 
-_quiet: contextvars.ContextVar[bool] = contextvars.ContextVar("runnertrace_mcp_quiet", default=False)
+_quiet: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "runnertrace_mcp_quiet", default=False
+)
 
 
 class _GatedTracer(trace_api.Tracer):
@@ -150,7 +152,9 @@ class TracedClientSession:
                 found["server.port"] = self.server_port
         return found
 
-    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
+    async def call_tool(
+        self, name: str, arguments: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> Any:
         span = _our_tool_span()
         if span is None:
             return await self.session.call_tool(name, arguments, **kwargs)
@@ -193,9 +197,10 @@ async def connect_stdio(server: Any, **session_options: Any) -> AsyncIterator[Tr
     from mcp import ClientSession
     from mcp.client.stdio import stdio_client
 
-    async with stdio_client(server) as (read, write), ClientSession(
-        read, write, **session_options
-    ) as session:
+    async with (
+        stdio_client(server) as (read, write),
+        ClientSession(read, write, **session_options) as session,
+    ):
         await session.initialize()
         yield traced_session(session, transport="stdio")
 
@@ -221,9 +226,10 @@ async def connect_streamable_http(
     parts = urlsplit(url)
     async with create_mcp_http_client(headers=headers) as http:
         http.event_hooks["response"].append(record)
-        async with streamable_http_client(url, http_client=http) as (read, write), ClientSession(
-            read, write, **session_options
-        ) as session:
+        async with (
+            streamable_http_client(url, http_client=http) as (read, write),
+            ClientSession(read, write, **session_options) as session,
+        ):
             await session.initialize()
             yield traced_session(
                 session,
@@ -277,7 +283,9 @@ class ServerSpans:
             kind=SpanKind.SERVER,
             attributes=attributes,
         )
-        with trace_api.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
+        with trace_api.use_span(
+            span, end_on_exit=True, record_exception=False, set_status_on_exception=False
+        ):
             try:
                 result = await call_next(ctx)
             except Exception as exc:

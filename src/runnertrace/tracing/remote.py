@@ -38,7 +38,7 @@ def tracer_for(runner: Any = None, settings: TraceConfig | None = None) -> trace
             if not settings.enabled:
                 return None
         setup = get_tracing_setup(settings)
-    return None if setup.disabled else setup.tracer  # type: ignore[no-any-return]
+    return None if setup.disabled else setup.tracer
 
 
 def error_type(exc: BaseException) -> str:
