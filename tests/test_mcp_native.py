@@ -267,6 +267,11 @@ async def test_with_mcps_own_spans_recording_the_call_is_told_once(
     methods = [s.attributes["mcp.method.name"] for s in mcp_spans]
     assert "tools/call" not in methods
     assert methods.count("initialize") == 1
+    # The tools/list that call_tool sends itself (to check the result) is part of the call:
+    # no client span of mcp's, the server's span under our execute_tool.
+    assert "tools/list" not in methods
+    (listing,) = server_spans(receiver, "tools/list")
+    assert listing.parent_span_id == hexid(tool_span.context.span_id, 16)
     # mcp's own client spans sit under our execute_tool span (they ran inside the tool),
     # and the server's initialize span is the child of mcp's client span for it.
     assert {s.parent.span_id for s in mcp_spans if s.parent} == {tool_span.context.span_id}
