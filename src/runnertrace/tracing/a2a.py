@@ -223,6 +223,9 @@ def _executor_base() -> type:
     return AgentExecutor
 
 
+_MIXED: dict[type, type] = {}
+
+
 class RuntimeAgentExecutor:
     """An ``a2a`` ``AgentExecutor`` running ``agent`` of ``runtime``, joining the caller's trace.
 
@@ -231,9 +234,14 @@ class RuntimeAgentExecutor:
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # a2a-sdk is imported on first use, so the AgentExecutor base is mixed in then
+        # (once per class): ``isinstance(executor, AgentExecutor)`` holds.
         base = _executor_base()
         if not issubclass(cls, base):
-            cls = type(cls.__name__, (cls, base), {})
+            mixed = _MIXED.get(cls)
+            if mixed is None:
+                mixed = _MIXED[cls] = type(cls.__name__, (cls, base), {})
+            cls = mixed
         return object.__new__(cls)
 
     def __init__(
