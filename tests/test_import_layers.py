@@ -39,9 +39,10 @@ LAYERS: dict[str, frozenset[str]] = {
     "exporters": _BASE | {"tracing"},
     "report": _BASE | {"tracing", "exporters"},
     "ui": _BASE | {"tracing", "exporters", "report"},
-    "cli": _BASE | {"tracing", "exporters", "report", "ui", "runners"},
+    "serve": _BASE | {"tracing"},
+    "cli": _BASE | {"tracing", "exporters", "report", "ui", "runners", "serve"},
     "testing": _BASE | {"tracing", "exporters"},
-    ROOT: _BASE | {"tracing", "exporters", "report", "ui", "runners", "cli", "testing"},
+    ROOT: _BASE | {"tracing", "exporters", "report", "ui", "runners", "serve", "cli", "testing"},
 }
 """Each top-level part of the package -> the parts it may import (besides itself)."""
 

@@ -26,11 +26,13 @@ from typing import Any
 from agent_framework import (
     Agent,
     AgentContext,
+    AgentExecutor,
     ChatContext,
     ChatResponseUpdate,
     Content,
     FunctionInvocationContext,
     Message,
+    WorkflowBuilder,
     agent_middleware,
     chat_middleware,
     function_middleware,
@@ -58,7 +60,7 @@ from runnertrace.testing import CapturedSpans
 from runnertrace.tracing.config import Settings, TraceConfig
 
 REPO = Path(__file__).resolve().parents[1]
-QUESTION = [AgentRequestText(prompt="What is 6 times 7?")]
+QUESTION: list[AgentRequest] = [AgentRequestText(prompt="What is 6 times 7?")]
 
 
 @tool
@@ -419,7 +421,7 @@ def test_an_unnamed_agent_cannot_be_registered() -> None:
 
 
 # -- tracing ---------------------------------------------------------------------------------------
-TOOL_RUN_TREE = [
+TOOL_RUN_TREE: list[Any] = [
     (
         "invoke_agent calc",
         [
@@ -476,7 +478,7 @@ async def test_closing_the_stream_at_every_event_leaves_nothing_open_and_saves_n
     agent = traced_agent(script())
     session = Session("s1")
     session.set_framework_context({"calls": 0})
-    async with aclosing(agent.runner.stream(agent, session, QUESTION)) as events:
+    async with aclosing(agent.runner.stream(agent, session, QUESTION)) as events:  # type: ignore[type-var]
         seen = 0
         async for _ in events:
             seen += 1
@@ -552,3 +554,66 @@ def test_a_message_list_is_what_the_runner_sends() -> None:
     (message,) = messages_of(QUESTION)
     assert isinstance(message, Message)
     assert (message.role, message.text) == ("user", "What is 6 times 7?")
+
+
+# -- a workflow as the agent (workflow.as_agent()) -----------------------------------------------
+
+
+class WorkflowSetup(Setup):
+    """The calculator as the one agent of a workflow, registered as ``workflow.as_agent()``."""
+
+    def __init__(self, turns: list[Turn] | None = None) -> None:
+        self.client = ScriptedChatClient(turns if turns is not None else script() * 2)
+        self.runtime = Runtime(settings=Settings())
+        self.calc = Agent(self.client, "Be exact.", name="calc", tools=[multiply])
+        workflow = WorkflowBuilder(start_executor=self.calc).build()
+        self.workflow = workflow.as_agent(name="pipeline")
+        self.native = self.workflow  # type: ignore[assignment]
+        self.module = MAFModule([self.workflow], runtime=self.runtime)
+        self.agent = self.runtime.agents().get("pipeline")
+
+
+@pytest.mark.parametrize("mode", ["run", "stream"])
+async def test_a_registered_workflow_replies_in_both_modes(mode: str) -> None:
+    s = WorkflowSetup()
+    if mode == "run":
+        reply = await s.run()
+    else:  # the runtime's streamed reply: the text of the last message the stream carried
+        s.runtime.settings.execution.mode = "stream"
+        reply = await s.run()
+    assert isinstance(reply, AgentReplyText)
+    assert (reply.text, reply.prompt) == ("6 x 7 = 42", "What is 6 times 7?")
+    assert len(s.client.calls) == 2
+    assert s.calc.middleware is None
+
+
+@pytest.mark.parametrize("mode", ["run", "stream"])
+async def test_a_workflows_agents_tools_share_the_framework_context(mode: str) -> None:
+    s = WorkflowSetup()
+    session = s.session()
+    session.set_framework_context({"calls": 1, "user": "ada"})
+    await s.go(mode, session)
+    assert session.get_framework_context() == {"calls": 2, "user": "ada", "session": "s1"}
+    stored = session.get(STATE_KEY)["state"]
+    assert CONTEXT_KEY not in stored
+    # lent to the executor's own session for the run only
+    executors = s.workflow.workflow.executors.values()
+    (executor,) = [e for e in executors if isinstance(e, AgentExecutor)]
+    assert CONTEXT_KEY not in executor._session.state  # noqa: SLF001 - where it was lent
+
+
+async def test_a_registered_workflow_keeps_the_conversation_in_the_session() -> None:
+    s = WorkflowSetup([say("First answer."), say("Second answer.")])
+    session = s.session()
+    await s.run(session, [AgentRequestText(prompt="One?")])
+    await s.run(session, [AgentRequestText(prompt="Two?")])
+    sent, _ = s.client.calls[1]
+    assert [m.text for m in sent if m.text][-3:] == ["One?", "First answer.", "Two?"]
+
+
+async def test_a_workflow_refuses_the_agent_only_run_option() -> None:
+    s = WorkflowSetup()
+    s.module.run_options(s.native, function_invocation_configuration={"max_iterations": 2})
+    with pytest.raises(ValueError, match=r"applies to an agent_framework\.Agent"):
+        await s.run()
+    assert s.client.calls == []

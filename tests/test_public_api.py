@@ -41,6 +41,10 @@ LISTED = (
     "runnertrace.tracing.content",
     "runnertrace.exporters.local_store",
     "runnertrace.runners.native",
+    "runnertrace.core.propagation",
+    "runnertrace.serve",
+    "runnertrace.tracing.mcp",
+    "runnertrace.tracing.a2a",
 )
 """The public modules ``runnertrace``'s docstring names one by one."""
 

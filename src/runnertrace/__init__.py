@@ -13,6 +13,9 @@ What is public, and so kept stable: the names in the ``__all__`` of
   ``runnertrace.tracing.backend`` (for writing a backend) and
   ``runnertrace.tracing.content`` (content policy and redaction);
 * ``runnertrace.exporters.local_store``: reading the ``local`` backend's traces;
+* across processes: ``runnertrace.core.propagation`` (the W3C carrier),
+  ``runnertrace.serve`` (``AgentService``, its HTTP app and client),
+  ``runnertrace.tracing.mcp`` and ``runnertrace.tracing.a2a``;
 * ``runnertrace.runners.native`` and each framework's runner module,
   ``runnertrace.runners.<framework>`` and ``runnertrace.runners.<framework>_testing``.
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextvars
-from collections.abc import AsyncIterator, Iterator, Sequence
+import weakref
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from runnertrace.core.models import (
     StreamChunk,
     prompt_of,
 )
+from runnertrace.core.propagation import Incoming, extract, joined
 from runnertrace.core.session import InMemorySessionStore, Session, SessionStore
 
 if TYPE_CHECKING:
@@ -140,16 +142,28 @@ class Runtime:
         return ToolContext(agent=agent, session=session, requests=requests, runtime=self)
 
     async def run(
-        self, agent: Agent, session: Session, requests: Sequence[AgentRequest]
+        self,
+        agent: Agent,
+        session: Session,
+        requests: Sequence[AgentRequest],
+        *,
+        carrier: Mapping[str, str] | None = None,
     ) -> AgentReply:
         """Run ``agent`` once. Exceptions from the runner propagate unchanged.
 
         With ``execution.mode: stream`` the run is driven through :meth:`stream`
         (the runner's ``stream()``, post-hooks per event) and the reply is
         assembled from the streamed text, so callers keep one call for both modes.
+
+        ``carrier`` is the caller's W3C trace context (``traceparent``,
+        ``tracestate``, ``baggage``; see :mod:`runnertrace.core.propagation`):
+        the run joins that trace, and a ``user.id`` in its baggage becomes the
+        traced run's user. Without one the current span stays the parent.
         """
         if self.settings.execution.mode == "stream":
-            return await self._run_streamed(agent, session, requests)
+            return await self._run_streamed(agent, session, requests, carrier)
+        incoming = None if carrier is None else extract(carrier)
+        runner = agent.runner if incoming is None else _runner_for(agent.runner, incoming)
         with run_scope(agent, session):
             async with self._store.lock(session.id):
                 try:
@@ -157,7 +171,11 @@ class Runtime:
                     if not isinstance(prepared, list):
                         return prepared
                     with self._tool_context(agent, session, prepared).activate():
-                        reply: AgentReply = await agent.runner.run(agent, session, prepared)
+                        if incoming is None:
+                            reply: AgentReply = await runner.run(agent, session, prepared)
+                        else:
+                            with joined(incoming):
+                                reply = await runner.run(agent, session, prepared)
                     for hook in agent.post_hooks:
                         reply = await hook.on_run(session, agent, prepared, reply)
                     return reply
@@ -166,12 +184,16 @@ class Runtime:
                     self._store.save(session)
 
     async def _run_streamed(
-        self, agent: Agent, session: Session, requests: Sequence[AgentRequest]
+        self,
+        agent: Agent,
+        session: Session,
+        requests: Sequence[AgentRequest],
+        carrier: Mapping[str, str] | None = None,
     ) -> AgentReply:
         """The reply of a streamed run: the text of its last assistant message."""
         texts: dict[str, list[str]] = {}
         last: str | None = None  # the latest message that carried text: the answer
-        async for chunk in self.stream(agent, session, requests):
+        async for chunk in self.stream(agent, session, requests, carrier=carrier):
             event = chunk.event
             if event is not None and event.type == "text_delta":
                 if event.message_id != last:
@@ -199,13 +221,20 @@ class Runtime:
         return events
 
     async def stream(
-        self, agent: Agent, session: Session, requests: Sequence[AgentRequest]
+        self,
+        agent: Agent,
+        session: Session,
+        requests: Sequence[AgentRequest],
+        *,
+        carrier: Mapping[str, str] | None = None,
     ) -> AsyncIterator[StreamChunk]:
         """Stream ``agent``'s events as :class:`StreamChunk` after post-hook filtering.
 
         A runner exception propagates to the consumer; the session is persisted
-        either way.
+        either way. ``carrier`` is as for :meth:`run`.
         """
+        incoming = None if carrier is None else extract(carrier)
+        runner = agent.runner if incoming is None else _runner_for(agent.runner, incoming)
         with run_scope(agent, session):
             async with self._store.lock(session.id):
                 try:
@@ -214,9 +243,12 @@ class Runtime:
                         yield StreamChunk(session_id=session.id, done=True)
                         return
                     with self._tool_context(agent, session, prepared).activate():
-                        events = agent.runner.stream(agent, session, prepared)
+                        events = runner.stream(agent, session, prepared)
+                        source: Any = (
+                            events if incoming is None else _joined_events(events, incoming)
+                        )
                         try:
-                            async for event in events:
+                            async for event in source:
                                 for out in await self._post_process(session, agent, event):
                                     yield StreamChunk(
                                         delta=getattr(out, "delta", None)
@@ -226,6 +258,8 @@ class Runtime:
                                         session_id=session.id,
                                     )
                         finally:
+                            if source is not events:
+                                await source.aclose()
                             aclose = getattr(events, "aclose", None)
                             if aclose is not None:
                                 await aclose()
@@ -233,6 +267,54 @@ class Runtime:
                 finally:
                     session.end_run()
                     self._store.save(session)
+
+
+async def _joined_events(events: Any, incoming: Incoming) -> AsyncIterator[Any]:
+    """``events``, each step of the runner run under the caller's context.
+
+    The context is attached and detached around each ``__anext__``, in this
+    generator's own step, so no token is ever held across a ``yield``.
+    """
+    iterator = events.__aiter__()
+    while True:
+        with joined(incoming):
+            try:
+                event = await iterator.__anext__()
+            except StopAsyncIteration:
+                return
+        yield event
+
+
+_by_user: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+_USERS_PER_RUNNER = 256
+
+
+def _runner_for(runner: Any, incoming: Incoming) -> Any:
+    """The runner for a run whose caller named a user in its baggage.
+
+    A traced runner is used as a copy whose ``trace.user_id`` is that user (the
+    same pipeline: the user id is not part of it), cached per runner and user;
+    any other runner is used as it is.
+    """
+    user = incoming.user_id
+    if not user or not getattr(runner, "is_tracing_runner", False):
+        return runner
+    settings = getattr(runner, "settings", None)
+    if settings is None or getattr(settings, "user_id", None) == user:
+        return runner
+    try:
+        cached = _by_user.setdefault(runner, {})
+    except TypeError:  # a runner that cannot be weakly referenced: no cache
+        cached = {}
+    variant = cached.get(user)
+    if variant is None:
+        from runnertrace.tracing import TracingRunner
+
+        variant = TracingRunner(runner.base, settings=settings.model_copy(update={"user_id": user}))
+        if len(cached) >= _USERS_PER_RUNNER:
+            cached.pop(next(iter(cached)))
+        cached[user] = variant
+    return variant
 
 
 def _settings_or_defaults() -> Settings:

@@ -1,4 +1,5 @@
-"""``MAFRunner``: the runner contract over a Microsoft Agent Framework ``Agent``.
+"""``MAFRunner``: the runner contract over a Microsoft Agent Framework ``Agent``, or a
+workflow registered as the agent (``workflow.as_agent()``, a ``WorkflowAgent``).
 
 Install with ``pip install 'runnertrace[maf]'``; importing this module without
 ``agent-framework-core`` raises :class:`~runnertrace._internal.imports.MissingExtraError`.
@@ -82,6 +83,20 @@ a context variable set in the tool's body and passes every other run of that age
 straight through. Agent Framework's own spans (the workflow's included) stay quiet
 in the whole body of such a tool: ours stand for them. Nested ``as_tool()`` agents
 nest the same way, one run per level.
+
+**A workflow as the agent** (``workflow.as_agent()`` registered, the orchestrations of
+``agent-framework-orchestrations`` included): the workflow's run is the run, and each
+run of one of its agents (an ``AgentExecutor``'s, a handoff's clone, a group chat's
+``orchestrator_agent``, those of nested workflows) is a nested run under the run span,
+through the same middleware, attached to those agents for the run (a
+``WorkflowAgent`` runs no middleware of its own): in sequence or side by side as the
+workflow runs them, each ended by its own end, failure or cancellation (a workflow
+cancels the other branches when one fails). In stream mode the agents' events are the
+run's stream too (queued there, not reported to the run, which has them through its
+nested runs). The session is the ``WorkflowAgent``'s (its history provider keeps the
+conversation); the framework context is lent to each agent's session (its executor's)
+while it runs, so its tools find it where an ``Agent``'s do. A workflow takes no
+``function_invocation_configuration`` (its agents' clients keep theirs).
 """
 
 from __future__ import annotations
@@ -92,6 +107,7 @@ import copy
 import logging
 import threading
 from collections.abc import (
+    AsyncGenerator,
     AsyncIterable,
     AsyncIterator,
     Awaitable,
@@ -100,7 +116,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import ExitStack, asynccontextmanager, contextmanager
+from contextlib import ExitStack, aclosing, asynccontextmanager, contextmanager, nullcontext
 from functools import partial
 from typing import Any, ClassVar
 
@@ -127,16 +143,26 @@ try:
         Message,
         ResponseStream,
         WorkflowAgent,
+        WorkflowExecutor,
         normalize_function_invocation_configuration,
     )
     from agent_framework import observability as maf_observability
 except ImportError as exc:
     raise missing_extra(exc, "maf") from exc
 
+from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.context import reset_var
+from runnertrace.core.events import StreamEvent
 from runnertrace.core.models import AgentReply, AgentRequest
 from runnertrace.core.module import Module
-from runnertrace.core.observer import NestedRun, can_nest_runs, in_traced_run, open_nested_run
+from runnertrace.core.observer import (
+    NULL_OBSERVER,
+    NestedRun,
+    Observer,
+    can_nest_runs,
+    in_traced_run,
+    open_nested_run,
+)
 from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.runners._kit.genai import Message as SemconvMessage
 from runnertrace.runners._kit.genai import (
@@ -159,6 +185,7 @@ from runnertrace.runners._kit.skeleton import (
     RunSetup,
     is_url,
     media_bytes,
+    native_of,
     reply_of,
     save,
 )
@@ -374,6 +401,7 @@ class _Mapper:
         self._step: int | None = None
         self._steps = 0
         self._streamed: dict[str, _Streamed] = {}  # message id -> what it reported so far
+        self._answered: set[str] = set()  # tool call ids whose result was reported
 
     # steps and messages -------------------------------------------------------------------
     def chat_started(self, context: ChatContext) -> str:
@@ -392,10 +420,29 @@ class _Mapper:
             self.builder.step_end(self._agent_name, self._step)
             self._step = None
 
-    def run_finished(self, _: Any = None) -> None:
-        """The run ended (the agent middleware, or the agent stream's result hook)."""
+    def run_finished(self, response: Any = None) -> None:
+        """The run ended (the agent middleware, or the agent stream's result hook) with
+        ``response``: the results of tool calls that a middleware answered without
+        running the tool (a handoff orchestration's ``handoff_to_<agent>`` tools), which
+        only the response holds, then the last step's end."""
         with _boundary:
+            if isinstance(response, AgentResponse):
+                self._unrun_results(response)
             self._end_step()
+
+    def _unrun_results(self, response: AgentResponse[Any]) -> None:
+        names: dict[str, str] = {}
+        for message in response.messages:
+            for content in message.contents:
+                call_id = content.call_id
+                if not call_id:
+                    continue
+                if content.type == "function_call" and content.name:
+                    names[call_id] = content.name
+                elif content.type == "function_result" and call_id not in self._answered:
+                    self._answered.add(call_id)
+                    text = as_text(_result_value(content.result))
+                    self.builder.tool_result(call_id, text, name=names.get(call_id))
 
     def _content(self, message_id: str, content: Content) -> None:
         kind = content.type
@@ -476,10 +523,12 @@ class _Mapper:
     # tools ---------------------------------------------------------------------------------
     def tool_returned(self, call_id: str, name: str, result: Any) -> None:
         with _boundary:
+            self._answered.add(call_id)
             self.builder.tool_result(call_id, as_text(_result_value(result)), name=name)
 
     def tool_failed(self, call_id: str, name: str, error: BaseException) -> None:
         with _boundary:
+            self._answered.add(call_id)
             self.builder.tool_result(
                 call_id, f"{type(error).__name__}: {error}", name=name, error=error
             )
@@ -559,7 +608,7 @@ class _AgentObserver(AgentMiddleware):
         if isinstance(context.result, ResponseStream):
             context.stream_result_hooks.append(self.mapper.run_finished)
         else:
-            self.mapper.run_finished()
+            self.mapper.run_finished(context.result)
 
 
 def _observers(mapper: _Mapper) -> list[Any]:
@@ -584,68 +633,194 @@ def _tool_target(function: Any) -> Any:
 
 def _delegates_of(function: Any) -> tuple[MAFAgent[Any], ...]:
     """The agents a tool runs that we can map: the agent of ``agent.as_tool()``, or
-    the agents of a workflow's ``as_agent().as_tool()`` (its agent executors). Only an
-    ``Agent`` runs middleware, so any other keeps Agent Framework's own spans."""
+    the agents of a workflow's ``as_agent().as_tool()`` (see :func:`_workflow_agents`).
+    Only an ``Agent`` runs middleware, so any other keeps Agent Framework's own spans."""
     target = _tool_target(function)
     if isinstance(target, MAFAgent):
         return (target,)
     if isinstance(target, WorkflowAgent):
-        executors = target.workflow.executors.values()
-        agents = (e.agent for e in executors if isinstance(e, AgentExecutor))
-        return tuple({id(a): a for a in agents if isinstance(a, MAFAgent)}.values())
+        return _workflow_agents(target.workflow)
     return ()
+
+
+def _workflow_agents(workflow: Any) -> tuple[MAFAgent[Any], ...]:
+    """The agents a workflow runs, each once: its ``AgentExecutor`` s' agents (the
+    orchestrations' participants, a handoff's clones included), an orchestrator's own
+    agent (a group chat's ``orchestrator_agent``), and those of the workflows nested in
+    it (a ``WorkflowExecutor``, a ``WorkflowAgent`` as an executor's agent)."""
+    found: dict[int, MAFAgent[Any]] = {}
+    seen: set[int] = set()
+
+    def visit(flow: Any) -> None:
+        if id(flow) in seen:
+            return
+        seen.add(id(flow))
+        for executor in getattr(flow, "executors", {}).values():
+            if isinstance(executor, WorkflowExecutor):
+                visit(executor.workflow)
+                continue
+            # An orchestrator keeps its agent as ``_agent`` (no public accessor)
+            agent = (
+                executor.agent
+                if isinstance(executor, AgentExecutor)
+                else getattr(executor, "_agent", None)
+            )
+            if isinstance(agent, MAFAgent):
+                found.setdefault(id(agent), agent)
+            elif isinstance(agent, WorkflowAgent):
+                visit(agent.workflow)
+
+    visit(workflow)
+    return tuple(found.values())
+
+
+class _ForwardingBuilder(EventBuilder):
+    """An inner agent's builder: each event goes to its nested run (if one traces it)
+    and, in a stream-mode run of a workflow, onto the workflow's own stream too (those
+    are the events a consumer reads: what the workflow's agents say), queued there
+    without being reported to the workflow's run, which has them through its nested runs."""
+
+    def __init__(self, observer: Observer, forward: Callable[[StreamEvent], None] | None) -> None:
+        super().__init__(observer)
+        self.forward = forward
+
+    def emit(self, event: StreamEvent) -> None:
+        self.observer(event)
+        if self.forward is not None:
+            self.forward(event)
+
+
+class _Arrivals:
+    """A stream-mode workflow run's agents' events: queued on the run's builder, to be
+    yielded (not reported: the run has them through its nested runs), and a wake-up
+    for the stream, which would otherwise yield them only with the workflow's next
+    output (an agent whose output is not the workflow's would stream nothing live)."""
+
+    __slots__ = ("queue", "ready")
+
+    def __init__(self, builder: EventBuilder) -> None:
+        queue = builder._queue  # noqa: SLF001 - the kit's builder has no "queue only" call
+        assert queue is not None  # a stream-mode builder queues
+        self.queue = queue
+        self.ready = asyncio.Event()
+
+    def put(self, event: StreamEvent) -> None:
+        self.queue.append(event)
+        self.ready.set()
+
+    async def merged(self, native: AsyncIterable[Any]) -> AsyncGenerator[Any, None]:
+        """``native``'s items, and a ``None`` whenever events arrived in between (the
+        template drains the builder after each item). The pull runs as a task of its
+        own, created in the consumer's step; it is cancelled if the consumer stops."""
+        iterator = native.__aiter__()
+        pull: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                if pull is None:
+                    pull = asyncio.ensure_future(iterator.__anext__())
+                if not self.ready.is_set():
+                    wake = asyncio.ensure_future(self.ready.wait())
+                    try:
+                        await asyncio.wait((pull, wake), return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        wake.cancel()
+                if self.ready.is_set():
+                    self.ready.clear()
+                    yield None
+                if pull.done():
+                    try:
+                        item = pull.result()
+                    except StopAsyncIteration:
+                        return
+                    finally:
+                        pull = None
+                    yield item
+        finally:
+            if pull is not None and not pull.done():
+                pull.cancel()
+                await asyncio.gather(pull, return_exceptions=True)
 
 
 class _AgentRun:
     """One run of an inner agent: a nested run of ours (an ``invoke_agent`` span under
-    the tool's span) with a mapping of its own."""
+    the span that started it) with a mapping of its own. Without a nested run (a
+    stream-mode workflow run that nothing traces) only the forwarded events remain."""
 
-    __slots__ = ("builder", "mapper", "observers", "run")
+    __slots__ = ("builder", "lent", "mapper", "observers", "run")
 
-    def __init__(self, run: NestedRun, name: str) -> None:
+    def __init__(
+        self, run: NestedRun | None, name: str, forward: Callable[[StreamEvent], None] | None
+    ) -> None:
         self.run = run
-        self.builder = EventBuilder(run)
-        self.mapper = _Mapper(self.builder, name, detailed=True)
+        self.builder = _ForwardingBuilder(run if run is not None else NULL_OBSERVER, forward)
+        self.mapper = _Mapper(self.builder, name, detailed=run is not None)
         self.observers = _Observers(self.mapper)
+        self.lent: dict[str, Any] | None = None  # the session state we lent the context to
 
-    def finish(self, reply: str | None = None, error: BaseException | None = None) -> None:
+    def lend(self, context: dict[str, Any] | None, session: AgentSession | None) -> None:
+        self.lent = _lend(context, session)
+
+    def finish(
+        self, reply: str | None = None, error: BaseException | None = None, response: Any = None
+    ) -> None:
         with _boundary:
-            if error is not None:
+            if self.lent is not None:
+                self.lent.pop(CONTEXT_KEY, None)
+            if error is not None:  # what is open ends with the run, failed or cancelled
                 self.builder.fail(error)
-            self.mapper.run_finished()
-        self.run.finish(
-            reply=reply, error=error, cancelled=isinstance(error, asyncio.CancelledError)
-        )
+            else:  # (the stream's hooks may run in any order: the response is here too)
+                self.mapper.run_finished(response)
+        if self.run is not None:
+            cancelled = isinstance(error, asyncio.CancelledError | GeneratorExit)
+            self.run.finish(reply=reply, error=error, cancelled=cancelled)
 
 
 class _Delegation:
-    """One call, in a traced run, of a tool that runs agents: each run of one of them
-    starts its own :class:`_AgentRun` (from our middleware attached to it) and ends
-    it when the agent's run ends; the tool's end ends whatever is left."""
+    """The agents one tool call (in a traced run) or one workflow run of ours maps:
+    each run of one of them starts its own :class:`_AgentRun` (from our middleware
+    attached to it) and ends it when the agent's run ends; the tool's (or the
+    workflow's) end ends whatever is left. ``forward``: where a stream-mode workflow
+    run queues its agents' events; ``context``: the framework context the agents'
+    tools see in their session's state (a workflow's agents have sessions of their own)."""
 
-    __slots__ = ("agents", "runs")
+    __slots__ = ("agents", "context", "forward", "runs")
 
-    def __init__(self, agents: tuple[MAFAgent[Any], ...]) -> None:
+    def __init__(
+        self,
+        agents: tuple[MAFAgent[Any], ...],
+        *,
+        forward: Callable[[StreamEvent], None] | None = None,
+        context: dict[str, Any] | None = None,
+    ) -> None:
         self.agents = agents
+        self.forward = forward
+        self.context = context
         self.runs: dict[int, _AgentRun] = {}  # id(agent) -> its run in progress
 
     def observers(self, agent: MAFAgent[Any]) -> _Observers | None:
         current = self.runs.get(id(agent))
         return current.observers if current is not None else None
 
-    def start(self, agent: MAFAgent[Any]) -> _AgentRun | None:
+    def start(self, agent: MAFAgent[Any], context: AgentContext) -> _AgentRun | None:
         """A run of ``agent`` starts: its nested run opens under the current span."""
         name = agent.name or type(agent).__name__
-        run = open_nested_run(name, mode="stream")  # as_tool() streams its agent
-        if run is None:
+        run = open_nested_run(name, mode="stream" if context.stream else "run")
+        if run is None and self.forward is None:
             return None
-        current = self.runs[id(agent)] = _AgentRun(run, name)
+        current = self.runs[id(agent)] = _AgentRun(run, name, self.forward)
+        current.lend(self.context, context.session)
         return current
 
-    def end(self, agent: MAFAgent[Any], reply: str | None, error: BaseException | None) -> None:
+    def end(
+        self,
+        agent: MAFAgent[Any],
+        reply: str | None,
+        error: BaseException | None,
+        response: Any = None,
+    ) -> None:
         current = self.runs.pop(id(agent), None)
         if current is not None:
-            current.finish(reply=reply, error=error)
+            current.finish(reply=reply, error=error, response=response)
 
     def finish(self, error: BaseException | None = None) -> None:
         for key in list(self.runs):
@@ -697,9 +872,16 @@ class _DelegatedAgent(AgentMiddleware):
         current = None
         if delegation is not None and any(a is agent for a in delegation.agents):
             with _boundary:
-                current = delegation.start(agent)
-        if current is None or delegation is None:
-            await call_next()
+                current = delegation.start(agent, context)
+        if current is None or delegation is None:  # not mapped: the context is still lent
+            lent = _lend(delegation.context, context.session) if delegation else None
+            try:
+                await call_next()
+            finally:
+                if lent is not None and not isinstance(context.result, ResponseStream):
+                    lent.pop(CONTEXT_KEY, None)
+            if lent is not None and isinstance(context.result, ResponseStream):
+                context.result.with_cleanup_hook(partial(lent.pop, CONTEXT_KEY, None))
             return
         try:
             await current.observers.agent.process(context, call_next)
@@ -707,17 +889,41 @@ class _DelegatedAgent(AgentMiddleware):
             delegation.end(agent, None, exc)
             raise
         if isinstance(context.result, ResponseStream):
-            # the run's end is its stream's end (a failed stream ends with the tool)
+            # The run's end is its stream's end; a pull that fails (a cancellation: a
+            # workflow cancels the other branches when one fails) ends it at once.
+            context.result.with_pull_context_manager(partial(_pulling, delegation, agent))
             context.stream_result_hooks.append(partial(_ended, delegation, agent))
         else:
             _ended(delegation, agent, context.result)
+
+
+def _lend(context: dict[str, Any] | None, session: AgentSession | None) -> dict[str, Any] | None:
+    """The framework context, in an inner run's session state while it runs (where its
+    tools look: a workflow's agents have sessions of their own), unless that state
+    has one of its own; returns the state it was put in (to take it back from)."""
+    if context is None or session is None or CONTEXT_KEY in session.state:
+        return None
+    session.state[CONTEXT_KEY] = context
+    return session.state
+
+
+@contextmanager
+def _pulling(delegation: _Delegation, agent: MAFAgent[Any]) -> Iterator[None]:
+    """Around each pull of a delegated agent's stream: a failure there ends its run."""
+    try:
+        yield
+    except StopAsyncIteration:
+        raise
+    except BaseException as exc:
+        delegation.end(agent, None, exc)
+        raise
 
 
 def _ended(delegation: _Delegation, agent: MAFAgent[Any], response: Any) -> None:
     """An inner agent's run ended with ``response``: its nested run ends with the text."""
     with _boundary:
         text = getattr(response, "text", None)
-        delegation.end(agent, text if isinstance(text, str) else None, None)
+        delegation.end(agent, text if isinstance(text, str) else None, None, response)
 
 
 class _DelegatedChat(ChatMiddleware):
@@ -800,22 +1006,38 @@ def _delegating(delegation: _Delegation | None) -> Iterator[None]:
     if delegation is None and _delegation.get() is None:
         yield
         return
-    token = _delegation.set(delegation)
-    try:
+    with _delegation_as(delegation):
         if delegation is None:
             yield
         else:
-            with ExitStack() as attachments:
-                for agent in delegation.agents:
-                    attachments.enter_context(_attached(agent))
-                try:
-                    yield
-                except BaseException as exc:
-                    delegation.finish(error=exc)
-                    raise
-                delegation.finish()
+            with _mapping(delegation):
+                yield
+
+
+@contextmanager
+def _delegation_as(delegation: _Delegation | None) -> Iterator[None]:
+    """:data:`_delegation` set to ``delegation`` for the block."""
+    token = _delegation.set(delegation)
+    try:
+        yield
     finally:
         reset_var(_delegation, token)
+
+
+@contextmanager
+def _mapping(delegation: _Delegation) -> Iterator[None]:
+    """Our middleware on the delegated agents for the block; the inner runs still open
+    at its end end then, with its failure (a cancellation, or a consumer that stopped
+    early, ends them cancelled)."""
+    with ExitStack() as attachments:
+        for agent in delegation.agents:
+            attachments.enter_context(_attached(agent))
+        try:
+            yield
+        except BaseException as exc:
+            delegation.finish(error=exc)
+            raise
+        delegation.finish()
 
 
 # -- the framework's own instrumentation -----------------------------------------------------------
@@ -972,13 +1194,66 @@ class _Run(FrameworkRun["AgentResponse[Any] | None"]):
         return reply_of(_reply_output(result), prompt)
 
 
-class MAFRunner(FrameworkRunner[MAFAgent[Any]]):
-    """Runs an ``agent_framework.Agent`` in run or stream mode."""
+class _WorkflowRun(_Run):
+    """One run of a ``WorkflowAgent`` (``workflow.as_agent()``): the workflow's run is
+    this run; each run of one of its agents (see :func:`_workflow_agents`) is a nested
+    run under it, mapped by our middleware attached to that agent for the run (a
+    ``WorkflowAgent`` runs no middleware of its own). In stream mode the agents'
+    events are also this run's stream, in the order they happen. Agent Framework's own
+    spans (the workflow's, its executors' and its agents') stay quiet in a traced run."""
+
+    def __init__(
+        self,
+        setup: RunSetup[Any],
+        target: Any,
+        kwargs: dict[str, Any],
+        native_session: AgentSession,
+        quiet: bool,
+        delegation: _Delegation | None,
+        arrivals: _Arrivals | None,
+    ) -> None:
+        super().__init__(setup, target, kwargs, native_session, quiet)
+        self.delegation = delegation
+        self.arrivals = arrivals
+
+    @contextmanager
+    def _pull(self) -> Iterator[None]:
+        """What the workflow's code sees while it runs (each pull, in stream mode: the
+        tasks the workflow starts there take it along)."""
+        with _quiet_as(self.quiet), _delegation_as(self.delegation):
+            yield
+
+    async def call(self) -> AgentResponse[Any]:
+        delegation = self.delegation
+        with self._pull(), _mapping(delegation) if delegation is not None else nullcontext():
+            response: AgentResponse[Any] = await self.target.run(**self.kwargs)
+        return response
+
+    @asynccontextmanager
+    async def native_stream(self) -> AsyncIterator[AsyncIterable[Any]]:
+        delegation = self.delegation
+        with _mapping(delegation) if delegation is not None else nullcontext():
+            with self._pull():
+                native_stream = self.target.run(stream=True, **self.kwargs)
+            native_stream.with_pull_context_manager(self._pull)
+            async with native_stream:
+                arrivals = self.arrivals
+                if arrivals is None:
+                    yield native_stream
+                else:  # closed first: its pull must not outlive the native stream
+                    async with aclosing(arrivals.merged(native_stream)) as items:
+                        yield items
+                await native_stream.get_final_response()
+
+
+class MAFRunner(FrameworkRunner[Any]):
+    """Runs an ``agent_framework.Agent``, or a workflow as an agent
+    (``workflow.as_agent()``, a ``WorkflowAgent``), in run or stream mode."""
 
     framework: ClassVar[str] = "maf"
     state_key: ClassVar[str] = STATE_KEY
     native_type: ClassVar[type[Any]] = MAFAgent
-    native_what: ClassVar[str] = "an agent_framework.Agent"
+    native_what: ClassVar[str] = "an agent_framework.Agent or WorkflowAgent"
     boundary: ClassVar[MappingBoundary] = _boundary
     RESERVED_RUN_OPTIONS: ClassVar[dict[str, str]] = {
         "messages": "the runner builds the input messages from the requests",
@@ -1015,10 +1290,18 @@ class MAFRunner(FrameworkRunner[MAFAgent[Any]]):
                 f"run option {_CONFIGURATION_OPTION!r}: {exc} (got {config!r})"
             ) from exc
 
-    async def start(self, setup: RunSetup[MAFAgent[Any]]) -> _Run:
+    def native_of(self, agent: CoreAgent) -> Any:
+        """The agent's ``Agent`` or ``WorkflowAgent`` (anything else: a ``TypeError``)."""
+        if isinstance(agent.native, WorkflowAgent):
+            return agent.native
+        return native_of(agent, MAFAgent, self.native_what)
+
+    async def start(self, setup: RunSetup[Any]) -> _Run:
         quiet = in_traced_run()
         if quiet:
             _allow_quiet()
+        if isinstance(setup.native, WorkflowAgent):
+            return self._start_workflow(setup, quiet)
         # Untraced run mode installs nothing: the run is the plain native call. Stream
         # mode always maps (the events are the stream).
         observers: list[Any] = []
@@ -1029,12 +1312,7 @@ class MAFRunner(FrameworkRunner[MAFAgent[Any]]):
         options = prepared.options
         declared = options.pop(_CONFIGURATION_OPTION, None)
         target = native if declared is None else _with_configuration(native, declared)
-        stored = prepared.state
-        native_session = (
-            AgentSession.from_dict(stored)
-            if isinstance(stored, dict)
-            else native.create_session(session_id=setup.session.id)
-        )
+        native_session = _native_session(native, prepared.state, setup.session.id)
         native_session.state[CONTEXT_KEY] = prepared.context if prepared.context is not None else {}
         if observers:  # the caller's middleware first: ours are innermost
             options["middleware"] = [*_listed(options.get("middleware")), *observers]
@@ -1042,6 +1320,40 @@ class MAFRunner(FrameworkRunner[MAFAgent[Any]]):
         options["messages"] = messages_of(setup.requests)
         options["session"] = native_session
         return _Run(setup, target, options, native_session, quiet)
+
+    def _start_workflow(self, setup: RunSetup[Any], quiet: bool) -> _WorkflowRun:
+        """A ``WorkflowAgent``'s run: its options (``tools``, ``function_invocation_kwargs``,
+        ``client_kwargs``, ``checkpoint_storage``, ...) go to its ``run``. Our middleware
+        is on its agents for the run, always: it lends them the framework context, and
+        maps their runs when someone traces (nested runs) and in stream mode (their
+        events are the stream)."""
+        native, prepared = setup.native, setup.prepared
+        options = prepared.options
+        if _CONFIGURATION_OPTION in options:
+            raise ValueError(
+                f"run option {_CONFIGURATION_OPTION!r} applies to an agent_framework.Agent; a "
+                f"workflow's agents keep it on their chat clients (agent {setup.agent.name!r})"
+            )
+        native_session = _native_session(native, prepared.state, setup.session.id)
+        context = prepared.context if prepared.context is not None else {}
+        native_session.state[CONTEXT_KEY] = context
+        delegation = arrivals = None
+        with _boundary:  # (a fault costs the mapping and the context's lending, not the run)
+            agents = _workflow_agents(native.workflow)
+            arrivals = _Arrivals(setup.builder) if setup.streaming else None
+            forward = arrivals.put if arrivals is not None else None
+            delegation = _Delegation(agents, forward=forward, context=context)
+        options["messages"] = messages_of(setup.requests)
+        options["session"] = native_session
+        return _WorkflowRun(setup, native, options, native_session, quiet, delegation, arrivals)
+
+
+def _native_session(native: Any, stored: Any, session_id: str) -> AgentSession:
+    """The stored Agent Framework session, else a new one with our session's id."""
+    if isinstance(stored, dict):
+        return AgentSession.from_dict(stored)
+    session: AgentSession = native.create_session(session_id=session_id)
+    return session
 
 
 class MAFModule(Module):
