@@ -9,16 +9,19 @@ numbers per run span, for a test to pin the shape it expects (and a note to repo
 from __future__ import annotations
 
 import math
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
+from runnertrace.exporters.local_store import RunSummary, SpanStore
 from runnertrace.tracing import attributes as A
 
-__all__ = ["Level", "check_totals"]
+__all__ = ["Level", "agent_figures", "check_store_rows", "check_totals"]
 
 
 @dataclass
@@ -57,10 +60,11 @@ def _ours(span: ReadableSpan, kind: str) -> bool:
 
 
 def check_totals(spans: Iterable[ReadableSpan], model_calls: int | None = None) -> list[Level]:
-    """Assert the totals of every run span of ours against its subtree; return the
-    levels, outermost first (depth-first). ``model_calls``: how many calls the fake
-    models answered; then the trace must hold exactly that many chat spans, and no
-    other span may carry a call's usage keys (a framework's own span counting it twice).
+    """Assert the totals of every run span of ours against its subtree, and that the
+    local store's run row and per-agent rows say the same (:func:`check_store_rows`);
+    return the levels, outermost first (depth-first). ``model_calls``: how many calls
+    the fake models answered; then the trace must hold exactly that many chat spans, and
+    no other span may carry a call's usage keys (a framework's own span counting it twice).
     """
     spans = list(spans)
     by_id = {s.context.span_id: s for s in spans if s.context is not None}
@@ -177,9 +181,113 @@ def check_totals(spans: Iterable[ReadableSpan], model_calls: int | None = None) 
 
     for root in roots:
         walk(root, 0)
+    if levels:
+        with tempfile.TemporaryDirectory() as folder:
+            check_store_rows(spans, Path(folder) / "traces.db")
     return ordered
 
 
 def rows(levels: Sequence[Level]) -> str:
     """The levels as text, one run per line (for a note, or an assertion message)."""
     return "\n".join(level.row() for level in levels)
+
+
+def agent_figures(spans: Sequence[ReadableSpan]) -> dict[str, dict[str, tuple[int, int, int]]]:
+    """Per agent, from the chat and tool spans alone, (model calls, tokens in, tool calls):
+    ``own``, the calls whose nearest run is one of the agent's; ``total``, every call under
+    one of its runs (each call once per agent, however often the agent is nested in itself)."""
+    by_id = {s.context.span_id: s for s in spans if s.context is not None}
+
+    def kind(span: ReadableSpan) -> object:
+        return (span.attributes or {}).get(A.SPAN_TYPE)
+
+    def agent(run: ReadableSpan) -> str:
+        name = (run.attributes or {}).get(A.AGENT_NAME)
+        return name if isinstance(name, str) and name else run.name
+
+    out: dict[str, dict[str, list[int]]] = {}
+    for span in spans:
+        if kind(span) not in ("message", "tool"):
+            continue
+        runs: list[ReadableSpan] = []
+        at = span.parent
+        while at is not None and at.span_id in by_id:
+            parent = by_id[at.span_id]
+            if kind(parent) == "run":
+                runs.append(parent)
+            at = parent.parent
+        if not runs:
+            continue
+        tokens = (span.attributes or {}).get(A.INPUT_TOKENS, 0)
+        call = (
+            [1, tokens if isinstance(tokens, int) else 0, 0]
+            if kind(span) == "message"
+            else [0, 0, 1]
+        )
+        for side, names in (("own", {agent(runs[0])}), ("total", {agent(r) for r in runs})):
+            for name in names:
+                figures = out.setdefault(name, {}).setdefault(side, [0, 0, 0])
+                for i, value in enumerate(call):
+                    figures[i] += value
+    return {a: {k: (v[0], v[1], v[2]) for k, v in d.items()} for a, d in out.items()}
+
+
+def check_store_rows(spans: Sequence[ReadableSpan], db: Path) -> list[RunSummary]:
+    """Write ``spans`` into a new store at ``db`` and assert what it keeps: each trace's run
+    row is its top run spans' totals (the root's, or the sum of the top runs under an
+    application's root), not derived; its per-agent rows agree with :func:`agent_figures`.
+    Returns the rows, newest first (for a test to pin more)."""
+    store = SpanStore(db)
+    store.write(list(spans))
+    rows = store.list_runs(1000)
+    figures = agent_figures(spans)
+    by_id = {s.context.span_id: s for s in spans if s.context is not None}
+    for row in rows:
+        trace = [s for s in spans if format(s.context.trace_id, "032x") == row.trace_id]
+        tops: list[dict[str, Any]] = []
+        for span in trace:
+            if (span.attributes or {}).get(A.SPAN_TYPE) != "run":
+                continue
+            at, nested = span.parent, False
+            while at is not None and at.span_id in by_id:
+                parent = by_id[at.span_id]
+                nested = nested or (parent.attributes or {}).get(A.SPAN_TYPE) == "run"
+                at = parent.parent
+            if not nested:
+                tops.append(dict(span.attributes or {}))
+
+        def total(key: str, tops: list[dict[str, Any]] = tops) -> int:
+            return sum(int(t.get(key, 0)) for t in tops)
+
+        if not tops:  # a trace with no run of ours (an untraced run's app span): foreign
+            assert row.derived, row
+            continue
+        assert not row.derived, row
+        assert (row.input_tokens, row.output_tokens) == (
+            total(A.AGG_INPUT_TOKENS),
+            total(A.AGG_OUTPUT_TOKENS),
+        ), row
+        assert (row.model_calls, row.tool_calls, row.errors) == (
+            total(A.AGG_MODEL_CALLS),
+            total(A.AGG_TOOL_CALLS),
+            total(A.AGG_ERRORS),
+        ), row
+        assert row.unpriced_calls == total(A.UNPRICED_CALLS), row
+        costs = [t[A.AGG_COST] for t in tops if A.AGG_COST in t]
+        assert (row.cost is None) == (not costs), row
+        if costs:
+            assert row.cost is not None
+            assert abs(row.cost - sum(costs)) <= 1e-12 * max(1.0, row.cost), row
+        for account in store.agents(row.trace_id):
+            own, all_of_it = account.own, account.total
+            expected = figures.get(account.agent, {})  # an agent with no call of its own: none
+            assert (own.model_calls, own.input_tokens, own.tool_calls) == expected.get(
+                "own", (0, 0, 0)
+            ), account
+            assert (
+                all_of_it.model_calls,
+                all_of_it.input_tokens,
+                all_of_it.tool_calls,
+            ) == expected.get("total", (0, 0, 0)), account
+    store.close()
+    return rows

@@ -11,19 +11,18 @@ chat span.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from opentelemetry import trace as trace_api
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from composition_checks import agent_figures, check_store_rows  # noqa: F401 - re-exported
 from runnertrace.core import Agent as CoreAgent
 from runnertrace.core import Runtime, Session
 from runnertrace.core.models import AgentRequestText
-from runnertrace.exporters.local_store import RunSummary, SpanStore, SqliteSpanExporter
+from runnertrace.exporters.local_store import SqliteSpanExporter
 from runnertrace.runners.native import (
     Agent,
     LlmResponse,
@@ -263,98 +262,3 @@ def build_team_store(db: Path) -> Path:
 
 
 # -- for composition tests: the store's rows against the spans --------------------------------
-def agent_figures(spans: Sequence[ReadableSpan]) -> dict[str, dict[str, tuple[int, int, int]]]:
-    """Per agent, from the chat and tool spans alone, (model calls, tokens in, tool calls):
-    ``own``, the calls whose nearest run is one of the agent's; ``total``, every call under
-    one of its runs (each call once per agent, however often the agent is nested in itself)."""
-    by_id = {s.context.span_id: s for s in spans if s.context is not None}
-
-    def kind(span: ReadableSpan) -> object:
-        return (span.attributes or {}).get(A.SPAN_TYPE)
-
-    def agent(run: ReadableSpan) -> str:
-        name = (run.attributes or {}).get(A.AGENT_NAME)
-        return name if isinstance(name, str) and name else run.name
-
-    out: dict[str, dict[str, list[int]]] = {}
-    for span in spans:
-        if kind(span) not in ("message", "tool"):
-            continue
-        runs: list[ReadableSpan] = []
-        at = span.parent
-        while at is not None and at.span_id in by_id:
-            parent = by_id[at.span_id]
-            if kind(parent) == "run":
-                runs.append(parent)
-            at = parent.parent
-        if not runs:
-            continue
-        tokens = (span.attributes or {}).get(A.INPUT_TOKENS, 0)
-        call = (
-            [1, tokens if isinstance(tokens, int) else 0, 0]
-            if kind(span) == "message"
-            else [0, 0, 1]
-        )
-        for side, names in (("own", {agent(runs[0])}), ("total", {agent(r) for r in runs})):
-            for name in names:
-                figures = out.setdefault(name, {}).setdefault(side, [0, 0, 0])
-                for i, value in enumerate(call):
-                    figures[i] += value
-    return {a: {k: (v[0], v[1], v[2]) for k, v in d.items()} for a, d in out.items()}
-
-
-def check_store_rows(spans: Sequence[ReadableSpan], db: Path) -> list[RunSummary]:
-    """Write ``spans`` into a new store at ``db`` and assert what it keeps: each trace's run
-    row is its top run spans' totals (the root's, or the sum of the top runs under an
-    application's root), not derived; its per-agent rows agree with :func:`agent_figures`.
-    Returns the rows, newest first (for a test to pin more)."""
-    store = SpanStore(db)
-    store.write(list(spans))
-    rows = store.list_runs(1000)
-    figures = agent_figures(spans)
-    by_id = {s.context.span_id: s for s in spans if s.context is not None}
-    for row in rows:
-        trace = [s for s in spans if format(s.context.trace_id, "032x") == row.trace_id]
-        tops: list[dict[str, Any]] = []
-        for span in trace:
-            if (span.attributes or {}).get(A.SPAN_TYPE) != "run":
-                continue
-            at, nested = span.parent, False
-            while at is not None and at.span_id in by_id:
-                parent = by_id[at.span_id]
-                nested = nested or (parent.attributes or {}).get(A.SPAN_TYPE) == "run"
-                at = parent.parent
-            if not nested:
-                tops.append(dict(span.attributes or {}))
-
-        def total(key: str, tops: list[dict[str, Any]] = tops) -> int:
-            return sum(int(t.get(key, 0)) for t in tops)
-
-        assert not row.derived, row
-        assert (row.input_tokens, row.output_tokens) == (
-            total(A.AGG_INPUT_TOKENS),
-            total(A.AGG_OUTPUT_TOKENS),
-        ), row
-        assert (row.model_calls, row.tool_calls, row.errors) == (
-            total(A.AGG_MODEL_CALLS),
-            total(A.AGG_TOOL_CALLS),
-            total(A.AGG_ERRORS),
-        ), row
-        assert row.unpriced_calls == total(A.UNPRICED_CALLS), row
-        costs = [t[A.AGG_COST] for t in tops if A.AGG_COST in t]
-        assert (row.cost is None) == (not costs), row
-        if costs:
-            assert row.cost is not None
-            assert abs(row.cost - sum(costs)) <= 1e-12 * max(1.0, row.cost), row
-        for account in store.agents(row.trace_id):
-            own, all_of_it = account.own, account.total
-            assert (own.model_calls, own.input_tokens, own.tool_calls) == figures[account.agent][
-                "own"
-            ], account
-            assert (
-                all_of_it.model_calls,
-                all_of_it.input_tokens,
-                all_of_it.tool_calls,
-            ) == figures[account.agent]["total"], account
-    store.close()
-    return rows
