@@ -18,7 +18,13 @@ from typing import Any
 
 import pytest
 from tests.fidelity_helpers import MODES, run
-from tests.tool_timing_helpers import CITIES, LINGERS, ToolClock, assert_tool_spans_time_the_tool
+from tests.tool_timing_helpers import (
+    CITIES,
+    LINGERS,
+    SLACK_NS,
+    ToolClock,
+    assert_tool_spans_time_the_tool,
+)
 
 from runnertrace import TracingRunner
 from runnertrace.core import Session
@@ -327,8 +333,10 @@ async def test_a_tool_span_opens_at_its_scope_and_what_runs_there_nests_under_it
     (tool_span,) = captured_spans.by_name("execute_tool weather")
     entry, exit_ = clock.runs["Oslo"]
     assert tool_span.start_time is not None and tool_span.end_time is not None
-    assert 0 <= entry - tool_span.start_time <= 1_000_000
-    assert 0 <= tool_span.end_time - exit_ <= 1_000_000
+    # Within the slack of the other timing tests, a tenth of the 50 ms the model streamed
+    # on after announcing the call: a span opened at the announcement still fails.
+    assert 0 <= entry - tool_span.start_time <= SLACK_NS
+    assert 0 <= tool_span.end_time - exit_ <= SLACK_NS
     (user_span,) = captured_spans.by_name("db.query weather")
     assert user_span.parent is not None and user_span.parent.span_id == tool_span.context.span_id
     (chat,) = captured_spans.by_name("chat fake")
