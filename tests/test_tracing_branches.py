@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
 from tests.fidelity_helpers import one, parent_of
 from tests.tracing_helpers import ForeignAgent, ForeignRunner, ForeignSession
 
@@ -112,3 +114,32 @@ async def test_a_branch_forked_inside_an_open_step_nests_in_it(
     assert [parent_of(spans, s) for s in spans.by_name("agent_step worker")] == [team, team]
     assert parent_of(spans, one(spans, "agent_step other")) is parent_of(spans, team)
     assert "runnertrace.stream.anomalies" not in attrs(parent_of(spans, team))
+
+
+async def test_a_run_failing_in_one_branch_ends_the_other_branchs_open_work_cancelled(
+    captured_spans: CapturedSpans,
+) -> None:
+    """Paris's call fails (reported where it happened); the run fails with it while Oslo's
+    call is still open: Oslo's call and step end cancelled, not with Paris's error."""
+    b = EventBuilder(queue=True)
+    b.step_start("paris", 1, agent_name="paris", branch="P")
+    b.step_start("oslo", 2, agent_name="oslo", branch="O")
+    paris = b.message_start(model="paris-llm", branch="P")
+    b.message_start(model="oslo-llm", branch="O")  # never ends
+    b.message_end(paris, error=ConnectionError("down"))
+    events = list(b.drain())
+    # the run fails after the last event (the one at fail_at is never reported)
+    events.append(ev.StepEnd(step_name="oslo", step_index=2, branch="O"))
+    runner = traced(ForeignRunner(events, fail_at=len(events) - 1, error=ConnectionError("down")))
+    with pytest.raises(ConnectionError):
+        await runner.run(ForeignAgent(), ForeignSession(), [])
+    spans = captured_spans
+    for name in ("chat oslo-llm", "agent_step oslo"):
+        span = one(spans, name)
+        assert attrs(span)["runnertrace.cancelled"] is True, name
+        assert span.status.status_code is not StatusCode.ERROR, name
+        assert "error.type" not in attrs(span), name
+    assert one(spans, "chat paris-llm").status.status_code is StatusCode.ERROR
+    run_span = parent_of(spans, one(spans, "agent_step paris"))
+    assert attrs(run_span)["error.type"] == "ConnectionError"
+    assert attrs(run_span)["runnertrace.aggregated.errors"] == 1  # Paris's call, once

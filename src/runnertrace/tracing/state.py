@@ -888,10 +888,20 @@ class RunTracer:
         if unexpected and error is None and not cancelled:
             self._anomaly(f"{len(unexpected)} span(s) still open when the run ended")
         faults: list[Exception] = []
+        # A run that fails ends the work still open in its branches: those were cut short
+        # by another branch's failure (which the framework reported where it happened), so
+        # they end cancelled, not with an error they did not raise.
+        sibling_failed = error is not None and not cancelled
         for item in dangling:  # each one ends, whatever marking another did
             failed = error is not None or cancelled or not item.awaiting
+            cut_short = sibling_failed and item.branch is not None
             try:
-                self._close(item, incomplete=failed, error=error, cancelled=cancelled)
+                self._close(
+                    item,
+                    incomplete=failed,
+                    error=None if cut_short else error,
+                    cancelled=cancelled or cut_short,
+                )
             except Exception as exc:  # noqa: BLE001 - re-raised below, once all have ended
                 faults.append(exc)
         self.reasoning.clear()
