@@ -831,6 +831,16 @@ def agent_account(row: Sequence[Any]) -> AgentAccount:
 # -- a run's numbers ------------------------------------------------------------------------
 # The totals contract (SEMCONV.md "Totals and nesting"): a run's own work is on its span
 # only when it had nested runs.
+# A run span's totals, in Usage's field order: its subtree's, and its own work's.
+_TOTAL_KEYS = (
+    attr.AGG_INPUT_TOKENS,
+    attr.AGG_OUTPUT_TOKENS,
+    attr.AGG_COST,
+    attr.UNPRICED_CALLS,
+    attr.AGG_MODEL_CALLS,
+    attr.AGG_TOOL_CALLS,
+    attr.AGG_ERRORS,
+)
 _OWN_KEYS = (
     attr.OWN_INPUT_TOKENS,
     attr.OWN_OUTPUT_TOKENS,
@@ -840,6 +850,20 @@ _OWN_KEYS = (
     attr.OWN_TOOL_CALLS,
     attr.OWN_ERRORS,
 )
+
+
+def _run_usage(attrs: dict[str, Any], keys: tuple[str, ...]) -> Usage:
+    """A run span's ``keys`` (:data:`_TOTAL_KEYS` or :data:`_OWN_KEYS`) as a Usage."""
+    tokens_in, tokens_out, cost, unpriced, calls, tools, errors = (attrs.get(k) for k in keys)
+    return Usage(
+        _count(tokens_in),
+        _count(tokens_out),
+        _money(cost),
+        _count(unpriced),
+        _count(calls),
+        _count(tools),
+        _count(errors),
+    )
 
 
 def _count(value: object) -> int:
@@ -907,25 +931,9 @@ def _run(
             (),
             0,
         )
-    total = Usage(
-        _count(attrs.get(attr.AGG_INPUT_TOKENS)),
-        _count(attrs.get(attr.AGG_OUTPUT_TOKENS)),
-        _money(attrs.get(attr.AGG_COST)),
-        _count(attrs.get(attr.UNPRICED_CALLS)),
-        _count(attrs.get(attr.AGG_MODEL_CALLS)),
-        _count(attrs.get(attr.AGG_TOOL_CALLS)),
-        _count(attrs.get(attr.AGG_ERRORS)),
-    )
+    total = _run_usage(attrs, _TOTAL_KEYS)
     if attr.NESTED_RUNS in attrs or any(key in attrs for key in _OWN_KEYS):
-        own = Usage(
-            _count(attrs.get(attr.OWN_INPUT_TOKENS)),
-            _count(attrs.get(attr.OWN_OUTPUT_TOKENS)),
-            _money(attrs.get(attr.OWN_COST)),
-            _count(attrs.get(attr.OWN_UNPRICED_CALLS)),
-            _count(attrs.get(attr.OWN_MODEL_CALLS)),
-            _count(attrs.get(attr.OWN_TOOL_CALLS)),
-            _count(attrs.get(attr.OWN_ERRORS)),
-        )
+        own = _run_usage(attrs, _OWN_KEYS)
     else:
         own = total
     models = attrs.get(attr.UNPRICED_MODELS)
