@@ -289,3 +289,32 @@ async def test_outside_a_traced_tool_call_tool_is_mcps_own(receiver: OtlpReceive
     assert captured.spans == []
     assert wait_until(lambda: len(server_spans(receiver, "tools/call")) == 1, timeout_s=20)
     assert server_spans(receiver, "tools/call")[0].parent_span_id is None
+
+
+def test_an_mcp_release_without_the_private_tracer_loses_only_the_gate(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The client gate and the server swap reach mcp's private ``_otel`` modules; a
+    release that moves them must not break the app: one warning, and mcp's spans stay."""
+    import logging
+    import sys
+
+    import mcp.shared
+
+    from runnertrace.tracing import mcp as traced_mcp
+
+    monkeypatch.delattr(mcp.shared, "_otel")
+    monkeypatch.setitem(sys.modules, "mcp.shared._otel", None)  # importing it raises
+    monkeypatch.setitem(sys.modules, "mcp.server._otel", None)
+    caplog.set_level(logging.WARNING, logger="runnertrace")
+    session = object()
+    assert traced_mcp.TracedClientSession(session).session is session
+
+    class Server:
+        middleware: list[object] = []
+
+    server = Server()
+    assert traced_mcp.trace_server(server) is server
+    assert [type(m) for m in server.middleware] == [traced_mcp.ServerSpans]
+    moved = [r for r in caplog.records if "checked against mcp 2.3" in r.getMessage()]
+    assert len(moved) == 2

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from runnertrace._internal.errors import internal_log
 from runnertrace._internal.imports import require
 from runnertrace.core.propagation import extract
 from runnertrace.tracing import attributes as A
@@ -76,12 +77,30 @@ class _GatedTracer(trace_api.Tracer):
 
 
 def _gate_mcp_tracer() -> None:
-    """Put the gate on ``mcp``'s module tracer (every span it makes goes through it)."""
-    from mcp.shared import _otel
+    """Put the gate on ``mcp``'s module tracer (every span it makes goes through it).
 
+    ``mcp`` has no public switch for its client spans, so this reaches its private
+    module (checked against mcp 2.3). A release that moves it loses only the gate: the
+    call is then told twice (ours and mcp's), logged once, and nothing else changes."""
+    try:
+        from mcp.shared import _otel
+    except ImportError:
+        _moved("mcp.shared._otel", "its client spans repeat our execute_tool spans")
+        return
     tracer = getattr(_otel, "_tracer", None)
-    if tracer is not None and not isinstance(tracer, _GatedTracer):
+    if tracer is None:
+        _moved("mcp.shared._otel._tracer", "its client spans repeat our execute_tool spans")
+    elif not isinstance(tracer, _GatedTracer):
         _otel._tracer = _GatedTracer(tracer)  # noqa: SLF001 - mcp has no public seam for it
+
+
+def _moved(name: str, effect: str) -> None:
+    internal_log.warning(
+        f"mcp-moved:{name}",
+        "runnertrace: this mcp release has no %s (runnertrace was checked against mcp 2.3): %s",
+        name,
+        effect,
+    )
 
 
 @contextmanager
@@ -315,11 +334,17 @@ def trace_server(server: Any, settings: TraceConfig | None = None) -> Any:
     configuration's). Returns ``server``. Calling it twice changes nothing.
     """
     require("mcp", "mcp")
-    from mcp.server._otel import OpenTelemetryMiddleware
+    mcp_spans: type | None = None  # mcp's own server middleware, replaced by ours
+    try:  # private, like the client's gate (checked against mcp 2.3)
+        from mcp.server._otel import OpenTelemetryMiddleware
+
+        mcp_spans = OpenTelemetryMiddleware
+    except ImportError:  # then mcp's own server spans stay beside ours
+        _moved("mcp.server._otel", "its server spans stay beside ours")
 
     chain = server.middleware
     if any(isinstance(m, ServerSpans) for m in chain):
         return server
-    kept = [m for m in chain if not isinstance(m, OpenTelemetryMiddleware)]
+    kept = [m for m in chain if mcp_spans is None or not isinstance(m, mcp_spans)]
     chain[:] = [ServerSpans(settings), *kept]
     return server
