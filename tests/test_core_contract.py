@@ -696,3 +696,17 @@ def test_unknown_key_is_named(clean_env: Path) -> None:
     (clean_env / "runnertrace.yaml").write_text("execution:\n  speed: 3\n")
     with pytest.raises(ConfigError, match=r"execution\.speed: unknown key"):
         load_settings()
+
+
+def test_any_module_takes_the_users_name_for_an_agent() -> None:
+    from runnertrace.core.runtime import Runtime
+    from runnertrace.runners.native import Agent as NativeAgent
+    from runnertrace.runners.native import NativeModule
+    from runnertrace.runners.native.scripted import ScriptedLlm
+
+    first = NativeAgent(ScriptedLlm(), name="framework-name")
+    second = NativeAgent(ScriptedLlm(), name="other")
+    module = NativeModule([("mine", first)], runtime=Runtime())
+    assert module.get(first).name == "mine"
+    assert module.add(second, name="also-mine").name == "also-mine"
+    assert module.add(NativeAgent(ScriptedLlm(), name="kept")).name == "kept"

@@ -21,6 +21,10 @@ class Module:
     Subclasses set ``runner_class`` and, where the native agent's name is not in
     its ``name`` attribute, override :meth:`agent_name`. Every method that
     configures an agent returns ``self`` so declarations chain.
+
+    Any module takes a name of the user's for an agent, in place of the one the
+    framework gives it: pass ``(name, native)`` pairs among ``agents``, or call
+    ``add(native, name=...)``.
     """
 
     runner_class: ClassVar[type[Runner]]
@@ -34,6 +38,7 @@ class Module:
         self.runtime = runtime or Runtime.current()
         self._runner = self.make_runner()
         self._agents: dict[int, Agent] = {}
+        self._names: dict[int, str] = {}  # the user's names, by native agent
         for native in agents:
             self.add(native)
 
@@ -41,6 +46,8 @@ class Module:
         return self.runner_class()
 
     def agent_name(self, native: Any) -> str:
+        """The framework's name for ``native`` (its ``name``); a subclass may read another
+        attribute. A name the user gave at registration wins over both (:meth:`add`)."""
         name = getattr(native, "name", None)
         if not isinstance(name, str) or not name:
             if self.naming is None:
@@ -49,8 +56,15 @@ class Module:
             raise ValueError(f"cannot register {native!r}: give {what} a name ({example})")
         return name
 
-    def add(self, native: Any) -> Agent:
-        agent = Agent(self.agent_name(native), self._runner, native)
+    def add(self, native: Any, name: str | None = None) -> Agent:
+        """Register ``native`` (or a ``(name, native)`` pair) under ``name`` if given,
+        else under the framework's name for it."""
+        if isinstance(native, tuple):
+            name, native = native
+        if name is not None:
+            self._names[id(native)] = name
+        named = self._names.get(id(native))
+        agent = Agent(named or self.agent_name(native), self._runner, native)
         self._agents[id(native)] = agent
         self.runtime.agents().register(agent)
         return agent

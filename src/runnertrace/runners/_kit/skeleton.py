@@ -35,11 +35,11 @@ from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Iterator,
     Mapping,
 )
-from contextlib import AbstractAsyncContextManager, aclosing
+from contextlib import AbstractAsyncContextManager, ExitStack, aclosing
 from dataclasses import dataclass
-from functools import wraps
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, ParamSpec, TypeVar
 
@@ -52,7 +52,13 @@ from runnertrace.core.models import (
     AgentReplyText,
     prompt_of,
 )
-from runnertrace.core.observer import NULL_OBSERVER, Observer, claim_observer, stream_observer
+from runnertrace.core.observer import (
+    NULL_OBSERVER,
+    Observer,
+    claim_observer,
+    in_traced_run,
+    stream_observer,
+)
 from runnertrace.core.runner import Runner
 from runnertrace.runners._kit.builder import EventBuilder
 
@@ -81,15 +87,20 @@ class MappingBoundary:
     (rate-limited, so a mapping that fails on every event logs one line) and
     the run goes on unchanged; under pytest it is raised, so tests see it.
 
-    Use it as ``with boundary:`` around a batch of mapping work (it keeps no
-    state, so one module-level instance serves every run, in every task and
-    thread), or as the :meth:`entry` decorator on a method the framework calls.
+    It keeps no state, so one module-level instance serves every run, in every
+    task and thread. A runner rarely writes ``with boundary:`` itself: the
+    template calls the run's ends and the install step inside it, and the
+    adapter classes the framework calls are guarded whole
+    (:func:`~runnertrace.runners._kit.adapter.guarded`).
     """
 
-    __slots__ = ("where",)
+    __slots__ = ("installing", "where")
 
     def __init__(self, framework: str) -> None:
         self.where = f"{framework} mapping"
+        self.installing = (
+            f"{framework} install"  # its own log key: a fault there costs the run's telemetry
+        )
 
     def __enter__(self) -> None:
         return None
@@ -116,19 +127,6 @@ class MappingBoundary:
         except Exception as exc:  # noqa: BLE001 - the mapping's error boundary
             report_internal_error(self.where, exc)
             return {}
-
-    def entry(self, method: Callable[P, R]) -> Callable[P, R | None]:
-        """A (synchronous) mapping method the framework calls: a fault returns ``None``."""
-
-        @wraps(method)
-        def bounded(*args: P.args, **kwargs: P.kwargs) -> R | None:
-            try:
-                return method(*args, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - the mapping's error boundary
-                report_internal_error(self.where, exc)
-                return None
-
-        return bounded
 
 
 RUNNER_BOUNDARY = MappingBoundary("runner")
@@ -329,6 +327,17 @@ def reply_of(
     return AgentReplyAny(content=content, prompt=prompt)
 
 
+def reply_events(reply: AgentReply) -> Iterator[StreamEvent]:
+    """A reply as the events of one message, for a stream whose mapping could not be
+    installed: the consumer still gets the answer. They are not reported to the
+    tracing layer, which saw no model call."""
+    builder = EventBuilder(queue=True)
+    message_id = builder.message_start()
+    builder.text(str(reply), message_id)
+    builder.message_end(message_id)
+    return builder.drain()
+
+
 # -- the template ---------------------------------------------------------------------------
 
 
@@ -425,6 +434,11 @@ class FrameworkRun(ABC, Generic[Result]):
     def __init__(self, setup: RunSetup[Any]) -> None:
         self.setup = setup
         self.builder = setup.builder
+        #: What the install step put in place that must be taken down when the run ends
+        #: (a listener on a process-wide bus, a patched hook): the install step pushes
+        #: each undo here, and the template unwinds them at the end, or at once when the
+        #: install step fails half-way.
+        self.exits = ExitStack()
 
     # -- calling the framework --------------------------------------------------------------
     @abstractmethod
@@ -445,6 +459,9 @@ class FrameworkRun(ABC, Generic[Result]):
         raise NotImplementedError(f"{type(self).__name__} has no stream mode")
 
     # -- the mapping's ends of a run (each called inside the boundary) ----------------------
+    #: The install step failed: the run is the plain call (in stream mode too).
+    uninstrumented: bool = False
+
     #: The native stream's items are our events already (a loop that drives the
     #: builder itself and drains it): they are yielded as they come.
     items_are_events: ClassVar[bool] = False
@@ -471,6 +488,7 @@ class FrameworkRun(ABC, Generic[Result]):
             self.close()
         finally:
             self.builder.observer = self.setup.builder.observer = NULL_OBSERVER
+            self.exits.close()
 
     # -- after success ----------------------------------------------------------------------
     @abstractmethod
@@ -499,8 +517,23 @@ class FrameworkRunner(Runner, Generic[Native]):
     7. state is saved only after success, and the reply is made last.
 
     A runner supplies its session key (``state_key``), the native type it runs
-    (``native_type``, named as ``native_what``), its mapping boundary, and
-    :meth:`start`, which returns the run's :class:`FrameworkRun`.
+    (``native_type``, named as ``native_what``), its mapping boundary, and three
+    steps, which the template calls in this order:
+
+    - :meth:`start` returns the run's :class:`FrameworkRun`: the plain framework
+      call, with nothing of ours in it (what an untraced run mode runs);
+    - :meth:`install` puts the mapping in: hooks, callback handlers, plugins,
+      middleware. The template calls it only when the run is streamed or traced, so
+      an untraced run mode installs nothing by construction;
+    - :meth:`quiet` silences the framework's own telemetry, called only inside a
+      traced run (where it would tell each call a second time).
+
+    Both of the latter run inside the boundary. A fault there (a framework release
+    that renamed what an install step reads) is reported once and costs the run its
+    telemetry, never the run: what was installed is taken down
+    (:attr:`FrameworkRun.exits`), and the run goes on as an untraced one, from a
+    fresh :meth:`start`. In stream mode it then runs in run mode, and its reply
+    arrives as one message.
     """
 
     state_key: ClassVar[str]
@@ -510,8 +543,13 @@ class FrameworkRunner(Runner, Generic[Native]):
 
     @abstractmethod
     async def start(self, setup: RunSetup[Native]) -> FrameworkRun[Any]:
-        """Set one run up: the mapping (installed only when ``setup`` says so) and
-        the framework call's arguments."""
+        """Set one run up: the framework call and its arguments, nothing of ours."""
+
+    def install(self, setup: RunSetup[Native], run: FrameworkRun[Any]) -> None:
+        """Put the mapping into ``run`` (stream mode, or a traced run): see the class."""
+
+    def quiet(self, setup: RunSetup[Native], run: FrameworkRun[Any]) -> None:
+        """Silence the framework's own telemetry for ``run`` (a traced run only)."""
 
     def native_of(self, agent: Agent) -> Native:
         native: Native = native_of(agent, self.native_type, self.native_what)
@@ -528,8 +566,26 @@ class FrameworkRunner(Runner, Generic[Native]):
         streaming: bool,
     ) -> FrameworkRun[Any]:
         prepared = await prepare(agent, session, requests, self.state_key)
+        options = dict(prepared.options)  # as declared: a failed install starts over from it
         setup = RunSetup(agent, native, session, requests, prepared, builder, streaming)
-        return await self.start(setup)
+        run = await self.start(setup)
+        if not (streaming or builder.observed):
+            return run  # untraced run mode: nothing of ours goes in
+        try:
+            self.install(setup, run)
+            if in_traced_run():
+                self.quiet(setup, run)
+        except Exception as exc:  # noqa: BLE001 - the install step's error boundary
+            report_internal_error(self.boundary.installing, exc)
+            with self.boundary:
+                run.exits.close()
+            prepared.options = options
+            plain = RunSetup(
+                agent, native, session, requests, prepared, EventBuilder(), streaming=False
+            )
+            run = await self.start(plain)
+            run.uninstrumented = True
+        return run
 
     async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:
         native = self.native_of(agent)
@@ -564,6 +620,12 @@ class FrameworkRunner(Runner, Generic[Native]):
         builder = EventBuilder(stream_observer(), queue=True)  # before the first yield
         with ensure_tool_context(agent, session, requests):
             run = await self._start(agent, native, session, requests, builder, streaming=True)
+            if run.uninstrumented:
+                result = await invoke(agent, session, requests, run.call, on_exit=run.end)
+                await run.save(result)
+                for event in reply_events(run.reply(result, prompt_of(requests))):
+                    yield event
+                return
             async with (
                 run.native_stream() as items,
                 aclosing(
