@@ -9,11 +9,9 @@ import its own layer and those :data:`LAYERS` lists for it, with two exceptions:
 * ``core/runtime.py`` reaches ``tracing`` lazily: it reads the configuration
   and wraps a registered agent's runner when ``trace.enabled``. Those imports
   must sit in a function body or under ``if TYPE_CHECKING:``.
-* ``from runnertrace import __version__`` works from anywhere: the root
-  defines it and imports nothing at import time.
 
-An old path kept after a move (a shim that calls
-:func:`runnertrace._internal.moved.alias`) counts as the module it aliases.
+The version lives at the bottom (``_internal/version.py``): no module reaches up
+to the package face for it.
 
 Every import counts, lazy (in a function) and type-only ones included, for the
 layers and for the cycles: no import cycle may cross a layer.
@@ -136,38 +134,10 @@ def layer_of(module: str) -> str:
     return ROOT if module == ROOT else module.split(".")[1]
 
 
-def shims(modules: dict[str, Path]) -> dict[str, str]:
-    """Old path -> the module it aliases, for every module that calls ``alias(__name__, ...)``."""
-    found: dict[str, str] = {}
-    for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id == "alias"
-                and len(node.args) == 2
-                and isinstance(node.args[1], ast.Constant)
-            ):
-                found[name] = str(node.args[1].value)
-    return found
-
-
 def all_imports(src: Path) -> list[Import]:
-    """Every import between our modules, a shim's imports left out and imports of it redirected."""
+    """Every import between our modules."""
     modules = module_names(src)
-    aliases = shims(modules)
-    edges: list[Import] = []
-    for name, path in modules.items():
-        if name in aliases:
-            continue
-        for found in imports_of(name, path, modules):
-            target = aliases.get(found.target, found.target)
-            edges.append(Import(name, target, found.line, found.lazy, found.type_only, found.names))
-    return edges
-
-
-def _is_version(edge: Import) -> bool:
-    return edge.target == ROOT and edge.names == ("__version__",)
+    return [found for name, path in modules.items() for found in imports_of(name, path, modules)]
 
 
 def violations(src: Path) -> list[str]:
@@ -175,7 +145,7 @@ def violations(src: Path) -> list[str]:
     problems: list[str] = []
     for edge in all_imports(src):
         here, there = layer_of(edge.importer), layer_of(edge.target)
-        if here == there or there in LAYERS[here] or _is_version(edge):
+        if here == there or there in LAYERS[here]:
             continue
         if LAZY_EXCEPTIONS.get(edge.importer) == there and (edge.lazy or edge.type_only):
             continue
@@ -187,7 +157,7 @@ def violations(src: Path) -> list[str]:
     return problems
 
 
-def _graph(src: Path) -> dict[str, set[str]]:
+def _graph(src: Path, *, through_packages: bool = True) -> dict[str, set[str]]:
     """Module -> the modules loading it loads, the one allowed upward reach left out.
 
     Importing ``a.b.c`` first runs the ``__init__`` of ``a.b`` (and of ``a``), so
@@ -196,9 +166,13 @@ def _graph(src: Path) -> dict[str, set[str]]:
     """
     graph: dict[str, set[str]] = {name: set() for name in module_names(src)}
     for edge in all_imports(src):
-        if _is_version(edge) or LAZY_EXCEPTIONS.get(edge.importer) == layer_of(edge.target):
+        if LAZY_EXCEPTIONS.get(edge.importer) == layer_of(edge.target):
             continue
         target = edge.target
+        if not through_packages:  # the modules named, not the package faces loaded on the way
+            if target != edge.importer:
+                graph[edge.importer].add(target)
+            continue
         while target != ROOT:
             if target != edge.importer:
                 graph[edge.importer].add(target)
@@ -206,9 +180,13 @@ def _graph(src: Path) -> dict[str, set[str]]:
     return graph
 
 
-def cycles(src: Path) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan, iteratively)."""
-    graph = _graph(src)
+def cycles(src: Path, *, through_packages: bool = True) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively).
+
+    ``through_packages=False`` follows only the imports written in the modules, not
+    the package ``__init__`` each one loads on the way: the circles between modules.
+    """
+    graph = _graph(src, through_packages=through_packages)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -346,18 +324,24 @@ def test_the_checker_finds_a_cycle_across_layers_but_not_within_one(tmp_path: Pa
     assert ["runnertrace.tracing.a", "runnertrace.tracing.b"] in cycles(src)
 
 
-def test_a_shim_counts_as_the_module_it_aliases(tmp_path: Path) -> None:
+def test_no_two_tracing_modules_import_each_other_in_a_circle() -> None:
+    """The configuration, the backend registry, the backend base, export and metrics
+    used to import each other in a circle; each now sits below the ones that read it."""
+    circles = [c for c in cycles(SRC, through_packages=False) if layer_of(c[0]) == "tracing"]
+    assert circles == []
+
+
+def test_the_checker_finds_a_circle_between_modules_of_one_layer(tmp_path: Path) -> None:
     src = _package(
         tmp_path,
         {
-            "core/config/__init__.py": (
-                "from runnertrace._internal.moved import alias\n"
-                "from runnertrace.tracing.config import *\n"
-                'alias(__name__, "runnertrace.tracing.config", warn=False)\n'
+            "tracing/config.py": "def f():\n    from runnertrace.tracing import backend\n",
+            "tracing/backend.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n    from runnertrace.tracing.config import TraceConfig\n"
             ),
-            "tracing/config.py": "",
-            "tracing/setup.py": "from runnertrace.core.config import TraceConfig\n",
-            "runners/adk.py": "from runnertrace.core.config import TraceConfig\n",
         },
     )
-    assert [line.split(" imports ")[0] for line in violations(src)] == ["runnertrace.runners.adk:1"]
+    assert cycles(src, through_packages=False) == [
+        ["runnertrace.tracing.backend", "runnertrace.tracing.config"]
+    ]

@@ -17,9 +17,6 @@ import ast
 import importlib
 import json
 import os
-import subprocess
-import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -48,19 +45,6 @@ LISTED = (
 )
 """The public modules ``runnertrace``'s docstring names one by one."""
 
-DEPRECATED_PATHS = {
-    "runnertrace.core.config": ("runnertrace.tracing.config", False),
-    "runnertrace.core.config_env": ("runnertrace.tracing.config_env", True),
-    "runnertrace.core.backends": ("runnertrace.tracing.backend_registry", True),
-    "runnertrace.core.builder": ("runnertrace.runners._kit.builder", False),
-    "runnertrace.core.skeleton": ("runnertrace.runners._kit.skeleton", False),
-    "runnertrace.core.genai": ("runnertrace.runners._kit.genai", False),
-}
-"""Old path -> (the module it now is, whether importing it warns).
-
-Silent while our own tests, examples or concurrent runner code still import it.
-"""
-
 
 def _path(module: str) -> Path:
     base = SRC.joinpath(*module.split("."))
@@ -68,13 +52,20 @@ def _path(module: str) -> Path:
 
 
 def public_modules() -> list[str]:
-    """The listed modules, and each framework's runner module (``runners/<name>.py``)."""
-    runners = sorted(
-        f"runnertrace.runners.{p.stem}"
-        for p in (SRC / "runnertrace" / "runners").glob("*.py")
-        if not p.stem.startswith("_")
-    )
-    return [*LISTED, *runners]
+    """The listed modules, and each framework's runner package with its ``testing``
+    module (``runners/<name>/__init__.py``, ``runners/<name>/testing.py``)."""
+    runners = SRC / "runnertrace" / "runners"
+    found: list[str] = []
+    for package in sorted(p.parent for p in runners.glob("*/__init__.py")):
+        if package.name.startswith("_") or package.name == "native":
+            continue  # the kit is private; the native runner is listed above
+        found.append(f"runnertrace.runners.{package.name}")
+        if (package / "testing.py").exists():
+            found.append(f"runnertrace.runners.{package.name}.testing")
+    found += [  # a runner not yet moved into its package
+        f"runnertrace.runners.{p.stem}" for p in runners.glob("*.py") if not p.stem.startswith("_")
+    ]
+    return [*LISTED, *sorted(found)]
 
 
 def declared_all(module: str) -> list[str]:
@@ -158,46 +149,3 @@ def test_tolerate_internal_errors_is_a_test_helper() -> None:
     from runnertrace.testing import tolerate_internal_errors
 
     assert tolerate_internal_errors is errors.tolerate_internal_errors
-
-
-@pytest.mark.parametrize("old", sorted(DEPRECATED_PATHS))
-def test_an_old_path_is_the_moved_module(old: str) -> None:
-    new, warns = DEPRECATED_PATHS[old]
-    target = importlib.import_module(new)
-    previous = sys.modules.pop(old, None)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            aliased = importlib.import_module(old)
-    finally:
-        if previous is not None:
-            sys.modules[old] = previous
-    assert aliased is target
-    deprecations = [w for w in caught if issubclass(w.category, DeprecationWarning)]
-    assert [str(w.message) for w in deprecations] == (
-        [f"{old} moved to {new}; import it from there (the old path will be removed)"]
-        if warns
-        else []
-    )
-    if warns:  # outside pytest (whose import hook sits in the stack), at the importing line
-        shown = subprocess.run(
-            [sys.executable, "-W", "always::DeprecationWarning", "-c", f"import {old}"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        ).stderr
-        assert f"<string>:1: DeprecationWarning: {old} moved to {new}" in shown
-
-
-def test_the_old_paths_are_exactly_the_shims() -> None:
-    """Each shim is the alias and nothing else, and no other module calls ``alias``."""
-    from test_import_layers import module_names, shims
-
-    found = shims(module_names(SRC))
-    assert found == {old: new for old, (new, _) in DEPRECATED_PATHS.items()}
-    for old in found:
-        tree = ast.parse(_path(old).read_text(encoding="utf-8"))
-        body = tree.body[1:] if ast.get_docstring(tree) else tree.body
-        kinds = [type(node).__name__ for node in body]
-        assert kinds == ["ImportFrom", "ImportFrom", "Expr"], (old, kinds)

@@ -17,19 +17,18 @@ What is public, and so kept stable: the names in the ``__all__`` of
   ``runnertrace.serve`` (``AgentService``, its HTTP app and client),
   ``runnertrace.tracing.mcp`` and ``runnertrace.tracing.a2a``;
 * ``runnertrace.runners.native`` and each framework's runner module,
-  ``runnertrace.runners.<framework>`` and ``runnertrace.runners.<framework>_testing``.
+  ``runnertrace.runners.<framework>`` and ``runnertrace.runners.<framework>.testing``.
 
 Every other module, and every name missing from those ``__all__`` lists, is
 internal and may change in any release; so is anything with a leading
-underscore. ``tests/public_api.json`` pins the public names. Old paths kept
-after a move (``runnertrace.core.config`` and others) are deprecated aliases.
+underscore. ``tests/public_api.json`` pins the public names.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from runnertrace._internal.version import __version__
 
 if TYPE_CHECKING:
     from runnertrace.tracing import TracingRunner, traced

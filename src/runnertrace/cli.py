@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from runnertrace import __version__
+from runnertrace._internal.version import __version__
 from runnertrace.exporters.trace_tree import STATUS_STYLES, format_duration, render_trace_tree
 from runnertrace.tracing import drops
 from runnertrace.tracing.config import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE, ConfigError

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from runnertrace import __version__
+from runnertrace._internal.version import __version__
 from runnertrace.exporters.local_store import (
     RunSummary,
     SpanStore,

@@ -19,6 +19,31 @@ agent) nest under that call's span.
 
 An observer is called synchronously on the runner's task and must be fast and
 never raise (the tracing observer guards itself).
+
+Four context variables say "a traced run is here", each to a different reader and
+with its own visibility. This is the one table of them (all are set by the tracing
+layer around the base runner, in both modes, unless the row says otherwise):
+
+==============  ==========================  ===============================  =======================
+variable        hidden where                read by                          for
+==============  ==========================  ===============================  =======================
+``_observer``   run mode: the whole run     a runner, once per run           reporting its events
+                (:func:`claim_observer`);   (:func:`claim_observer`,
+                a tool's body               :func:`stream_observer`)
+                (:class:`ToolBoundary`)
+``_traced``     a tool's body               a runner                         silencing the
+                (:class:`ToolBoundary`)     (:func:`in_traced_run`)          framework's own spans
+``_nesting``    never: a tool's body is     a runner whose framework runs    nesting the inner run
+                where inner agents run      an inner agent                   under the tool
+                                            (:func:`open_nested_run`)
+``active_run``  never; each tool scope      the tracing layer                a nested run's parent
+(tracing.       sets it to the run that     (``tracing/runner.py``)          (totals roll up there)
+state)          owns the tool
+==============  ==========================  ===============================  =======================
+
+So inside a tool of a traced run, a runner called there sees no observer and no
+traced mark (its own run is traced afresh, by its own tracing layer, or not at
+all), while a nested run opened there finds the opener and its parent run.
 """
 
 from __future__ import annotations

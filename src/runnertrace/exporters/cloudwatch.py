@@ -64,14 +64,12 @@ from runnertrace.exporters.otlp import (
     validate_url,
 )
 from runnertrace.tracing import attributes as attr
-from runnertrace.tracing.backend import Backend, Check
+from runnertrace.tracing.backend import Backend, BackendConfig, Check
 from runnertrace.tracing.config import ConfigError
 from runnertrace.tracing.metrics import delta_temporality, our_points
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
-
-    from runnertrace.tracing.config import TraceConfig
 
 __all__ = [
     "CloudWatchBackend",
@@ -499,7 +497,7 @@ class CloudWatchBackend(Backend):
     name = "cloudwatch"
     config_model = CloudWatchConfig
 
-    def __init__(self, config: TraceConfig) -> None:
+    def __init__(self, config: BackendConfig) -> None:
         super().__init__(config)
         self.settings = config.section(self.name, CloudWatchConfig)
         self.timeout_s = self.settings.timeout_s or config.flush_timeout_s
@@ -569,7 +567,7 @@ class CloudWatchBackend(Backend):
         return cloudwatch_checks(self.trace_config)
 
 
-def cloudwatch_checks(trace_config: TraceConfig, *, probe: bool = True) -> list[Check]:
+def cloudwatch_checks(trace_config: BackendConfig, *, probe: bool = True) -> list[Check]:
     """``runnertrace doctor`` findings; works even when the backend cannot be built.
 
     Checks boto3, the region, the traces endpoint, metrics and credentials (their
@@ -665,7 +663,7 @@ def dashboard_body(namespace: str, region: str) -> str:
     return json.dumps(fill(template), separators=(",", ":"))
 
 
-def deploy_dashboard(name: str, trace_config: TraceConfig) -> dict[str, Any]:
+def deploy_dashboard(name: str, trace_config: BackendConfig) -> dict[str, Any]:
     """Create or update the CloudWatch dashboard ``name``; returns the ``put_dashboard`` response.
 
     Raises :class:`ConfigError` for a bad dashboard name or a missing/malformed

@@ -119,7 +119,7 @@ class LangfuseBackend(OtlpHttpBackend):
             out["langfuse.user.id"] = user
         if kind == "run" and is_local_root(span):
             out["langfuse.trace.name"] = str(attrs.get(A.AGENT_NAME) or span.name)
-            tags = list(self.trace_config.langfuse.tags)
+            tags = list(self.trace_config.section("langfuse", LangfuseConfig).tags)
             framework = attrs.get(A.FRAMEWORK)
             if framework and framework not in tags:
                 tags.append(str(framework))

@@ -16,7 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal, Protocol, TypeVar
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
@@ -26,9 +26,24 @@ from pydantic import BaseModel, ConfigDict
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
 
-    from runnertrace.tracing.config import TraceConfig
+__all__ = ["Backend", "BackendConfig", "BackendSettings", "Check"]
 
-__all__ = ["Backend", "BackendSettings", "Check"]
+SectionT = TypeVar("SectionT", bound=BaseModel)
+
+
+class BackendConfig(Protocol):
+    """What a backend reads of the tracing configuration: its own section, the flush
+    timeout, and whether metrics are on. :class:`~runnertrace.tracing.config.TraceConfig` is one; naming
+    the two reads here keeps this module below the configuration, which looks
+    backends up by name."""
+
+    @property
+    def flush_timeout_s(self) -> float: ...
+
+    @property
+    def metrics(self) -> bool: ...
+
+    def section(self, name: str, model: type[SectionT]) -> SectionT: ...
 
 
 class BackendSettings(BaseModel):
@@ -68,7 +83,7 @@ class Backend(ABC):
     dropped_attributes: ClassVar[frozenset[str]] = frozenset()
     """Keys removed from this backend's copy (a vendor that mangles them, e.g. scrubbing)."""
 
-    def __init__(self, config: TraceConfig) -> None:
+    def __init__(self, config: BackendConfig) -> None:
         self.trace_config = config
 
     def validate(self) -> None:

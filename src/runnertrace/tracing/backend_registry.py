@@ -116,12 +116,12 @@ def validate_backend_name(name: str) -> None:
 def load_backend(name: str, *, key: str = "trace.type") -> type[Backend]:
     """The backend class for a ``trace.type`` entry (registered name or dotted path).
 
-    Raises :class:`~runnertrace.tracing.config.ConfigError`, starting with ``key``,
+    Raises :class:`~runnertrace.tracing.errors.ConfigError`, starting with ``key``,
     when it cannot be imported, is not a Backend, or is registered twice.
     """
     from runnertrace._internal.imports import import_dotted
     from runnertrace.tracing.backend import Backend
-    from runnertrace.tracing.config import ConfigError
+    from runnertrace.tracing.errors import ConfigError
 
     registrations = _registrations().get(name)
     if registrations is None:

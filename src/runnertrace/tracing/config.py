@@ -43,6 +43,7 @@ from runnertrace.tracing.config_env import (
     split_comma_list,
     warn_unknown_env_vars,
 )
+from runnertrace.tracing.errors import ConfigError
 
 __all__ = [
     "CONFIG_ENV_VAR",
@@ -55,10 +56,6 @@ __all__ = [
 
 CONFIG_ENV_VAR = "RUNNERTRACE_CONFIG"
 DEFAULT_CONFIG_FILE = "runnertrace.yaml"
-
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message says which and what is allowed."""
 
 
 class _Section(BaseModel):

@@ -54,7 +54,7 @@ def read_yaml_mapping(path: Path) -> None:
     """Parse ``path`` and raise :class:`ConfigError` unless it is a mapping (or empty)."""
     import yaml
 
-    from runnertrace.tracing.config import ConfigError
+    from runnertrace.tracing.errors import ConfigError
 
     try:
         with path.open(encoding="utf-8") as stream:

@@ -47,7 +47,9 @@ from runnertrace.tracing.drops import (
 )
 
 if TYPE_CHECKING:
-    from runnertrace.tracing.backend import Backend
+    from collections.abc import Mapping
+
+    from opentelemetry.util.types import AttributeValue
 
 __all__ = [
     "BoundedBatchSpanProcessor",
@@ -115,10 +117,25 @@ def run_all_with_timeout(fns: Sequence[Callable[[], object]], timeout_s: float, 
     return all(bool(outcome) and outcome[0] for _, outcome in runs)
 
 
+class SpanMapping(Protocol):
+    """What :class:`MappedSpanExporter` applies: a backend's mapping of each span
+    (:class:`~runnertrace.tracing.backend.Backend` is one; this module sits below it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dropped_attributes(self) -> frozenset[str]: ...
+
+    def map_attributes(self, span: ReadableSpan) -> Mapping[str, AttributeValue] | None: ...
+
+    def resource_attributes(self) -> Mapping[str, AttributeValue]: ...
+
+
 class MappedSpanExporter(SpanExporter):
     """Applies a backend's attribute mapping to a copy of each span, then exports."""
 
-    def __init__(self, inner: SpanExporter, backend: Backend) -> None:
+    def __init__(self, inner: SpanExporter, backend: SpanMapping) -> None:
         self.inner = inner
         self.backend = backend
         self._resources: dict[int, Resource] = {}

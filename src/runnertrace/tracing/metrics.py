@@ -55,8 +55,8 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import StatusCode
 
-from runnertrace import __version__
 from runnertrace._internal.errors import internal_log, report_internal_error
+from runnertrace._internal.version import __version__
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.drops import closing, current_export, exporting, metric_export_failed
 

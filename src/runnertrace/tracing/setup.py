@@ -27,8 +27,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
-from runnertrace import __version__
 from runnertrace._internal.forksafe import relock_after_fork
+from runnertrace._internal.version import __version__
 from runnertrace.tracing.backend import Backend
 from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.cost import preload_prices
