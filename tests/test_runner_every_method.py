@@ -242,7 +242,7 @@ async def test_a_fault_in_any_method_costs_telemetry_only(
     internal_log.reset()  # each test counts its own lines
     caplog.set_level(logging.WARNING, logger="runnertrace")
     with tolerate_internal_errors():
-        untraced_reply, untraced_events = await drive(case.make(lambda runner: runner, None), mode)
+        _, untraced_events = await drive(case.make(lambda runner: runner, None), mode)
         reached_untraced = broken.calls
         reply, events = await drive(case.make(TracingRunner, None), mode)
     await settle()
@@ -271,7 +271,7 @@ def test_every_runner_has_the_same_files_and_guarded_classes(case: RunnerCase) -
     unguarded = [
         f"{module_name}.{cls.__name__}"
         for module_name in CLASS_MODULES
-        for cls in vars(_submodule(case, module_name)).values()  # type: ignore[arg-type]
+        for cls in vars(_submodule(case, module_name)).values()
         if inspect.isclass(cls)
         and _defined_in(_submodule(case, module_name), cls)  # type: ignore[arg-type]
         and not vars(cls).get("__runnertrace_guarded__", False)
