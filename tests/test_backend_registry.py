@@ -202,13 +202,19 @@ def test_a_third_party_section_is_checked_like_a_builtin_one(
     with pytest.raises(ConfigError) as caught:
         load_settings(trace={"type": "mybackend", "mybackend": {"labl": "x", "retries": -1}})
     message = str(caught.value)
-    assert "trace.mybackend.labl: unknown key (value 'x'); check the spelling" in message
+    assert (
+        "trace.mybackend.labl: unknown key (value 'x'); did you mean 'label'? expected one of"
+        in message
+    )
     assert "trace.mybackend.retries: invalid value -1" in message
     monkeypatch.setenv("RUNNERTRACE_TRACE__MYBACKEND__LABEL", "from-env")
     monkeypatch.setenv("RUNNERTRACE_TRACE__MYBACKEND__TAGS", '["x"]')
     trace = load_settings(trace={"type": "mybackend"}).trace
     assert (trace.mybackend.label, trace.mybackend.tags) == ("from-env", ["x"])
-    with pytest.raises(ConfigError, match=r"unknown trace type 'mybackendd'; expected one of .*"):
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown trace type 'mybackendd'; did you mean 'mybackend'\? expected one of .*",
+    ):
         load_settings(trace={"type": "mybackendd"})
     with pytest.raises(ConfigError, match=r"console, langfuse, local, logfire, mybackend, open"):
         load_settings(trace={"type": "mybackendd"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -688,8 +689,49 @@ def test_invalid_trace_type_lists_the_known_ones(clean_env: Path) -> None:
         load_settings()
     message = str(info.value)
     assert "trace.type" in message
-    assert "unknown trace type 'langfus'; expected one of" in message
+    assert "unknown trace type 'langfus'; did you mean 'langfuse'? expected one of" in message
     assert "console" in message and "local" in message
+    # the message names the file it read
+    assert message.startswith(
+        f"invalid runnertrace configuration (read from {(clean_env / 'runnertrace.yaml').resolve()}"
+    )
+
+
+def test_a_tool_reached_through_another_backend_is_pointed_to_it(clean_env: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(trace={"type": "phoenix"})
+    assert "unknown trace type 'phoenix'; Arize Phoenix takes OTLP: type: otlp" in str(info.value)
+
+
+def test_a_wrong_key_or_value_at_any_level_gets_the_nearest_one(clean_env: Path) -> None:
+    def problem(**config: Any) -> str:
+        with pytest.raises(ConfigError) as info:
+            load_settings(**config)
+        (line,) = str(info.value).splitlines()[1:]
+        return line.strip()
+
+    assert problem(trace={"local": {"pth": "x.db"}}) == (
+        "trace.local.pth: unknown key (value 'x.db'); did you mean 'path'? "
+        "expected one of path, max_queue_size"
+    )
+    assert problem(trace={"deltas": "event"}) == (
+        "trace.deltas: invalid value 'event'; did you mean 'events'? "
+        "expected 'aggregate' or 'events'"
+    )
+
+
+def test_a_misspelt_variable_in_a_section_is_refused_by_name_not_called_ignored(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="runnertrace")
+    monkeypatch.setenv("RUNNERTRACE_TRACE__ENABELD", "true")
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert (
+        "trace.enabeld: unknown key (value 'true') (from environment variable "
+        "RUNNERTRACE_TRACE__ENABELD); did you mean 'enabled'?" in str(info.value)
+    )
+    assert [r for r in caplog.records if "ignored" in r.getMessage()] == []
 
 
 def test_unknown_key_is_named(clean_env: Path) -> None:

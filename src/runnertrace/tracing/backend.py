@@ -33,9 +33,9 @@ SectionT = TypeVar("SectionT", bound=BaseModel)
 
 class BackendConfig(Protocol):
     """What a backend reads of the tracing configuration: its own section, the flush
-    timeout, and whether metrics are on. :class:`~runnertrace.tracing.config.TraceConfig` is one; naming
-    the two reads here keeps this module below the configuration, which looks
-    backends up by name."""
+    timeout, and whether metrics are on. :class:`~runnertrace.tracing.config.TraceConfig`
+    is one; naming those reads here keeps this module below the configuration, which
+    looks backends up by name."""
 
     @property
     def flush_timeout_s(self) -> float: ...

@@ -20,6 +20,7 @@ forgets it (for tests that install a backend on ``sys.path``).
 
 from __future__ import annotations
 
+import difflib
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -100,10 +101,30 @@ def _is_path(name: str) -> bool:
     return "." in name or ":" in name
 
 
+# Tools reached through a backend of another name: where a user looks for them.
+REACHED_THROUGH = {
+    "phoenix": (
+        "otlp",
+        "Arize Phoenix takes OTLP: type: otlp, with trace.otlp.endpoint: "
+        "http://localhost:6006/v1/traces",
+    ),
+    "jaeger": ("otlp", "Jaeger takes OTLP: type: otlp, with trace.otlp.endpoint"),
+    "tempo": ("otlp", "Grafana Tempo takes OTLP: type: otlp, with trace.otlp.endpoint"),
+    "sqlite": ("local", "the embedded store is type: local"),
+}
+
+
 def _unknown(name: str) -> str:
-    valid = ", ".join(backend_names())
+    names = backend_names()
+    valid = ", ".join(names)
+    through = REACHED_THROUGH.get(name.lower())
+    if through is not None:
+        return f"unknown trace type {name!r}; {through[1]}"
+    close = difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
     return (
-        f"unknown trace type {name!r}; expected one of {valid}, or a dotted path to a backend class"
+        f"unknown trace type {name!r}; {hint}expected one of {valid}, "
+        "or a dotted path to a backend class"
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from difflib import get_close_matches
 from pathlib import Path
@@ -177,8 +178,9 @@ class TraceConfig(BaseModel):
         shown = "" if isinstance(value, Mapping) else f" (value {value!r})"
         guess = get_close_matches(name, [*cls.model_fields, *backends], n=1)
         hint = f"did you mean {guess[0]!r}? " if guess else ""
+        origin = _from_env(("trace", name))
         return (
-            f"trace.{name}: unknown key{shown}; {hint}expected a setting "
+            f"trace.{name}: unknown key{shown}{origin}; {hint}expected a setting "
             f"({', '.join(cls.model_fields)}) or the section of a backend "
             f"({', '.join(backends)})"
         )
@@ -309,20 +311,66 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
+def _model_at(path: tuple[str, ...]) -> type[BaseModel] | None:
+    """The model that holds the keys at ``path`` (``("trace", "local")``: the local
+    backend's section model), or ``None`` when ``path`` leads to no model."""
+    from runnertrace.tracing.backend_registry import section_model
+
+    model: type[BaseModel] | None = Settings
+    for part in path:
+        if model is None:
+            return None
+        info = model.model_fields.get(part)
+        if info is None:
+            if model is not TraceConfig:
+                return None
+            try:
+                model = section_model(part)  # trace.<backend>
+            except ConfigError:
+                return None
+            continue
+        annotation = info.annotation
+        is_model = isinstance(annotation, type) and issubclass(annotation, BaseModel)
+        model = annotation if is_model else None  # type: ignore[assignment]
+    return model
+
+
+def _did_you_mean(given: object, choices: list[str]) -> str:
+    guess = get_close_matches(str(given), choices, n=1, cutoff=0.6)
+    return f"did you mean {guess[0]!r}? " if guess else ""
+
+
+def _from_env(path: tuple[str, ...]) -> str:
+    """`` (from environment variable X)`` when the key at ``path`` came from one."""
+    variable = "RUNNERTRACE_" + "__".join(part.upper() for part in path)
+    return f" (from environment variable {variable})" if variable in os.environ else ""
+
+
 def _describe(error: ErrorDetails, base: tuple[str, ...] = ()) -> str:
-    key = ".".join(str(p) for p in (*base, *error["loc"])) or "<root>"
+    path = tuple(str(p) for p in (*base, *error["loc"]))
+    key = ".".join(path) or "<root>"
     value = error.get("input")
     ctx: dict[str, Any] = dict(error.get("ctx") or {})
     kind = error["type"]
+    origin = _from_env(path)
     if kind == "extra_forbidden":
-        return f"{key}: unknown key (value {value!r}); check the spelling"
+        parent = _model_at(path[:-1])
+        allowed = list(parent.model_fields) if parent is not None else []
+        hint = _did_you_mean(path[-1], allowed) if path else ""
+        expected = f"expected one of {', '.join(allowed)}" if allowed else "check the spelling"
+        return f"{key}: unknown key (value {value!r}){origin}; {hint}{expected}"
     if kind == "literal_error" and "expected" in ctx:
-        return f"{key}: invalid value {value!r}; expected {ctx['expected']}"
+        choices = re.findall(r"'([^']*)'", str(ctx["expected"]))
+        hint = _did_you_mean(value, choices)
+        return f"{key}: invalid value {value!r}{origin}; {hint}expected {ctx['expected']}"
     message = error["msg"].removeprefix("Value error, ")
-    return f"{key}: invalid value {value!r}: {message}"
+    return f"{key}: invalid value {value!r}{origin}: {message}"
 
 
-def format_validation_error(exc: ValidationError, *, prefix: str = "") -> str:
+def format_validation_error(
+    exc: ValidationError, *, prefix: str = "", source: Path | None = None
+) -> str:
+    """Every problem of ``exc``, one line each; ``source`` is the file that was read."""
     problems: list[str] = []
     for error in exc.errors():
         nested = (error.get("ctx") or {}).get("error")
@@ -332,7 +380,8 @@ def format_validation_error(exc: ValidationError, *, prefix: str = "") -> str:
             problems.append(_describe(error))
     if prefix:
         problems = [f"{prefix}{p}" for p in problems]
-    return "invalid runnertrace configuration:\n  " + "\n  ".join(problems)
+    read = f" (read from {source} and the environment)" if source is not None else ""
+    return f"invalid runnertrace configuration{read}:\n  " + "\n  ".join(problems)
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -340,13 +389,14 @@ def load_settings(**overrides: Any) -> Settings:
     import yaml
 
     path = Path(os.environ.get(CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE))
-    if path.is_file():
+    source = path.resolve() if path.is_file() else None
+    if source is not None:
         read_yaml_mapping(path)
     warn_unknown_env_vars(Settings)
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc)) from None
+        raise ConfigError(format_validation_error(exc, source=source)) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"cannot parse {path}: {exc}") from None
     except (TypeError, ValueError) as exc:  # e.g. a top level that is not a mapping

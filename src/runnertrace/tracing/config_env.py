@@ -5,7 +5,11 @@
   "dictionary update sequence element #0 ...").
 * ``RUNNERTRACE_*`` variables that map to no key are warned about, with the
   nearest valid name (``RUNNERTRACE_TRACE_ENABLED`` is silently ignored
-  otherwise: one underscore where two are needed).
+  otherwise: one underscore where two are needed). A variable inside a section
+  (``RUNNERTRACE_TRACE__ENABELD``) is not ignored but refused: the configuration
+  error names it, so it is not also called "ignored" here.
+* Lists from the environment: ``RUNNERTRACE_TRACE__TYPE=local,console`` (commas,
+  as OTel's own variables) or JSON (``'["local", "console"]'``).
 * Dotted paths (``trace.redact``, a dotted ``trace.type``) are imported when
   the configuration loads, so every bad path fails the same way, in the same
   place, and ``runnertrace doctor`` reports it.
@@ -104,11 +108,14 @@ def unknown_env_vars(
     """``(variable, nearest valid name or None)`` for each ``RUNNERTRACE_`` variable with no key."""
     valid = _env_names(model, ENV_PREFIX)
     known = set(valid) | _NOT_KEYS
+    sections = tuple(f"{ENV_PREFIX}{field.upper()}__" for field in model.model_fields)
     unknown: list[tuple[str, str | None]] = []
     for name in sorted(environ):
         upper = name.upper()
         if not upper.startswith(ENV_PREFIX) or upper in known:
             continue
+        if upper.startswith(sections) and name == upper:
+            continue  # read into its section, where a wrong key is an error naming it
         section = _section_names(upper)  # trace.<backend> keys: that backend's model only
         if section is not None:
             if upper in section:
