@@ -124,7 +124,7 @@ def run_python(code: str, tmp_path: Path, *, fake_sdk: str | None = None) -> str
 
 PROBE = """
 import runnertrace
-for attempt in ("import runnertrace.tracing", "runnertrace.TracingRunner",
+for attempt in ("from runnertrace.tracing import TracingRunner", "runnertrace.TracingRunner",
                 "hasattr(runnertrace, 'traced')"):
     try:
         exec(attempt)
@@ -154,7 +154,7 @@ def test_the_floor_itself_is_accepted(tmp_path: Path) -> None:
     floor = ".".join(map(str, OTEL_FLOOR))
     out = run_python(PROBE, tmp_path, fake_sdk=f"{floor}.1")
     assert out.strip().splitlines() == [
-        "import runnertrace.tracing -> ok",
+        "from runnertrace.tracing import TracingRunner -> ok",
         "runnertrace.TracingRunner -> ok",
         "hasattr(runnertrace, 'traced') -> ok",
     ], out
