@@ -375,6 +375,40 @@ def test_the_registry_ends_what_the_outer_run_left_open() -> None:
     assert len(runs) == 0
 
 
+def test_a_runners_mapping_of_the_inner_agent_closes_inside_the_run() -> None:
+    """``closing`` runs once, before the run span ends, after a failure's open message
+    ended with it; its answer is the reply of a run ended without one, and a fault in
+    it still ends the run."""
+    closed: list[bool] = []
+
+    def closing(cancelled: bool) -> str:
+        closed.append(cancelled)
+        return "its answer"
+
+    with _opener() as opened, tolerate_internal_errors():
+        runs: NestedRuns[str] = NestedRuns(BOUNDARY)
+        answered, failed, cancelled, broken = (runs.open(k, k) for k in "abcd")
+        assert answered and failed and cancelled and broken
+        for nested in (answered, failed, cancelled):
+            nested.closing = closing
+        broken.closing = lambda cancelled: 1 // 0
+        message = failed.builder.message_start()
+        runs.end("a")  # the registry's caller does not know the answer
+        runs.end("b", error=ValueError("inner failed"))
+        runs.end("c", error=asyncio.CancelledError())
+        runs.end("d", reply="given")
+        answered.end("late")
+        failed.builder.text("late", message)
+    assert closed == [False, False, True]  # once each, however it ended
+    assert [r.finished for r in opened] == [
+        [("its answer", None, False)],
+        [(None, "ValueError", False)],
+        [(None, None, True)],
+        [("given", None, False)],
+    ]
+    assert opened[1].events == ["message_start", "message_end"]
+
+
 # -- the template's install step ----------------------------------------------------------------
 
 
