@@ -276,7 +276,7 @@ def _adk_native() -> Any:
     from adk_agent import offline_turn
     from google.adk.agents import LlmAgent
 
-    from runnertrace.runners.adk_testing import ScriptedAdkLlm
+    from runnertrace.runners.adk.testing import ScriptedAdkLlm
 
     model = ScriptedAdkLlm(model="offline", script=[offline_turn], loop=True)
     return LlmAgent(name="calculator", model=model, tools=[adk_multiply])

@@ -38,7 +38,7 @@ from google.adk.tools.tool_context import ToolContext
 from runnertrace.core import Runtime
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.adk import GoogleADKModule
-from runnertrace.runners.adk_testing import ScriptedAdkLlm, Turn
+from runnertrace.runners.adk.testing import ScriptedAdkLlm, Turn
 
 
 def multiply(a: int, b: int, tool_context: ToolContext) -> int:

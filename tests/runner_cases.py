@@ -171,7 +171,7 @@ def _adk(wrap: Callable[[Any], Any], fired: Fired | None) -> Agent:
     from google.adk.plugins import BasePlugin
 
     from runnertrace.runners.adk import GoogleADKRunner
-    from runnertrace.runners.adk_testing import ScriptedAdkLlm, answer, call
+    from runnertrace.runners.adk.testing import ScriptedAdkLlm, answer, call
 
     def multiply(a: int, b: int) -> int:
         """Multiply two whole numbers."""
@@ -317,7 +317,7 @@ CASES = [
         needs="google.adk",
         make=_adk,
         fires=2,
-        fault=("runnertrace.runners.adk", "_request_fields"),
+        fault=("runnertrace.runners.adk.mapper", "request_fields"),
     ),
     RunnerCase(
         "maf",

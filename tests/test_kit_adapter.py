@@ -13,7 +13,13 @@ import pytest
 from runnertrace.core.agent import Agent
 from runnertrace.core.events import StreamEvent
 from runnertrace.core.models import AgentReply, AgentRequestText
-from runnertrace.core.observer import end_nesting_runs, nesting_runs, observing
+from runnertrace.core.observer import (
+    end_nesting_runs,
+    enter_traced_run,
+    exit_traced_run,
+    nesting_runs,
+    observing,
+)
 from runnertrace.core.session import Session
 from runnertrace.runners._kit.adapter import (
     ScopeLedger,
@@ -375,6 +381,40 @@ def test_the_registry_ends_what_the_outer_run_left_open() -> None:
     assert len(runs) == 0
 
 
+def test_a_runners_mapping_of_the_inner_agent_closes_inside_the_run() -> None:
+    """``closing`` runs once, before the run span ends, after a failure's open message
+    ended with it; its answer is the reply of a run ended without one, and a fault in
+    it still ends the run."""
+    closed: list[bool] = []
+
+    def closing(cancelled: bool) -> str:
+        closed.append(cancelled)
+        return "its answer"
+
+    with _opener() as opened, tolerate_internal_errors():
+        runs: NestedRuns[str] = NestedRuns(BOUNDARY)
+        answered, failed, cancelled, broken = (runs.open(k, k) for k in "abcd")
+        assert answered and failed and cancelled and broken
+        for nested in (answered, failed, cancelled):
+            nested.closing = closing
+        broken.closing = lambda cancelled: 1 // 0
+        message = failed.builder.message_start()
+        runs.end("a")  # the registry's caller does not know the answer
+        runs.end("b", error=ValueError("inner failed"))
+        runs.end("c", error=asyncio.CancelledError())
+        runs.end("d", reply="given")
+        answered.end("late")
+        failed.builder.text("late", message)
+    assert closed == [False, False, True]  # once each, however it ended
+    assert [r.finished for r in opened] == [
+        [("its answer", None, False)],
+        [(None, "ValueError", False)],
+        [(None, None, True)],
+        [("given", None, False)],
+    ]
+    assert opened[1].events == ["message_start", "message_end"]
+
+
 # -- the template's install step ----------------------------------------------------------------
 
 
@@ -426,10 +466,12 @@ class _Runner(FrameworkRunner[_Framework]):
     native_what: ClassVar[str] = "a two-word framework"
     boundary: ClassVar[MappingBoundary] = BOUNDARY
 
-    def __init__(self, broken: bool) -> None:
+    def __init__(self, broken: bool, quiet_broken: bool = False) -> None:
         self.broken = broken
+        self.quiet_broken = quiet_broken
         self.installed: list[str] = []
         self.taken_down: list[str] = []
+        self.quieted: list[bool] = []
 
     async def start(self, setup: RunSetup[_Framework]) -> _Run:
         return _Run(setup)
@@ -439,6 +481,11 @@ class _Runner(FrameworkRunner[_Framework]):
         run.exits.callback(self.taken_down.append, "listener")
         if self.broken:
             raise KeyError("python_executor.static_tools")  # what a renaming release does
+
+    def quiet(self, setup: RunSetup[_Framework], run: FrameworkRun[Any]) -> None:
+        self.quieted.append(setup.streaming)
+        if self.quiet_broken:
+            raise KeyError("tracer")  # a release that keeps its tracer elsewhere
 
 
 async def _both_modes(runner: _Runner) -> tuple[str, list[StreamEvent]]:
@@ -473,6 +520,30 @@ async def test_a_fault_in_the_install_step_costs_the_telemetry_not_the_run(
     assert _text(events) == _text(healthy_events) == "6 x 7 = 42"
     assert [e.type for e in events] == ["message_start", "text_delta", "message_end"]
     assert broken.taken_down == broken.installed == ["listener", "listener"]  # undone each time
+    faults = _faults(caplog)
+    assert len(faults) == 1 and "kit-test install" in faults[0]
+
+
+async def test_a_fault_in_the_quiet_step_costs_the_silencing_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Only a traced run is quieted; a fault there leaves the mapping in: the same
+    events in both modes, nothing taken down before the run ends, one log line."""
+    healthy = _Runner(broken=False)
+    _, untraced_events = await _both_modes(healthy)
+    assert healthy.quieted == []
+    broken = _Runner(broken=False, quiet_broken=True)
+    traced = enter_traced_run()
+    try:
+        with tolerate_internal_errors():
+            reply, events = await _both_modes(broken)
+    finally:
+        exit_traced_run(traced)
+    assert broken.quieted == [False, True]  # it was reached in each mode
+    assert reply == "6 x 7 = 42"
+    assert [e.type for e in events] == [e.type for e in untraced_events]
+    assert [e.type for e in events] == ["message_start", "text_delta", "text_delta", "message_end"]
+    assert broken.taken_down == broken.installed == ["listener", "listener"]  # at the end
     faults = _faults(caplog)
     assert len(faults) == 1 and "kit-test install" in faults[0]
 

@@ -196,7 +196,7 @@ def adk(clock: ToolClock, linger: float) -> CoreAgent:
     from google.adk.agents import LlmAgent
 
     from runnertrace.runners.adk import GoogleADKRunner
-    from runnertrace.runners.adk_testing import ScriptedAdkLlm, Turn, answer
+    from runnertrace.runners.adk.testing import ScriptedAdkLlm, Turn, answer
 
     async def weather(city: str) -> str:
         """Look up the weather."""

@@ -10,7 +10,9 @@ module) and the kit runs the rest of its life, the same way in every runner:
 - :meth:`NestedAgentRun.open` opens the nested run where the code runs now (under
   the calling tool's span), with an :class:`EventBuilder` of its own, or gives
   ``None`` when nothing traces here;
-- the runner maps the inner agent's progress onto :attr:`NestedAgentRun.builder`;
+- the runner maps the inner agent's progress onto :attr:`NestedAgentRun.builder`
+  (a runner whose mapping of the inner agent holds more, such as its open steps,
+  sets :attr:`NestedAgentRun.closing`, so that mapping closes as the run ends);
 - :meth:`NestedAgentRun.end` ends it once: with the reply, with the error (the open
   message or tool ends with it), or cancelled; after that nothing more reaches it,
   whatever the framework still reports;
@@ -24,7 +26,7 @@ telemetry, never the inner agent's run.
 from __future__ import annotations
 
 from asyncio import CancelledError
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from runnertrace.core.observer import NULL_OBSERVER, NestedRun, open_nested_run
@@ -41,7 +43,7 @@ K = TypeVar("K", bound=Hashable)
 class NestedAgentRun:
     """One agent run a framework started inside a traced run's tool; see the module."""
 
-    __slots__ = ("boundary", "builder", "ended", "name", "run")
+    __slots__ = ("boundary", "builder", "closing", "ended", "name", "run")
 
     def __init__(
         self, run: NestedRun, name: str, boundary: MappingBoundary, *, queue: bool
@@ -51,6 +53,13 @@ class NestedAgentRun:
         self.boundary = boundary
         self.builder = EventBuilder(run, queue=queue)
         self.ended = False
+        #: The runner's own mapping of the inner agent, when it holds more than the
+        #: builder does (open steps, the runs it nests in turn): called once as the run
+        #: ends, after a failure's open messages ended with the error and before the run
+        #: span ends, with whether the run was cancelled, so what it holds ends inside
+        #: the run. What it returns is the reply of a run ended with none given (the
+        #: caller of :meth:`NestedRuns.end` may not know the inner agent's answer).
+        self.closing: Callable[[bool], Any] | None = None
 
     @classmethod
     def open(
@@ -98,9 +107,18 @@ class NestedAgentRun:
             with self.boundary:
                 if error is not None:
                     builder.fail(error)
+                if self.closing is not None:
+                    reply = self._close_mapping(reply, error, cancelled)
                 self.run.finish(reply=reply, error=error, cancelled=cancelled)
         finally:
             builder.observer = NULL_OBSERVER  # nothing more reaches the ended run
+
+    def _close_mapping(self, reply: Any, error: BaseException | None, cancelled: bool) -> Any:
+        """Run :attr:`closing` in a boundary of its own: a fault there still ends the run."""
+        answer = None
+        with self.boundary:
+            answer = self.closing(cancelled) if self.closing is not None else None
+        return answer if reply is None and error is None and not cancelled else reply
 
 
 class NestedRuns(Generic[K]):

@@ -50,11 +50,11 @@ from runnertrace.core.models import (
 )
 from runnertrace.core.session import Session
 from runnertrace.runners.adk import STATE_KEY, GoogleADKModule, GoogleADKRunner, user_content_of
-from runnertrace.runners.adk_testing import ScriptedAdkLlm, answer, call
+from runnertrace.runners.adk.testing import ScriptedAdkLlm, answer, call
 from runnertrace.testing import CapturedSpans
 from runnertrace.tracing.config import Settings, TraceConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 QUESTION: list[AgentRequest] = [AgentRequestText(prompt="What is 6 times 7?")]
 MODES = ["run", "stream"]
 
@@ -509,7 +509,7 @@ def test_runnertrace_imports_without_google_adk() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
-@pytest.mark.parametrize("module", ["adk", "adk_testing"])
+@pytest.mark.parametrize("module", ["adk", "adk.testing"])
 def test_without_google_adk_the_runner_names_the_extra_to_install(module: str) -> None:
     code = (
         "import sys; sys.modules['google.adk'] = None\n"

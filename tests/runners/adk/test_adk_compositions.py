@@ -41,7 +41,7 @@ from tests.fidelity_helpers import MODES, in_start_order, one, parent_of, run
 from runnertrace import TracingRunner
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.runners.adk import GoogleADKRunner
-from runnertrace.runners.adk_testing import ScriptedAdkLlm, Turn, answer, call
+from runnertrace.runners.adk.testing import ScriptedAdkLlm, Turn, answer, call
 from runnertrace.testing import CapturedSpans
 
 # ADK deprecates its workflow agents in favour of Workflow, which cannot yet be a
@@ -51,7 +51,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:The `plugins` argument is deprecated"),
 ]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 DELAY = 0.05  # each model call's latency, seconds
 
 
@@ -533,7 +533,7 @@ from runnertrace.runners.adk import GoogleADKRunner
 from runnertrace.testing import CapturedSpans
 from runnertrace.tracing.config import TraceConfig
 from tests.fidelity_helpers import run
-from tests.test_adk_compositions import (
+from tests.runners.adk.test_adk_compositions import (
     BranchFailed,
     agent_tool_scenario,
     cancel_scenario,

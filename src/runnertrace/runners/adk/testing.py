@@ -10,6 +10,8 @@ or an exception instance to raise. With ``stream=True`` (ADK's SSE mode) the
 text comes as ``partial=True`` chunks first, then the whole response once more,
 non-partial, as real models do. Every response carries usage metadata (without
 it ADK logs "Skipping missing token usage metadata" on each call).
+
+Imported without ``google-adk``, the package names the extra to install.
 """
 
 from __future__ import annotations
@@ -20,17 +22,11 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.genai import types
 from pydantic import Field, PrivateAttr
-
-from runnertrace._internal.imports import missing_extra
-
-try:
-    from google.adk.models.base_llm import BaseLlm
-    from google.adk.models.llm_request import LlmRequest
-    from google.adk.models.llm_response import LlmResponse
-    from google.genai import types
-except ImportError as exc:
-    raise missing_extra(exc, "adk") from exc
 
 __all__ = ["CallRecord", "ScriptedAdkLlm", "Turn", "answer", "call"]
 

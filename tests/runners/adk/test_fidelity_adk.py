@@ -45,10 +45,10 @@ from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.adk import GoogleADKRunner
-from runnertrace.runners.adk_testing import ScriptedAdkLlm, Turn, answer
+from runnertrace.runners.adk.testing import ScriptedAdkLlm, Turn, answer
 from runnertrace.testing import CapturedSpans
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 CHAT = "chat planner-llm"
 # The user's own tracer, on the same provider as ours; set per test by the fixture below.
 user: dict[str, trace_api.Tracer] = {}
@@ -390,7 +390,7 @@ from runnertrace.core.agent import Agent
 from runnertrace.tracing.config import TraceConfig
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.adk import GoogleADKRunner
-from runnertrace.runners.adk_testing import ScriptedAdkLlm, Turn, answer
+from runnertrace.runners.adk.testing import ScriptedAdkLlm, Turn, answer
 
 def weather(city: str) -> str:
     '''Look up the weather.'''
