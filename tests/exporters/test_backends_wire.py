@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import requests
 
-from otlp_fixtures import (  # noqa: F401 - fixtures are used by name
+from tests.otlp_fixtures import (  # noqa: F401 - fixtures are used by name
     ANSWER,
     LANGFUSE_PUBLIC,
     LANGFUSE_SECRET,
@@ -37,7 +37,7 @@ from otlp_fixtures import (  # noqa: F401 - fixtures are used by name
     traced_run,
     wait_until,
 )
-from otlp_receiver import OtlpReceiver, ReceivedSpan
+from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 from runnertrace._internal.errors import tolerate_internal_errors
 from runnertrace.exporters.langfuse import LangfuseBackend
 from runnertrace.exporters.logfire import LogfireBackend, base_url_for_token

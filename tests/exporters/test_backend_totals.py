@@ -26,14 +26,14 @@ from collections.abc import Callable
 
 import pytest
 
-from nesting_helpers import Outer, drive, inner_opened, inner_traced_runner
-from otlp_fixtures import (  # noqa: F401 - fixtures are used by name
+from tests.nesting_helpers import Outer, drive, inner_opened, inner_traced_runner
+from tests.otlp_fixtures import (  # noqa: F401 - fixtures are used by name
     clean_vendor_env_fixture,
     make_receiver_fixture,
     receiver_fixture,
     trace_config,
 )
-from otlp_receiver import OtlpReceiver, ReceivedSpan
+from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.runner import TracingRunner

@@ -26,7 +26,7 @@ from contextlib import aclosing, asynccontextmanager, suppress
 from typing import Any
 
 import pytest
-from tests.runner_cases import CASES, RunnerCase
+from tests.contract.runner_cases import CASES, RunnerCase
 from tests.tracing_helpers import OpenSpanTracker
 
 from runnertrace import TracingRunner

@@ -23,11 +23,11 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from otlp_receiver import OtlpReceiver
+from tests.otlp_receiver import OtlpReceiver
 from runnertrace._internal.imports import OTEL_CAP, OTEL_FLOOR, OTEL_RANGE, release
 from runnertrace.exporters.otlp import ScopedSession
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OTEL_DECLARED = (
     "opentelemetry-api",
     "opentelemetry-sdk",

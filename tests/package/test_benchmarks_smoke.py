@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PEERS = ROOT / "benchmarks" / "peers.py"
 
 # Framework -> the module that tells whether it is installed here.

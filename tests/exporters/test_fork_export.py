@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from otlp_fixtures import (  # noqa: F401 - fixtures are used by name
+from tests.otlp_fixtures import (  # noqa: F401 - fixtures are used by name
     clean_vendor_env_fixture,
     make_receiver_fixture,
     receiver_fixture,
 )
-from otlp_receiver import OtlpReceiver
-from traced_process import launch, received_runs, stored_runs
+from tests.otlp_receiver import OtlpReceiver
+from tests.traced_process import launch, received_runs, stored_runs
 
 SPANS_PER_RUN = 9
 RUNS = ("invoke_agent parent-1", "invoke_agent child", "invoke_agent parent-2")

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from tests.test_first_hour import APP, SPANS_PER_RUN, env_for, user_store
 
-from otlp_fixtures import make_receiver_fixture, receiver_fixture  # noqa: F401 - fixtures
-from otlp_receiver import OtlpReceiver, ReceivedSpan
+from tests.otlp_fixtures import make_receiver_fixture, receiver_fixture  # noqa: F401 - fixtures
+from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 
 def run_app_with(setup: str, config: str, cwd: Path) -> subprocess.CompletedProcess[str]:

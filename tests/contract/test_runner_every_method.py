@@ -34,8 +34,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from tests.runner_cases import CASES, RunnerCase
-from tests.test_runner_contract import drive, settle
+from tests.contract.runner_cases import CASES, RunnerCase
+from tests.contract.test_runner_contract import drive, settle
 from tests.tracing_helpers import OpenSpanTracker
 
 from runnertrace import TracingRunner

@@ -237,7 +237,7 @@ def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
         text=True,
         env=full_env,
         timeout=120,
-        cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]),
+        cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]),
     )
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from otlp_fixtures import NATIVE_SPAN_COUNTS, traced_run
+from tests.otlp_fixtures import NATIVE_SPAN_COUNTS, traced_run
 from runnertrace.cli import main
 from runnertrace.exporters.local import LocalConfig
 from runnertrace.tracing.backend_registry import (
@@ -33,7 +33,7 @@ from runnertrace.tracing.backend_registry import (
 from runnertrace.tracing.config import ConfigError, TraceConfig, load_settings
 from runnertrace.tracing.setup import get_tracing_setup
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 
 BACKEND_MODULE = '''
 """A third-party backend: spans to memory, a label from its own trace.{name} section."""

@@ -24,7 +24,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
-from otlp_receiver import OtlpReceiver
+from tests.otlp_receiver import OtlpReceiver
 from runnertrace.exporters.local import LocalBackend, LocalConfig
 from runnertrace.exporters.local_store import SpanStore
 from runnertrace.exporters.otlp import OtlpBackend
@@ -32,7 +32,7 @@ from runnertrace.tracing import drops
 from runnertrace.tracing.backend import Backend
 from runnertrace.tracing.config import TraceConfig
 
-SCRIPT = Path(__file__).with_name("lossy_process.py")
+SCRIPT = Path(__file__).resolve().parent.parent / "lossy_process.py"
 SPANS_PER_RUN = 9
 BAD_TOOL = b"calc-\xff".decode("utf-8", "surrogateescape")  # as os.fsdecode gives it
 SPANS_PER_GOOD_RUN = 3  # run > tool, chat

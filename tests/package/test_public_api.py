@@ -23,8 +23,8 @@ import pytest
 
 import runnertrace
 
-SRC = Path(__file__).resolve().parent.parent / "src"
-SNAPSHOT = Path(__file__).with_name("public_api.json")
+SRC = Path(__file__).resolve().parent.parent.parent / "src"
+SNAPSHOT = Path(__file__).resolve().parent.parent / "public_api.json"
 
 LISTED = (
     "runnertrace",

@@ -297,7 +297,7 @@ async def test_a_raising_redactor_loses_no_span(captured_spans: CapturedSpans) -
     ]
     runner = traced(
         ForeignRunner(events, fail_at=len(events) - 1, error=RuntimeError("poison")),
-        redact="tests.test_span_values.poisoned_redactor",
+        redact="tests.tracing.test_span_values.poisoned_redactor",
     )
     try:
         with tolerate_internal_errors(), pytest.raises(RuntimeError, match="poison"):

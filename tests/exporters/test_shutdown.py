@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from otlp_fixtures import (  # noqa: F401 - fixtures are used by name
+from tests.otlp_fixtures import (  # noqa: F401 - fixtures are used by name
     clean_vendor_env_fixture,
     make_receiver_fixture,
     receiver_fixture,
 )
-from otlp_receiver import OtlpReceiver
-from traced_process import launch, received_runs, stored_runs
+from tests.otlp_receiver import OtlpReceiver
+from tests.traced_process import launch, received_runs, stored_runs
 
 # One native run: 1 run span, 3 steps, 3 model calls, 2 tool calls.
 SPANS_PER_RUN = 9

@@ -29,11 +29,11 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from otlp_fixtures import wait_until
-from otlp_receiver import OtlpReceiver, ReceivedSpan
+from tests.otlp_fixtures import wait_until
+from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 from runnertrace.serve import ServiceClient
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parent.parent
 SERVER_KIND, CLIENT_KIND = 2, 3
 
 

@@ -30,8 +30,8 @@ from a2a.helpers.proto_helpers import get_message_text, new_text_message
 from a2a.types.a2a_pb2 import Role, SendMessageRequest
 from opentelemetry.trace import SpanKind
 
-from otlp_fixtures import wait_until
-from otlp_receiver import OtlpReceiver
+from tests.otlp_fixtures import wait_until
+from tests.otlp_receiver import OtlpReceiver
 from runnertrace.core import Runtime
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.native import (
@@ -47,7 +47,7 @@ from runnertrace.tracing import traced
 from runnertrace.tracing.a2a import traced_client
 from runnertrace.tracing.config import Settings
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parent.parent
 SERVER = TESTS / "a2a_server_process.py"
 SERVER_KIND, CLIENT_KIND = 2, 3  # OTLP span kinds
 

@@ -33,8 +33,8 @@ from mcp import StdioServerParameters
 from mcp.shared import _otel as mcp_otel
 from opentelemetry.sdk.trace import ReadableSpan
 
-from otlp_fixtures import wait_until
-from otlp_receiver import OtlpReceiver, ReceivedSpan
+from tests.otlp_fixtures import wait_until
+from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 from runnertrace.core import Runtime
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.native import (
@@ -50,7 +50,7 @@ from runnertrace.tracing import traced
 from runnertrace.tracing.config import Settings
 from runnertrace.tracing.mcp import connect_stdio, connect_streamable_http
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parent.parent
 SERVER = TESTS / "mcp_server_process.py"
 SRC = TESTS.parent / "src"
 SERVER_KIND = 2  # OTLP's SPAN_KIND_SERVER

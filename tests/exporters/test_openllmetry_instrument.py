@@ -13,13 +13,13 @@ import pytest
 
 pytest.importorskip("opentelemetry.instrumentation.openai")
 
-from fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply
-from otlp_fixtures import (  # noqa: F401 - fixtures
+from tests.fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply
+from tests.otlp_fixtures import (  # noqa: F401 - fixtures
     make_receiver_fixture,
     receiver_fixture,
     trace_config,
 )
-from otlp_receiver import OtlpReceiver
+from tests.otlp_receiver import OtlpReceiver
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.models import AgentRequestText

@@ -41,7 +41,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 from tests.fidelity_helpers import MODES, parent_of, run
 
-from fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply
+from tests.fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply
 from runnertrace import TracingRunner
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.testing import CapturedSpans

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+SRC = Path(__file__).resolve().parent.parent.parent / "src"
 ROOT = "runnertrace"
 
 _BASE = frozenset({"_internal", "core"})
