@@ -68,13 +68,14 @@ def _path(module: str) -> Path:
 
 
 def public_modules() -> list[str]:
-    """The listed modules, and each framework's runner module (``runners/<name>.py``)."""
-    runners = sorted(
-        f"runnertrace.runners.{p.stem}"
-        for p in (SRC / "runnertrace" / "runners").glob("*.py")
-        if not p.stem.startswith("_")
-    )
-    return [*LISTED, *runners]
+    """The listed modules, and each framework's runner: a module (``runners/<name>.py``)
+    or a package (``runners/<name>/``: its face, and its ``testing`` module)."""
+    base = SRC / "runnertrace" / "runners"
+    packages = [p for p in base.iterdir() if (p / "__init__.py").is_file()]
+    paths = [*(p.with_suffix("") for p in base.glob("*.py")), *packages]
+    paths += [p / "testing" for p in packages if (p / "testing.py").is_file()]
+    names = {".".join(("runnertrace.runners", *p.relative_to(base).parts)) for p in paths}
+    return [*LISTED, *sorted(n for n in names - set(LISTED) if "._" not in n)]
 
 
 def declared_all(module: str) -> list[str]:
