@@ -289,11 +289,11 @@ CASES = [
     ),
     RunnerCase(
         "pydantic_ai",
-        "runnertrace.runners.pydantic_ai",
+        "runnertrace.runners.pydantic_ai.runner",
         needs="pydantic_ai",
         make=_pydantic_ai,
         fires=2,
-        fault=("runnertrace.runners.pydantic_ai", "_request_fields"),
+        fault=("runnertrace.runners.pydantic_ai.mapper", "request_fields"),
     ),
     RunnerCase(
         "openai_agents",

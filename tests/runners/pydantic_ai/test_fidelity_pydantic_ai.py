@@ -22,7 +22,7 @@ pytest.importorskip(
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import aclosing
 from typing import Any
 
@@ -36,7 +36,7 @@ from pydantic import BaseModel
 from pydantic_ai import Agent, ModelRetry, RunContext
 from pydantic_ai.capabilities.instrumentation import Instrumentation
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
-from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
 from tests.fidelity_helpers import MODES, LookupFailed, one, parent_of, run
 
@@ -45,6 +45,7 @@ from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.pydantic_ai import PydanticAIRunner
+from runnertrace.runners.pydantic_ai.testing import function_model
 from runnertrace.testing import CapturedSpans
 
 CHAT = "chat planner-llm"
@@ -79,24 +80,14 @@ def broken_turn(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 
 
 def scripted(turns: list[Turn]) -> FunctionModel:
-    """A model answering with ``turns`` in order, in both modes (the stream
-    function streams what the turn returns)."""
+    """A model answering with ``turns`` in order, in both modes (stream mode streams
+    what the turn returns)."""
     pending = iter(turns)
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         return next(pending)(messages, info)
 
-    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
-        for index, part in enumerate(respond(messages, info).parts):
-            if isinstance(part, TextPart):
-                yield part.content
-            else:
-                assert isinstance(part, ToolCallPart)
-                args = part.args_as_json_str()
-                yield {index: DeltaToolCall(part.tool_name, tool_call_id=part.tool_call_id)}
-                yield {index: DeltaToolCall(json_args=args)}
-
-    return FunctionModel(respond, stream_function=stream, model_name="planner-llm")
+    return function_model(respond, model_name="planner-llm")
 
 
 def planner(turns: list[Turn], **kw: Any) -> Agent[None, Any]:

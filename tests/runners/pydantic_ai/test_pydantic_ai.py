@@ -75,7 +75,7 @@ from runnertrace.runners.pydantic_ai import (
 from runnertrace.testing import CapturedSpans
 from runnertrace.tracing.config import Settings, TraceConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 QUESTION = [AgentRequestText(prompt="What is 6 times 7?")]
 
 

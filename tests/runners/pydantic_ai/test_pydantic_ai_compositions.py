@@ -24,7 +24,9 @@ pytest.importorskip(
 )
 
 import asyncio
+import inspect
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -49,21 +51,21 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
 from pydantic_ai.usage import RequestUsage, RunUsage
+from tests.composition_checks import check_totals
+from tests.fidelity_helpers import MODES, one, parent_of
+from tests.tracing_helpers import OpenSpanTracker, cancel_and_settle
 
-from composition_checks import check_totals
-from fidelity_helpers import MODES, one, parent_of
 from runnertrace import TracingRunner
 from runnertrace.core import Session, observing
 from runnertrace.core import events as ev
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.models import AgentRequestText
-from runnertrace.runners import pydantic_ai as pydantic_ai_runner
-from runnertrace.runners.pydantic_ai import PydanticAIRunner
-from runnertrace.testing import CapturedSpans
+from runnertrace.runners._kit.adapter import is_guarded
+from runnertrace.runners.pydantic_ai import PydanticAIRunner, nesting
+from runnertrace.testing import CapturedSpans, tolerate_internal_errors
 from runnertrace.tracing import attributes as A
-from tracing_helpers import OpenSpanTracker, cancel_and_settle
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 QUESTION = [AgentRequestText(prompt="Tell me a joke about cats.")]
 user: dict[str, trace_api.Tracer] = {}
 
@@ -470,18 +472,70 @@ async def test_cancelling_the_run_ends_the_delegated_run_as_cancelled(
     assert (boss.model_calls, joker_level.model_calls) == (3, 2)
 
 
+# -- a fault in the delegation hook ---------------------------------------------------------------
+# Every public method of the delegation (found by reflection, so a new one is covered too):
+# the contract suite's calculator delegates to no one, so only this reaches them. A guarded
+# one has its body broken under the guard; one left unguarded is broken whole, and fails.
+# ``around`` passes the delegate's own exceptions through: its parts are the others.
+DELEGATION = nesting._Delegation  # noqa: SLF001 - broken one part at a time
+DELEGATION_PARTS = sorted(
+    name
+    for name, value in vars(DELEGATION).items()
+    if not name.startswith("_")
+    and inspect.isfunction(getattr(value, "__func__", value))
+    and name != "around"
+)
+
+
+def renamed(*args: Any, **kwargs: Any) -> Any:
+    raise KeyError("an attribute Pydantic AI renamed")
+
+
+@pytest.mark.parametrize("part", DELEGATION_PARTS)
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_fault_in_the_delegation_costs_telemetry_only(
+    mode: str,
+    part: str,
+    captured_spans: CapturedSpans,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tracker = OpenSpanTracker()
+    captured_spans.provider.add_span_processor(tracker)
+    expected = await drive(Team().untraced(), mode)
+    value = vars(DELEGATION)[part]
+    function = getattr(value, "__func__", value)
+    if is_guarded(function):
+        monkeypatch.setattr(function, "__wrapped__", renamed)
+    else:
+        whole = classmethod(renamed) if isinstance(value, classmethod) else renamed
+        monkeypatch.setattr(DELEGATION, part, whole)
+    caplog.set_level(logging.WARNING, logger="runnertrace")
+    team = Team()
+    with tolerate_internal_errors():
+        reply = await drive(team.traced(), mode)
+    await asyncio.sleep(0)
+    assert reply == expected
+    assert team.calls == 4  # both agents answered, twice each
+    logged = [r.getMessage() for r in caplog.records if r.name == "runnertrace"]
+    assert len(logged) == 1 and "internal error in pydantic_ai mapping" in logged[0], logged
+    assert tracker.started > 0 and not tracker.open
+    assert one(captured_spans, "execute_tool delegate").status.status_code is not StatusCode.ERROR
+
+
 # -- the hook is scoped to traced runs -------------------------------------------------------------
 @pytest.fixture
 def delegations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The agents whose ``iter`` the hook looked past its one context-variable read at."""
     seen: list[str] = []
-    original = pydantic_ai_runner._delegated_iter  # noqa: SLF001 - counted, not changed
+    delegation = nesting._Delegation  # noqa: SLF001 - counted, not changed
+    original = delegation.open
 
-    def counting(iter_: Any, agent: Any, args: Any, kwargs: Any) -> Any:
+    def counting(cls: Any, agent: Any, args: Any, kwargs: Any) -> Any:
         seen.append(agent.name)
-        return original(iter_, agent, args, kwargs)
+        return original(agent, args, kwargs)
 
-    monkeypatch.setattr(pydantic_ai_runner, "_delegated_iter", counting)
+    monkeypatch.setattr(delegation, "open", classmethod(counting))
     return seen
 
 
@@ -679,8 +733,7 @@ async def test_a_delegate_instrumented_on_its_own_counts_once(
 
 # -- an app provider (the global one), with Pydantic AI instrumented onto it too -------------------
 APP_PROVIDER = """
-import asyncio, json, sys
-sys.path.insert(0, "tests")
+import asyncio, json
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -691,8 +744,8 @@ provider.add_span_processor(SimpleSpanProcessor(exporter))
 trace.set_tracer_provider(provider)
 
 from pydantic_ai import Agent
-from composition_checks import check_totals
-import test_pydantic_ai_compositions as t
+from tests.composition_checks import check_totals
+import tests.runners.pydantic_ai.test_pydantic_ai_compositions as t
 from runnertrace import traced
 from runnertrace.runners.pydantic_ai import PydanticAIRunner
 from runnertrace.tracing.config import TraceConfig
