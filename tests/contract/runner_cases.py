@@ -289,7 +289,7 @@ CASES = [
     ),
     RunnerCase(
         "pydantic_ai",
-        "runnertrace.runners.pydantic_ai.runner",
+        "runnertrace.runners.pydantic_ai",
         needs="pydantic_ai",
         make=_pydantic_ai,
         fires=2,

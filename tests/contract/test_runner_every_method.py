@@ -41,7 +41,7 @@ from tests.tracing_helpers import OpenSpanTracker
 from runnertrace import TracingRunner
 from runnertrace._internal.errors import internal_log
 from runnertrace.core import events as ev
-from runnertrace.runners._kit.adapter import is_guarded
+from runnertrace.runners._kit.adapter import is_guarded, passes
 from runnertrace.testing import CapturedSpans, tolerate_internal_errors
 
 pytestmark = pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
@@ -49,7 +49,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:create_react_agent has been move
 MODES = ["run", "stream"]
 CLASS_MODULES = ("mapper", "adapter")
 FUNCTION_MODULES = ("quiet", "nesting")
-_PASSES = "__runnertrace_passes_through__"
 
 
 @dataclass(frozen=True)
@@ -109,7 +108,7 @@ def targets(case: RunnerCase) -> Iterator[Target]:
                 function = (
                     value.__func__ if isinstance(value, staticmethod | classmethod) else value
                 )
-                if not inspect.isfunction(function) or getattr(function, _PASSES, False):
+                if not inspect.isfunction(function) or passes(function):
                     continue
                 yield Target(cls, name, f"{module_name}.{cls.__name__}.{name}")
     for module_name in FUNCTION_MODULES:

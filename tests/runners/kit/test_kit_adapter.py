@@ -130,6 +130,20 @@ def test_the_body_can_be_replaced_under_the_guard(monkeypatch: pytest.MonkeyPatc
         assert _Hooks().on_start(5) is None
 
 
+def test_a_guarded_function_costs_only_itself(caplog: pytest.LogCaptureFixture) -> None:
+    installed: list[str] = []
+
+    @guarded(BOUNDARY)
+    def install_hook(name: str) -> None:
+        installed.append(name)
+        raise KeyError("Agent.iter")
+
+    with tolerate_internal_errors():
+        assert install_hook("hook") is None
+    assert is_guarded(install_hook) and installed == ["hook"]
+    assert len(_faults(caplog)) == 1
+
+
 def test_a_generator_cannot_be_guarded_whole() -> None:
     with pytest.raises(TypeError, match="mapped_stream"):
 

@@ -48,10 +48,11 @@ __all__ = [
     "guarded",
     "is_guarded",
     "mapped_stream",
+    "passes",
     "passes_through",
 ]
 
-C = TypeVar("C", bound=type)
+C = TypeVar("C", bound=Callable[..., Any])  # a class, or one function
 F = TypeVar("F", bound=Callable[..., Any])
 H = TypeVar("H")
 T = TypeVar("T")
@@ -87,6 +88,11 @@ def fault_returns(fallback: Callable[..., Any]) -> Callable[[F], F]:
         return method
 
     return mark
+
+
+def passes(function: Any) -> bool:
+    """Whether ``function`` is marked :func:`passes_through` (it calls into the framework)."""
+    return getattr(function, _PASSES, False) is True
 
 
 def is_guarded(function: Any) -> bool:
@@ -133,9 +139,15 @@ def guarded(boundary: MappingBoundary) -> Callable[[C], C]:
     object). Methods marked :func:`passes_through` are left as they are, and so are
     properties and nested classes. Inherited methods are guarded where they are
     defined: decorate each adapter class, the bases and the subclasses alike.
+
+    On a function it guards that one function: for a part of an install step whose
+    fault should cost only its own telemetry (a process-wide hook that only nested
+    runs need), not the whole run's.
     """
 
     def decorate(cls: C) -> C:
+        if inspect.isfunction(cls):
+            return _guard(cls, boundary.where)  # type: ignore[return-value]
         for name, value in list(vars(cls).items()):
             if name.startswith("_") and name != "__call__":
                 continue
@@ -279,9 +291,10 @@ async def mapped_stream(
     """Pass a framework stream on unchanged, mapping each item inside ``boundary``.
 
     For a hook that wraps the framework's own stream (a capability's event stream):
-    each item is handed to ``on_item`` and then yielded as it came; a failure of
-    the stream goes to ``failed`` and propagates unchanged. The stream is closed
-    when this generator is, so an early stop closes the framework's stream at once.
+    each item is handed to ``on_item`` and then yielded as it came. A failure of the
+    stream (an ``Exception``: not an early close or a cancellation) goes to
+    ``failed``, and every exit propagates unchanged. The stream is closed when this
+    generator is, so an early stop closes the framework's stream at once.
     """
     try:
         async for item in stream:
@@ -291,7 +304,7 @@ async def mapped_stream(
                 report_internal_error(boundary.where, exc)
             yield item
     except BaseException as error:
-        if failed is not None:
+        if failed is not None and _failure(error, ()):  # not an early close or a cancel
             with boundary:
                 failed(error)
         raise

@@ -66,6 +66,7 @@ class _OwnRun(AbstractCapability[Any]):
 OWN_RUN = _OwnRun()
 
 
+@guarded(_BOUNDARY)  # a fault costs the nested runs their telemetry, not the run
 def install_delegation_hook() -> None:
     """Wrap ``Agent.iter`` once per process (at the first traced run, never at import).
 
