@@ -33,7 +33,7 @@ from runnertrace.runners._kit.skeleton import (
     RunSetup,
     reply_of,
 )
-from runnertrace.testing import tolerate_internal_errors
+from runnertrace.testing import CapturedSpans, tolerate_internal_errors
 
 BOUNDARY = MappingBoundary("kit-test")
 
@@ -501,6 +501,37 @@ async def test_a_fault_in_the_install_step_costs_the_telemetry_not_the_run(
     assert broken.taken_down == broken.installed == ["listener", "listener"]  # undone each time
     faults = _faults(caplog)
     assert len(faults) == 1 and "kit-test install" in faults[0]
+
+
+class _Unquiet(_Runner):
+    """Its quiet step fails (a framework release renamed what it silences)."""
+
+    def quiet(self, setup: RunSetup[_Framework], run: FrameworkRun[Any]) -> None:
+        self.installed.append("quiet")
+        raise KeyError("tracer_provider")
+
+
+async def test_a_fault_in_the_quiet_step_costs_the_silencing_not_the_mapping(
+    caplog: pytest.LogCaptureFixture, captured_spans: CapturedSpans
+) -> None:
+    """Traced, a quiet step that fails leaves the stream the untraced one is."""
+    from runnertrace import TracingRunner
+
+    plain = _Runner(broken=False)
+    untraced = [e.type async for e in plain.stream(*_streamed(plain))]
+    runner = _Unquiet(broken=False)
+    with tolerate_internal_errors():
+        traced = [e.type async for e in TracingRunner(runner).stream(*_streamed(runner))]
+    assert traced == untraced == ["message_start", "text_delta", "text_delta", "message_end"]
+    assert runner.installed == ["listener", "quiet"]
+    assert runner.taken_down == ["listener"]  # at the run's end, not at the fault
+    faults = _faults(caplog)
+    assert len(faults) == 1 and "kit-test install" in faults[0]
+
+
+def _streamed(runner: _Runner) -> tuple[Agent, Session, list[Any]]:
+    agent = Agent("calc", runner, _Framework())
+    return agent, Session(id="s"), [AgentRequestText(prompt="6 x 7?")]
 
 
 async def test_an_install_fault_raises_under_pytest() -> None:
