@@ -160,11 +160,19 @@ async def test_a_fault_in_the_mapping_raises_under_pytest(
 
 
 # -- an early stop ---------------------------------------------------------------------------
+def defining(module: Any) -> Any:
+    """Where a runner's classes are defined: a runner package's ``runner`` module, or
+    the runner's module itself."""
+    if hasattr(module, "__path__"):
+        return importlib.import_module(f"{module.__name__}.runner")
+    return module
+
+
 def probe_native_stream(module: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, Any]]:
     """Record, when a run's framework stream is closed, whose context closed it and
     whether the framework's async generator (when it is one) is finished."""
     exits: list[tuple[object, Any]] = []
-    run_class = vars(module)["_Run"]  # every runner's per-run class has this one name
+    run_class = vars(defining(module))["_Run"]  # every runner's per-run class has this name
     original: Callable[[Any], Any] = run_class.native_stream
 
     @asynccontextmanager
@@ -302,7 +310,7 @@ def test_every_runner_is_on_the_template() -> None:
 
     for case in CASES:
         try:
-            module = case.runner_module()
+            module = defining(case.runner_module())
         except pytest.skip.Exception:
             continue
         runners = [
