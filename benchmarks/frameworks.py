@@ -105,7 +105,7 @@ def _langgraph_agent(runner: AnyRunner) -> CoreAgent:
     from langgraph_agent import multiply as lg_multiply
     from langgraph_agent import scripted_model
 
-    from runnertrace.runners.langgraph_testing import ScriptedChatModel
+    from runnertrace.runners.langgraph.testing import ScriptedChatModel
 
     class _LoopingChatModel(ScriptedChatModel):
         """The example's two-turn script, started over when used up, for thousands of runs."""

@@ -138,7 +138,7 @@ def _langgraph(wrap: Callable[[Any], Any], fired: Fired | None) -> Agent:
     from langgraph.prebuilt import create_react_agent
 
     from runnertrace.runners.langgraph import LangGraphRunner
-    from runnertrace.runners.langgraph_testing import ScriptedChatModel
+    from runnertrace.runners.langgraph.testing import ScriptedChatModel
 
     @tool
     def multiply(a: int, b: int) -> int:
@@ -309,7 +309,7 @@ CASES = [
         needs="langgraph",
         make=_langgraph,
         fires=2,
-        fault=("runnertrace.runners.langgraph", "_request"),
+        fault=("runnertrace.runners.langgraph.mapper", "request_fields"),
     ),
     RunnerCase(
         "adk",

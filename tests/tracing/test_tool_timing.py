@@ -146,7 +146,7 @@ def langgraph(clock: ToolClock, linger: float) -> CoreAgent:
     from langgraph.prebuilt import ToolNode, tools_condition
 
     from runnertrace.runners.langgraph import LangGraphRunner
-    from runnertrace.runners.langgraph_testing import ScriptedChatModel
+    from runnertrace.runners.langgraph.testing import ScriptedChatModel
 
     @tool
     async def weather(city: str) -> str:

@@ -39,7 +39,7 @@ from runnertrace.runners._kit.skeleton import (
     RunSetup,
     reply_of,
 )
-from runnertrace.testing import tolerate_internal_errors
+from runnertrace.testing import CapturedSpans, tolerate_internal_errors
 
 BOUNDARY = MappingBoundary("kit-test")
 
@@ -304,6 +304,32 @@ def test_the_ledger_pairs_scopes_by_key_and_leaves_the_rest_at_the_end() -> None
     assert ledger.leave("a") is False
     ledger.leave_all()
     assert events == ["+a", "+b1", "+b2", "-a", "-b2", "-b1"]
+    assert len(ledger) == 0
+
+
+def test_a_same_context_ledger_leaves_a_scope_only_where_it_was_entered() -> None:
+    """An end hook run in another context (LangChain's shielded model-end task) drops
+    the scope; the context that entered it keeps it, and leaves it only from there."""
+    import contextvars
+
+    events: list[str] = []
+
+    @contextmanager
+    def scope(name: str) -> Iterator[None]:
+        events.append(f"+{name}")
+        yield
+        events.append(f"-{name}")
+
+    ledger: ScopeLedger[str] = ScopeLedger(BOUNDARY, same_context=True)
+    ledger.enter("elsewhere", scope("elsewhere"))
+    ledger.enter("here", scope("here"))
+    assert contextvars.copy_context().run(ledger.leave, "elsewhere") is True
+    assert not ledger.holds("elsewhere")
+    assert ledger.leave("here") is True
+    assert events == ["+elsewhere", "+here", "-here"]
+    ledger.enter("other", scope("other"))
+    contextvars.copy_context().run(ledger.leave_all)
+    assert events == ["+elsewhere", "+here", "-here", "+other"]
     assert len(ledger) == 0
 
 

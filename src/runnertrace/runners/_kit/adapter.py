@@ -28,6 +28,7 @@ its fault reaches the run.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Hashable
@@ -314,6 +315,13 @@ async def mapped_stream(
             await aclose()
 
 
+_ENTERED: contextvars.ContextVar[object] = contextvars.ContextVar(
+    "runnertrace_ledger_entered", default=None
+)
+"""Set by a ledger with ``same_context`` at each enter: resetting its token succeeds
+only in the context that entered, which is how :meth:`ScopeLedger.leave` tells."""
+
+
 class ScopeLedger(Generic[K]):
     """Scopes a mapping enters in one framework callback and leaves in another.
 
@@ -328,27 +336,45 @@ class ScopeLedger(Generic[K]):
     enter is not recorded, so it is never left. Leaving in another context (an
     abandoned generator closed by the event loop) is tolerated by the scopes
     themselves (:func:`runnertrace.core.context.reset_var`).
+
+    ``same_context=True`` is for a framework whose end hook may run in another
+    context than its start hook (LangChain runs a model call's end callback in a
+    task of its own, to shield it from cancellation): a scope is then left only
+    in the context that entered it. Elsewhere it is dropped from the ledger and
+    stays entered in its own context until that context ends (leaving it there
+    would detach an OpenTelemetry context that is not current, which OTel logs as
+    an error).
     """
 
-    __slots__ = ("_boundary", "_open")
+    __slots__ = ("_boundary", "_open", "_same_context")
 
-    def __init__(self, boundary: MappingBoundary) -> None:
+    def __init__(self, boundary: MappingBoundary, *, same_context: bool = False) -> None:
         self._boundary = boundary
-        self._open: dict[K, list[AbstractContextManager[None]]] = {}
+        self._same_context = same_context
+        self._open: dict[
+            K, list[tuple[AbstractContextManager[None], contextvars.Token[object] | None]]
+        ] = {}
 
     def enter(self, key: K, scope: AbstractContextManager[None]) -> None:
         with self._boundary:
             scope.__enter__()
-            self._open.setdefault(key, []).append(scope)
+            token = _ENTERED.set(key) if self._same_context else None
+            self._open.setdefault(key, []).append((scope, token))
 
     def leave(self, key: K) -> bool:
-        """Leave the newest scope entered under ``key``; whether there was one."""
+        """Leave the newest scope entered under ``key``; whether there was one (with
+        ``same_context``, one entered in another context is dropped, not left)."""
         stack = self._open.get(key)
         if not stack:
             return False
-        scope = stack.pop()
+        scope, token = stack.pop()
         if not stack:
             del self._open[key]
+        if token is not None:
+            try:
+                _ENTERED.reset(token)
+            except ValueError:  # another context: the entering one keeps it until it ends
+                return True
         with self._boundary:
             scope.__exit__(None, None, None)
         return True

@@ -45,7 +45,7 @@ from tests.tracing_helpers import OpenSpanTracker
 from runnertrace import TracingRunner
 from runnertrace.core.agent import Agent
 from runnertrace.runners.langgraph import LangGraphRunner
-from runnertrace.runners.langgraph_testing import ScriptedChatModel
+from runnertrace.runners.langgraph.testing import ScriptedChatModel
 from runnertrace.testing import CapturedSpans
 
 # create_react_agent is deprecated in favour of langchain.agents.create_agent,
@@ -924,7 +924,7 @@ trace.set_tracer_provider(app)  # OpenInference's spans and (reused) ours go her
 from openinference.instrumentation.langchain import LangChainInstrumentor
 LangChainInstrumentor().instrument()
 
-import tests.test_langgraph_compositions as case
+import tests.runners.langgraph.test_langgraph_compositions as case
 from tests.composition_checks import check_totals
 from runnertrace import traced
 from runnertrace.core import Session
@@ -988,7 +988,7 @@ def test_with_an_app_provider_and_openinference_on_it_each_call_once_in_its_run(
     tmp_path: Path,
 ) -> None:
     pytest.importorskip("openinference.instrumentation.langchain")
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[3]
     env = {
         k: v
         for k, v in os.environ.items()

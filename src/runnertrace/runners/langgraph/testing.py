@@ -1,8 +1,9 @@
 """An offline LangChain chat model for tests and examples (needs the ``langgraph`` extra).
 
-It lives apart from the production adapter so that importing the runner never
+It lives apart from the runner's modules so that importing the runner never
 defines a test double, and apart from :mod:`runnertrace.testing` (a pytest plugin
-loaded by every test run) so that plugin never imports LangChain.
+loaded by every test run) so that plugin never imports LangChain. The package's
+``__init__`` names the extra when LangChain is missing.
 """
 
 from __future__ import annotations
@@ -15,17 +16,11 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field, PrivateAttr
-
-from runnertrace._internal.imports import missing_extra
-
-try:
-    from langchain_core.language_models.chat_models import BaseChatModel
-    from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
-    from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-    from langchain_core.utils.function_calling import convert_to_openai_tool
-except ImportError as exc:
-    raise missing_extra(exc, "langgraph") from exc
 
 __all__ = ["ScriptedChatModel", "Turn"]
 

@@ -34,7 +34,7 @@ from runnertrace.core.models import (
     AgentRequestText,
 )
 from runnertrace.runners.langgraph import LangGraphModule, LangGraphRunner, merge_config
-from runnertrace.runners.langgraph_testing import ScriptedChatModel
+from runnertrace.runners.langgraph.testing import ScriptedChatModel
 from runnertrace.testing import CapturedSpans, capture_spans
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.config import TraceConfig, load_settings
@@ -100,7 +100,8 @@ async def stream_events(runtime: Runtime, agent: Agent, session: Session) -> lis
     return [c.event async for c in runtime.stream(agent, session, PROMPT) if c.event is not None]
 
 
-# What a model call was sent: asserted in tests/test_fidelity_langgraph.py, left out here.
+# What a model call was sent: asserted in test_fidelity_langgraph.py (beside this file), left
+# out here.
 REQUEST_FIELDS = {"input_messages", "system_instructions", "request_parameters", "tool_definitions"}
 
 
@@ -776,7 +777,7 @@ def parent_named(spans: CapturedSpans, span: Any) -> str:
 
 # -- example -------------------------------------------------------------------------------
 def test_example_runs_offline(tmp_path: Path) -> None:
-    example = Path(__file__).resolve().parents[1] / "examples" / "langgraph_agent.py"
+    example = Path(__file__).resolve().parents[3] / "examples" / "langgraph_agent.py"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONWARNINGS": "ignore"}
     result = subprocess.run(
         [sys.executable, str(example), "--stream"],

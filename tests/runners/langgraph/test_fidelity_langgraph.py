@@ -32,7 +32,7 @@ from runnertrace.core import Session
 from runnertrace.core.agent import Agent
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.langgraph import LangGraphRunner
-from runnertrace.runners.langgraph_testing import ScriptedChatModel
+from runnertrace.runners.langgraph.testing import ScriptedChatModel
 from runnertrace.testing import CapturedSpans
 from runnertrace.tracing import attributes as A
 
