@@ -164,7 +164,9 @@ def probe_native_stream(module: Any, monkeypatch: pytest.MonkeyPatch) -> list[tu
     """Record, when a run's framework stream is closed, whose context closed it and
     whether the framework's async generator (when it is one) is finished."""
     exits: list[tuple[object, Any]] = []
-    run_class = vars(module)["_Run"]  # every runner's per-run class has this one name
+    # every runner's per-run class has this one name (a runner package has it in .runner)
+    found = vars(module).get("_Run")
+    run_class = found or vars(importlib.import_module(f"{module.__name__}.runner"))["_Run"]
     original: Callable[[Any], Any] = run_class.native_stream
 
     @asynccontextmanager
@@ -309,7 +311,7 @@ def test_every_runner_is_on_the_template() -> None:
             value
             for value in vars(module).values()
             if isinstance(value, type)
-            and value.__module__ == module.__name__
+            and f"{value.__module__}.".startswith(f"{module.__name__}.")  # or its .runner
             and hasattr(value, "RESERVED_RUN_OPTIONS")
         ]
         assert runners and all(issubclass(r, FrameworkRunner) for r in runners), case.name
