@@ -102,12 +102,10 @@ def _pydantic_ai(wrap: Callable[[Any], Any], fired: Fired | None) -> Agent:
 def _openai_agents(wrap: Callable[[Any], Any], fired: Fired | None) -> Agent:
     from agents import Agent as SdkAgent
     from agents import RunHooks, function_tool
-    from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+    from agents.testing import ModelStep, assistant_message, function_call
 
     from runnertrace.runners.openai_agents import OpenAIRunner
-
-    class FakeModel(ScriptedModel):
-        model = "fake-model"
+    from runnertrace.runners.openai_agents.testing import FakeModel
 
     @function_tool
     def multiply(a: int, b: int) -> int:
@@ -301,7 +299,7 @@ CASES = [
         needs="agents",
         make=_openai_agents,
         fires=2,
-        fault=("runnertrace.runners.openai_agents", "_semconv_messages"),
+        fault=("runnertrace.runners.openai_agents.mapper", "request_fields"),
     ),
     RunnerCase(
         "langgraph",

@@ -125,6 +125,17 @@ def targets(case: RunnerCase) -> Iterator[Target]:
                 yield Target(runner, name, f"{runner.__name__}.{name}")
 
 
+KNOWN_DIFFERENCES = {
+    ("openai_agents", "mapper._Mapper.on_stream_event", "stream"): (
+        "a traced stream maps steps and messages from the SDK's run hooks as well, an "
+        "untraced one from the stream events alone (it installs no hooks, for speed): a "
+        "fault in the stream-event mapping costs both the text, but not the same events"
+    ),
+}
+"""Targets where the traced and the untraced stream differ under the fault, and why
+(each is a strict xfail: fixing it makes the suite say so)."""
+
+
 def _params() -> list[Any]:
     params: list[Any] = []
     for case in CASES:
@@ -233,9 +244,13 @@ async def test_a_fault_in_any_method_costs_telemetry_only(
     tracker: OpenSpanTracker,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    request: pytest.FixtureRequest,
 ) -> None:
     if target is None:
         pytest.skip(f"{case.needs or case.name} is not installed in this environment")
+    known = KNOWN_DIFFERENCES.get((case.name, target.label, mode))
+    if known is not None:
+        request.applymarker(pytest.mark.xfail(reason=known, strict=True))
     healthy_reply, _ = await drive(case.make(lambda runner: runner, None), mode)
     broken = break_target(target, monkeypatch)
     internal_log.reset()  # each test counts its own lines

@@ -238,6 +238,40 @@ def test_the_bracket_does_not_fail_a_span_on_control_flow(control: bool) -> None
     assert (("failed", "m1", "Retry") in report.calls) is not control
 
 
+@pytest.mark.parametrize("heard", [True, False])
+async def test_a_cancelled_call_is_heard_only_by_cancelled(heard: bool) -> None:
+    """A cancellation is not a failure (``failed`` never sees it); a lifecycle that
+    must end with the call (a nested run) hears it through ``cancelled``."""
+    report = _Report()
+
+    async def call() -> int:
+        raise asyncio.CancelledError
+
+    def cancelled(handle: str) -> None:
+        report.calls.append(("cancelled", handle))
+
+    extra: dict[str, Any] = {"cancelled": cancelled} if heard else {}
+    with pytest.raises(asyncio.CancelledError):
+        await bracket(BOUNDARY, call, **_bracketed(report), **extra)
+    with pytest.raises(KeyboardInterrupt):
+        bracket_sync(BOUNDARY, _raise(KeyboardInterrupt()), **_bracketed(report), **extra)
+    ends = [c for c in report.calls if c[0] in ("failed", "cancelled", "done")]
+    assert ends == ([("cancelled", "m1")] * 2 if heard else [])
+    report.calls.clear()
+    with pytest.raises(ValueError, match="the agent's"):  # a failure is not a cancellation
+        bracket_sync(BOUNDARY, _raise(ValueError("the agent's")), **_bracketed(report), **extra)
+    assert [c for c in report.calls if c[0] in ("failed", "cancelled")] == [
+        ("failed", "m1", "ValueError")
+    ]
+
+
+def _raise(error: BaseException) -> Any:
+    def call() -> Any:
+        raise error
+
+    return call
+
+
 @pytest.mark.parametrize("fail_at", ["start", "enter", "done", "failed"])
 async def test_a_fault_in_the_bracket_costs_telemetry_only(
     fail_at: str, caplog: pytest.LogCaptureFixture
@@ -593,3 +627,32 @@ async def test_an_install_fault_raises_under_pytest() -> None:
     agent = Agent("calc", runner, _Framework())
     with pytest.raises(KeyError), observing(lambda event: None):
         await runner.run(agent, Session(id="s"), [AgentRequestText(prompt="q")])
+
+
+class _LoudRunner(_Runner):
+    """Its framework's own tracing cannot be switched off (the switch was renamed)."""
+
+    def quiet(self, setup: RunSetup[_Framework], run: FrameworkRun[Any]) -> None:
+        self.installed.append("quiet")
+        raise KeyError("tracing_disabled")
+
+
+async def test_a_fault_in_the_quiet_step_costs_the_silencing_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Quiet is a traced run's alone: a fault there leaves the run mapped, so a traced
+    stream still gives the events an untraced one gives (not the reply as one message)."""
+    healthy_reply, healthy_events = await _both_modes(_Runner(broken=False))
+    loud = _LoudRunner(broken=False)
+    token = enter_traced_run()
+    try:
+        with tolerate_internal_errors():
+            reply, events = await _both_modes(loud)
+    finally:
+        exit_traced_run(token)
+    assert reply == healthy_reply
+    assert [e.type for e in events] == [e.type for e in healthy_events]
+    assert [e.type for e in events].count("text_delta") == 2  # mapped, word by word
+    assert loud.installed == ["listener", "quiet", "listener", "quiet"]
+    faults = _faults(caplog)
+    assert len(faults) == 1 and "kit-test install" in faults[0]

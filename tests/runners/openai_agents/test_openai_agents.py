@@ -34,14 +34,14 @@ from agents import (
     Usage,
     function_tool,
 )
-from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from agents.testing import ModelStep, assistant_message, function_call
 from openai import AsyncOpenAI
 from openai.types.responses import ResponseReasoningItem
 from openai.types.responses.response_output_item import ImageGenerationCall
 from openai.types.responses.response_reasoning_item import Summary
 from pydantic import BaseModel
+from tests.fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply
 
-from fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply
 from runnertrace.core import Runtime, SqliteSessionStore, ToolContext, observing
 from runnertrace.core import events as ev
 from runnertrace.core.models import (
@@ -54,10 +54,11 @@ from runnertrace.core.models import (
 )
 from runnertrace.core.session import Session
 from runnertrace.runners.openai_agents import OpenAIModule, OpenAIRunner
+from runnertrace.runners.openai_agents.testing import FakeModel
 from runnertrace.testing import CapturedSpans
 from runnertrace.tracing.config import Settings, TraceConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)
@@ -65,12 +66,6 @@ def _no_openai_key(monkeypatch: pytest.MonkeyPatch) -> None:
     # Offline by construction: without a key the SDK can neither call a model
     # nor upload its own traces.
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-
-
-class FakeModel(ScriptedModel):
-    """The SDK's scripted model, with a model name for MessageStart and span names."""
-
-    model = "fake-model"
 
 
 def tool_run(tag: str, usage: Usage | None = None) -> list[Any]:

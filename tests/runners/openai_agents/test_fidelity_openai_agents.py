@@ -32,7 +32,7 @@ from agents import (
     ToolErrorFormatterArgs,
     function_tool,
 )
-from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from agents.testing import ModelStep, assistant_message, function_call
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
@@ -41,6 +41,7 @@ from tests.fidelity_helpers import MODES, LookupFailed, one, parent_of, run
 from runnertrace import TracingRunner
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.runners.openai_agents import OpenAIRunner
+from runnertrace.runners.openai_agents.testing import FakeModel
 from runnertrace.testing import CapturedSpans
 
 FIRST_TURN_SECONDS = 0.05
@@ -68,10 +69,6 @@ async def flights(city: str) -> str:
 
 def planner_instructions(ctx: RunContextWrapper[Any], agent: Agent[Any]) -> str:
     return f"You plan trips as {agent.name}."
-
-
-class FakeModel(ScriptedModel):
-    model = "fake-model"
 
 
 async def first_turn(call: Any) -> ModelStep:

@@ -35,7 +35,7 @@ from tests.tracing_helpers import OpenSpanTracker, cancel_and_settle
 
 from runnertrace import TracingRunner
 from runnertrace.core.agent import Agent as CoreAgent
-from runnertrace.runners.openai_agents import OpenAIRunner
+from runnertrace.runners.openai_agents import OpenAIRunner, nesting
 from runnertrace.testing import CapturedSpans
 from runnertrace.tracing import attributes as A
 
@@ -427,3 +427,15 @@ async def test_a_cancelled_run_still_counts_its_agent_tools_run(
         ("planner", 2, 17),
         ("researcher", 1, 0),
     ]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_cancelled_agent_tool_ends_with_its_own_call(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    """The agent tool's run ends at its own cancellation, not only when the outer run's
+    end sweeps it up: what told its agent tools apart (its config's registration) goes
+    with it, so cancelled runs leave nothing behind in the process."""
+    before = dict(nesting._origins)  # noqa: SLF001 - what earlier tests' injected faults left
+    await cancel_inside_an_agent_tool(mode, captured_spans)
+    assert nesting._origins == before  # noqa: SLF001 - this test's registrations are gone
