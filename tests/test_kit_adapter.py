@@ -13,7 +13,13 @@ import pytest
 from runnertrace.core.agent import Agent
 from runnertrace.core.events import StreamEvent
 from runnertrace.core.models import AgentReply, AgentRequestText
-from runnertrace.core.observer import end_nesting_runs, nesting_runs, observing
+from runnertrace.core.observer import (
+    end_nesting_runs,
+    enter_traced_run,
+    exit_traced_run,
+    nesting_runs,
+    observing,
+)
 from runnertrace.core.session import Session
 from runnertrace.runners._kit.adapter import (
     ScopeLedger,
@@ -25,6 +31,7 @@ from runnertrace.runners._kit.adapter import (
     mapped_stream,
     passes_through,
 )
+from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.runners._kit.nesting import NestedAgentRun, NestedRuns
 from runnertrace.runners._kit.skeleton import (
     FrameworkRun,
@@ -218,6 +225,19 @@ def test_the_bracket_does_not_fail_a_span_on_control_flow(control: bool) -> None
     assert (("failed", "m1", "Retry") in report.calls) is not control
 
 
+@pytest.mark.parametrize("told", [True, False])
+async def test_the_bracket_tells_of_a_cancellation_only_when_asked(told: bool) -> None:
+    """An inner run the framework cancels while the outer run goes on ends there."""
+    report = _Report()
+
+    async def call() -> int:
+        raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        await bracket(BOUNDARY, call, cancellation=told, **_bracketed(report))
+    assert report.calls[-1] == (("failed", "m1", "CancelledError") if told else ("leave", "m1"))
+
+
 @pytest.mark.parametrize("fail_at", ["start", "enter", "done", "failed"])
 async def test_a_fault_in_the_bracket_costs_telemetry_only(
     fail_at: str, caplog: pytest.LogCaptureFixture
@@ -363,6 +383,40 @@ def test_a_cancelled_nested_run_ends_cancelled() -> None:
     assert opened[0].finished == [(None, None, True)]
 
 
+def test_a_cancelled_nested_run_can_keep_its_error_as_a_traced_run_does() -> None:
+    with _opener() as opened:
+        nested = NestedAgentRun.open(BOUNDARY, "inner")
+        assert nested is not None
+        message = nested.builder.message_start()
+        nested.fail(asyncio.CancelledError(), keep_error=True)
+        nested.builder.text("late", message)
+    (run,) = opened
+    assert run.events == ["message_start", "message_end"]  # what was open ended with it
+    assert run.finished == [(None, "CancelledError", True)]
+
+
+def test_a_nested_run_takes_the_builder_the_runner_makes() -> None:
+    class Forwarding(EventBuilder):
+        def __init__(self, observer: Any, forwarded: list[str]) -> None:
+            super().__init__(observer)
+            self.forwarded = forwarded
+
+        def emit(self, event: StreamEvent) -> None:
+            super().emit(event)
+            self.forwarded.append(event.type)
+
+    forwarded: list[str] = []
+    with _opener() as opened:
+        nested = NestedAgentRun.open(
+            BOUNDARY, "inner", builder=lambda run: Forwarding(run, forwarded)
+        )
+        assert nested is not None and isinstance(nested.builder, Forwarding)
+        nested.builder.message_end(nested.builder.message_start())
+        nested.end("done")
+    assert opened[0].events == forwarded == ["message_start", "message_end"]
+    assert opened[0].finished == [("done", None, False)]
+
+
 def test_the_registry_ends_what_the_outer_run_left_open() -> None:
     with _opener() as opened:
         runs: NestedRuns[str] = NestedRuns(BOUNDARY)
@@ -473,6 +527,31 @@ async def test_a_fault_in_the_install_step_costs_the_telemetry_not_the_run(
     assert _text(events) == _text(healthy_events) == "6 x 7 = 42"
     assert [e.type for e in events] == ["message_start", "text_delta", "message_end"]
     assert broken.taken_down == broken.installed == ["listener", "listener"]  # undone each time
+    faults = _faults(caplog)
+    assert len(faults) == 1 and "kit-test install" in faults[0]
+
+
+class _QuietRunner(_Runner):
+    """A runner whose quiet step fails: the framework's own telemetry stays on."""
+
+    def quiet(self, setup: RunSetup[_Framework], run: FrameworkRun[Any]) -> None:
+        raise KeyError("OBSERVABILITY_SETTINGS")
+
+
+async def test_a_fault_in_the_quiet_step_costs_the_silence_not_the_mapping(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _, healthy_events = await _both_modes(_Runner(broken=False))
+    runner = _QuietRunner(broken=False)
+    token = enter_traced_run()  # the quiet step runs inside a traced run only
+    try:
+        with tolerate_internal_errors():
+            reply, events = await _both_modes(runner)
+    finally:
+        exit_traced_run(token)
+    assert reply == "6 x 7 = 42"
+    assert [e.type for e in events] == [e.type for e in healthy_events]  # the mapping's own
+    assert runner.taken_down == runner.installed == ["listener", "listener"]  # at each end
     faults = _faults(caplog)
     assert len(faults) == 1 and "kit-test install" in faults[0]
 

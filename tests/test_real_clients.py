@@ -24,7 +24,7 @@ Not covered here, and why:
 
 * LangGraph with ``ChatOpenAI`` needs ``langchain-openai``, and the LiteLLM cases
   need ``litellm``; neither is in the dev extras, so those cases skip without them.
-* MAF's clients: tests/test_maf_openai_clients.py. CrewAI's ``LLM``: its own venv.
+* MAF's clients: tests/runners/maf/test_maf_openai_clients.py. CrewAI's ``LLM``: its own venv.
 """
 
 from __future__ import annotations

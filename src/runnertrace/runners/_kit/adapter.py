@@ -195,8 +195,12 @@ def _started(boundary: MappingBoundary, start: Callable[[], H] | None) -> H | _N
         return _NOT_STARTED
 
 
-def _failure(error: BaseException, control: tuple[type[BaseException], ...]) -> bool:
-    return isinstance(error, Exception) and not isinstance(error, control)
+def _failure(
+    error: BaseException, control: tuple[type[BaseException], ...], cancellation: bool
+) -> bool:
+    if isinstance(error, control):
+        return False
+    return cancellation or isinstance(error, Exception)
 
 
 async def bracket(
@@ -208,6 +212,7 @@ async def bracket(
     done: Callable[[H, T], None] | None = None,
     failed: Callable[[H, BaseException], None] | None = None,
     control: tuple[type[BaseException], ...] = (),
+    cancellation: bool = False,
 ) -> T:
     """Around one framework call: report its start, run it in its scope, report how it ended.
 
@@ -219,7 +224,10 @@ async def bracket(
     failed nothing more is reported for it. The call itself is not guarded: its
     exceptions propagate unchanged. ``failed`` sees only an ``Exception`` that is
     not one of ``control`` (a framework's control flow, such as a retry request):
-    a cancellation ends the run, which closes what is open as cancelled.
+    a cancellation ends the run, which closes what is open as cancelled. With
+    ``cancellation``, ``failed`` also hears of one (an asyncio cancellation, a closed
+    generator), for a call whose end must be reported where it happened: an inner
+    agent's run that the framework cancels while the outer run goes on.
     The scope is left before the end is reported, in the context it was entered in.
     """
     handle = _started(boundary, start)
@@ -229,7 +237,7 @@ async def bracket(
         result = await call()
     except BaseException as error:
         _exit(boundary, entered)
-        if live and failed is not None and _failure(error, control):
+        if live and failed is not None and _failure(error, control, cancellation):
             with boundary:
                 failed(handle, error)  # type: ignore[arg-type]
         raise
@@ -249,6 +257,7 @@ def bracket_sync(
     done: Callable[[H, T], None] | None = None,
     failed: Callable[[H, BaseException], None] | None = None,
     control: tuple[type[BaseException], ...] = (),
+    cancellation: bool = False,
 ) -> T:
     """:func:`bracket` for a synchronous framework call (a tool a worker thread runs)."""
     handle = _started(boundary, start)
@@ -258,7 +267,7 @@ def bracket_sync(
         result = call()
     except BaseException as error:
         _exit(boundary, entered)
-        if live and failed is not None and _failure(error, control):
+        if live and failed is not None and _failure(error, control, cancellation):
             with boundary:
                 failed(handle, error)  # type: ignore[arg-type]
         raise

@@ -24,7 +24,7 @@ telemetry, never the inner agent's run.
 from __future__ import annotations
 
 from asyncio import CancelledError
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from runnertrace.core.observer import NULL_OBSERVER, NestedRun, open_nested_run
@@ -44,12 +44,18 @@ class NestedAgentRun:
     __slots__ = ("boundary", "builder", "ended", "name", "run")
 
     def __init__(
-        self, run: NestedRun, name: str, boundary: MappingBoundary, *, queue: bool
+        self,
+        run: NestedRun,
+        name: str,
+        boundary: MappingBoundary,
+        *,
+        queue: bool,
+        builder: Callable[[NestedRun], EventBuilder] | None = None,
     ) -> None:
         self.run = run
         self.name = name
         self.boundary = boundary
-        self.builder = EventBuilder(run, queue=queue)
+        self.builder = EventBuilder(run, queue=queue) if builder is None else builder(run)
         self.ended = False
 
     @classmethod
@@ -61,25 +67,35 @@ class NestedAgentRun:
         mode: str = "run",
         requests: Any = None,
         queue: bool = False,
+        builder: Callable[[NestedRun], EventBuilder] | None = None,
     ) -> NestedAgentRun | None:
         """The nested run of ``agent_name`` here, or ``None`` when nothing traces here
         (or opening it failed, which is reported). ``requests``: what the inner agent
         was asked; ``queue``: the builder also queues its events (a runner that
-        forwards the inner agent's events into the outer stream)."""
+        forwards the inner agent's events into the outer stream); ``builder``: makes
+        the run's builder from the nested run (its observer) instead, for a runner
+        whose builder does more with each event (puts it on the outer stream at once,
+        in the order the inner agents make them)."""
         with boundary:
             run = open_nested_run(agent_name, mode=mode, requests=requests)
             if run is not None:
-                return cls(run, agent_name, boundary, queue=queue)
+                return cls(run, agent_name, boundary, queue=queue, builder=builder)
         return None
 
     def end(self, reply: Any = None) -> None:
         """The inner agent answered: close what is open, then its run span (once)."""
         self._finish(reply=reply)
 
-    def fail(self, error: BaseException) -> None:
-        """The inner agent failed with ``error`` (a cancellation ends it cancelled)."""
+    def fail(self, error: BaseException, *, keep_error: bool = False) -> None:
+        """The inner agent failed with ``error`` (a cancellation ends it cancelled).
+
+        ``keep_error``: a cancellation also ends it with the ``CancelledError``, as the
+        tracing layer ends a cancelled run of ours (what it left open ends with it,
+        and its open model and tool calls count in its errors), for a runner whose
+        nested runs always ended that way."""
         if isinstance(error, CancelledError) or not isinstance(error, Exception):
-            self._finish(cancelled=True)
+            kept = error if keep_error and isinstance(error, CancelledError) else None
+            self._finish(error=kept, cancelled=True)
         else:
             self._finish(error=error)
 

@@ -528,12 +528,14 @@ class FrameworkRunner(Runner, Generic[Native]):
     - :meth:`quiet` silences the framework's own telemetry, called only inside a
       traced run (where it would tell each call a second time).
 
-    Both of the latter run inside the boundary. A fault there (a framework release
-    that renamed what an install step reads) is reported once and costs the run its
-    telemetry, never the run: what was installed is taken down
+    Both of the latter run inside the boundary. A fault in :meth:`install` (a
+    framework release that renamed what an install step reads) is reported once and
+    costs the run its telemetry, never the run: what was installed is taken down
     (:attr:`FrameworkRun.exits`), and the run goes on as an untraced one, from a
     fresh :meth:`start`. In stream mode it then runs in run mode, and its reply
-    arrives as one message.
+    arrives as one message. A fault in :meth:`quiet` is reported the same way and
+    costs the silence alone: the run keeps its mapping, and the framework's own
+    spans show next to ours (a traced stream stays the stream an untraced one is).
     """
 
     state_key: ClassVar[str]
@@ -573,8 +575,6 @@ class FrameworkRunner(Runner, Generic[Native]):
             return run  # untraced run mode: nothing of ours goes in
         try:
             self.install(setup, run)
-            if in_traced_run():
-                self.quiet(setup, run)
         except Exception as exc:  # noqa: BLE001 - the install step's error boundary
             report_internal_error(self.boundary.installing, exc)
             with self.boundary:
@@ -585,6 +585,14 @@ class FrameworkRunner(Runner, Generic[Native]):
             )
             run = await self.start(plain)
             run.uninstrumented = True
+            return run
+        if in_traced_run():
+            try:
+                self.quiet(setup, run)
+            except Exception as exc:  # noqa: BLE001 - the quiet step's error boundary
+                # It costs the silence alone: the framework's own spans show next to ours,
+                # and the run keeps its mapping (a stream keeps its events).
+                report_internal_error(self.boundary.installing, exc)
         return run
 
     async def run(self, agent: Agent, session: Session, requests: list[AgentRequest]) -> AgentReply:

@@ -58,11 +58,11 @@ from runnertrace.core import events as ev
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.maf import STATE_KEY, MAFRunner
-from runnertrace.runners.maf_testing import ScriptedChatClient, Turn, call, say
+from runnertrace.runners.maf.testing import ScriptedChatClient, Turn, call, say
 from runnertrace.testing import CapturedSpans
 from runnertrace.tracing import attributes as A
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 user: dict[str, trace_api.Tracer] = {}
 
 
@@ -373,7 +373,7 @@ from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.tracing.config import TraceConfig
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.maf import MAFRunner
-from runnertrace.runners.maf_testing import ScriptedChatClient, call, say
+from runnertrace.runners.maf.testing import ScriptedChatClient, call, say
 
 @tool
 def lookup(topic: str) -> str:
@@ -1047,7 +1047,7 @@ from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.maf import MAFRunner
-from runnertrace.runners.maf_testing import ScriptedChatClient, call, say
+from runnertrace.runners.maf.testing import ScriptedChatClient, call, say
 from runnertrace.tracing.config import TraceConfig
 from tests.composition_checks import check_totals
 

@@ -41,11 +41,11 @@ from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.maf import MAFRunner
-from runnertrace.runners.maf_testing import ScriptedChatClient, Turn, call, say
+from runnertrace.runners.maf.testing import ScriptedChatClient, Turn, call, say
 from runnertrace.testing import CapturedSpans
 
 CHAT = "chat planner-llm"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 # The user's own tracer, on the same provider as ours; set per test by the fixture below.
 user: dict[str, trace_api.Tracer] = {}
 
@@ -270,7 +270,7 @@ from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.tracing.config import TraceConfig
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.maf import MAFRunner
-from runnertrace.runners.maf_testing import ScriptedChatClient, call, say
+from runnertrace.runners.maf.testing import ScriptedChatClient, call, say
 
 @tool
 def multiply(a: int, b: int) -> int:
