@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from functools import partial
 from types import TracebackType
 from typing import Any
@@ -205,18 +205,23 @@ class _RunContext:
     """What the framework's code of one run sees of ours: the quiet setting of a traced
     run, and the delegation a workflow's agents' runs belong to. Entered around the
     run's call, and around the creation and each pull of its stream (the tasks a pull
-    starts take it along); a fresh one each time. Each part runs in the boundary: a
-    fault costs the silence or the nesting, never the run."""
+    starts take it along); a fresh one each time. Each part is entered and left in the
+    boundary, on its own: a fault costs the silence or the nesting, never the other,
+    never the run."""
 
-    __slots__ = ("delegation", "quiet", "stack")
+    __slots__ = ("delegated", "delegation", "quiet", "quieted")
 
     def __init__(self, quiet: bool, delegation: _Delegation | None) -> None:
         self.quiet = quiet
         self.delegation = delegation
-        self.stack: ExitStack | None = None
+        self.quieted: AbstractContextManager[None] | None = None
+        self.delegated: AbstractContextManager[None] | None = None
 
     def __enter__(self) -> None:
-        self.stack = self.enter()
+        if self.quiet:
+            self.quieted = self.silence()
+        if self.delegation is not None:
+            self.delegated = self.delegate(self.delegation)
 
     def __exit__(
         self,
@@ -224,19 +229,25 @@ class _RunContext:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self.leave(self.stack)
+        if self.delegated is not None:
+            self.leave(self.delegated)
+        if self.quieted is not None:
+            self.leave(self.quieted)
 
-    def enter(self) -> ExitStack:
-        with ExitStack() as stack:  # entered as a whole, or not at all
-            if self.quiet:
-                stack.enter_context(quiet_as(True))
-            if self.delegation is not None:
-                stack.enter_context(delegation_as(self.delegation))
-            return stack.pop_all()
+    def silence(self) -> AbstractContextManager[None]:
+        """Agent Framework's own spans off, until :meth:`leave` (``None`` after a fault)."""
+        scope = quiet_as(True)
+        scope.__enter__()
+        return scope
 
-    def leave(self, stack: ExitStack | None) -> None:
-        if stack is not None:
-            stack.close()
+    def delegate(self, delegation: _Delegation) -> AbstractContextManager[None]:
+        """``delegation`` current, until :meth:`leave` (``None`` after a fault)."""
+        scope = delegation_as(delegation)
+        scope.__enter__()
+        return scope
+
+    def leave(self, scope: AbstractContextManager[None]) -> None:
+        scope.__exit__(None, None, None)
 
 
 # -- inner agents ----------------------------------------------------------------------------------
