@@ -9,7 +9,7 @@ model call ends the run: its chat span fails in the step that held it. A tool th
 raises ``MiddlewareFailure`` fails the run. A sub-agent run inside a tool nests
 under that tool. Agent Framework's own spans (on by default, to the global
 provider) are suppressed for the calls a traced run covers, a sub-agent from
-``as_tool()`` included (ours cover it: tests/test_maf_compositions.py): checked in
+``as_tool()`` included (ours cover it: tests/runners/maf/test_maf_compositions.py): checked in
 a subprocess that owns its global provider, so each call is counted where both
 vocabularies land.
 """
