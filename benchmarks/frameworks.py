@@ -197,7 +197,7 @@ def _maf_agent(runner: AnyRunner) -> CoreAgent:
     from agent_framework import Agent as MAFAgent
     from maf_agent import ask_for_the_tool, multiply, state_the_result
 
-    from runnertrace.runners.maf_testing import ScriptedChatClient
+    from runnertrace.runners.maf.testing import ScriptedChatClient
 
     client = ScriptedChatClient([ask_for_the_tool, state_the_result], model="offline", loop=True)
     return CoreAgent("calculator", runner, MAFAgent(client, name="calculator", tools=[multiply]))

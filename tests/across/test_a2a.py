@@ -29,9 +29,9 @@ from a2a.client import ClientConfig, create_client
 from a2a.helpers.proto_helpers import get_message_text, new_text_message
 from a2a.types.a2a_pb2 import Role, SendMessageRequest
 from opentelemetry.trace import SpanKind
-
 from tests.otlp_fixtures import wait_until
 from tests.otlp_receiver import OtlpReceiver
+
 from runnertrace.core import Runtime
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.native import (

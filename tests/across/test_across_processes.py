@@ -28,9 +28,9 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-
 from tests.otlp_fixtures import wait_until
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
+
 from runnertrace.serve import ServiceClient
 
 TESTS = Path(__file__).resolve().parent.parent

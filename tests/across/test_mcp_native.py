@@ -32,9 +32,9 @@ pytest.importorskip("mcp")
 from mcp import StdioServerParameters
 from mcp.shared import _otel as mcp_otel
 from opentelemetry.sdk.trace import ReadableSpan
-
 from tests.otlp_fixtures import wait_until
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
+
 from runnertrace.core import Runtime
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.native import (

@@ -196,7 +196,7 @@ def _maf(wrap: Callable[[Any], Any], fired: Fired | None) -> Agent:
     from agent_framework import chat_middleware, tool
 
     from runnertrace.runners.maf import MAFRunner
-    from runnertrace.runners.maf_testing import ScriptedChatClient, call, say
+    from runnertrace.runners.maf.testing import ScriptedChatClient, call, say
 
     @tool
     def multiply(a: int, b: int) -> int:
@@ -323,7 +323,7 @@ CASES = [
         needs="agent_framework",
         make=_maf,
         fires=2,
-        fault=("runnertrace.runners.maf", "_request_fields"),
+        fault=("runnertrace.runners.maf.mapper", "request_fields"),
     ),
     RunnerCase(
         "smolagents",

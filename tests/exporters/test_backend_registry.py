@@ -19,8 +19,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
-
 from tests.otlp_fixtures import NATIVE_SPAN_COUNTS, traced_run
+
 from runnertrace.cli import main
 from runnertrace.exporters.local import LocalConfig
 from runnertrace.tracing.backend_registry import (

@@ -25,7 +25,6 @@ import math
 from collections.abc import Callable
 
 import pytest
-
 from tests.nesting_helpers import Outer, drive, inner_opened, inner_traced_runner
 from tests.otlp_fixtures import (  # noqa: F401 - fixtures are used by name
     clean_vendor_env_fixture,
@@ -34,6 +33,7 @@ from tests.otlp_fixtures import (  # noqa: F401 - fixtures are used by name
     trace_config,
 )
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
+
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.runner import TracingRunner

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 import requests
-
 from tests.otlp_fixtures import (  # noqa: F401 - fixtures are used by name
     ANSWER,
     LANGFUSE_PUBLIC,
@@ -38,6 +37,7 @@ from tests.otlp_fixtures import (  # noqa: F401 - fixtures are used by name
     wait_until,
 )
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
+
 from runnertrace._internal.errors import tolerate_internal_errors
 from runnertrace.exporters.langfuse import LangfuseBackend
 from runnertrace.exporters.logfire import LogfireBackend, base_url_for_token

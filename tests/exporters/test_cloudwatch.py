@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 import requests
 from opentelemetry.sdk.trace import TracerProvider
-
 from tests.moto_server import MotoServer, moto_fixture, moto_process_fixture  # noqa: F401 - fixtures
+from tests.sigv4_receiver import OtlpReceiver, SigV4Verifier, closed_port_url
+
 from runnertrace._internal.errors import tolerate_internal_errors
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
@@ -43,7 +44,6 @@ from runnertrace.tracing import TracingRunner, get_tracing_setup, reset_tracing_
 from runnertrace.tracing.config import ConfigError, TraceConfig, load_settings
 from runnertrace.tracing.export import BoundedBatchSpanProcessor
 from runnertrace.tracing.setup import TracingSetup
-from tests.sigv4_receiver import OtlpReceiver, SigV4Verifier, closed_port_url
 
 ACCESS_KEY = "AKIDRUNNERTRACETEST1"
 SECRET_KEY = "runnertrace/test/secret/key/0123456789abcdef"

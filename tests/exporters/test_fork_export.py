@@ -13,7 +13,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from tests.otlp_fixtures import (  # noqa: F401 - fixtures are used by name
     clean_vendor_env_fixture,
     make_receiver_fixture,

@@ -23,8 +23,8 @@ import pytest
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-
 from tests.otlp_receiver import OtlpReceiver
+
 from runnertrace.exporters.local import LocalBackend, LocalConfig
 from runnertrace.exporters.local_store import SpanStore
 from runnertrace.exporters.otlp import OtlpBackend

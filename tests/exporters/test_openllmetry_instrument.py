@@ -20,6 +20,7 @@ from tests.otlp_fixtures import (  # noqa: F401 - fixtures
     trace_config,
 )
 from tests.otlp_receiver import OtlpReceiver
+
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.models import AgentRequestText

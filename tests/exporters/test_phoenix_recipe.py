@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import requests
-
 from tests.otlp_fixtures import ANSWER, clean_vendor_env_fixture, traced_run  # noqa: F401
+
 from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.setup import get_tracing_setup
 

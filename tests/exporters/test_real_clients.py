@@ -24,7 +24,7 @@ Not covered here, and why:
 
 * LangGraph with ``ChatOpenAI`` needs ``langchain-openai``, and the LiteLLM cases
   need ``litellm``; neither is in the dev extras, so those cases skip without them.
-* MAF's clients: tests/test_maf_openai_clients.py. CrewAI's ``LLM``: its own venv.
+* MAF's clients: tests/runners/maf/test_maf_openai_clients.py. CrewAI's ``LLM``: its own venv.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ import pytest
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
+from tests.fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply
 from tests.fidelity_helpers import MODES, parent_of, run
 
-from tests.fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply
 from runnertrace import TracingRunner
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.testing import CapturedSpans

@@ -22,8 +22,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
-
 from tests.otlp_receiver import OtlpReceiver
+
 from runnertrace._internal.imports import OTEL_CAP, OTEL_FLOOR, OTEL_RANGE, release
 from runnertrace.exporters.otlp import ScopedSession
 

@@ -16,10 +16,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from tests.test_first_hour import APP, SPANS_PER_RUN, env_for, user_store
-
 from tests.otlp_fixtures import make_receiver_fixture, receiver_fixture  # noqa: F401 - fixtures
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
+from tests.test_first_hour import APP, SPANS_PER_RUN, env_for, user_store
 
 
 def run_app_with(setup: str, config: str, cwd: Path) -> subprocess.CompletedProcess[str]:

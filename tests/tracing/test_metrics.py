@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from tests.otlp_fixtures import LOGFIRE_TOKEN, clean_vendor_env_fixture  # noqa: F401 - fixture
 from tests.otlp_receiver import OtlpReceiver, ReceivedPoint
+
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.models import AgentRequestText

@@ -13,15 +13,15 @@ import math
 from typing import Any
 
 import pytest
-
 from tests.composition_checks import check_totals
 from tests.nesting_helpers import Outer, call, drive, inner_opened, inner_traced_runner
+from tests.tracing_helpers import ForeignAgent, ForeignRunner, ForeignSession
+
 from runnertrace.core import events as ev
 from runnertrace.core.observer import open_nested_run
 from runnertrace.testing import CapturedSpans
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.runner import traced
-from tests.tracing_helpers import ForeignAgent, ForeignRunner, ForeignSession
 
 MODES = ["run", "stream"]
 

@@ -178,7 +178,7 @@ def maf(clock: ToolClock, linger: float) -> CoreAgent:
     from agent_framework import Agent, tool
 
     from runnertrace.runners.maf import MAFRunner
-    from runnertrace.runners.maf_testing import ScriptedChatClient, call, say
+    from runnertrace.runners.maf.testing import ScriptedChatClient, call, say
 
     @tool
     async def weather(city: str) -> str:

@@ -331,7 +331,10 @@ def test_traced_is_idempotent() -> None:
 def test_unknown_trace_type_lists_valid_ones() -> None:
     from runnertrace.tracing.config import ConfigError
 
-    with pytest.raises(ConfigError, match=r"unknown trace type 'langfus'; did you mean 'langfuse'\? expected one of .*local"):
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown trace type 'langfus'; did you mean 'langfuse'\? expected one of .*local",
+    ):
         load_settings(trace={"type": "langfus"})
     with pytest.raises(Exception, match="unknown trace type 'nope'"):
         TraceConfig(type=["local", "nope"])

@@ -31,6 +31,7 @@ from runnertrace.runners._kit.adapter import (
     mapped_stream,
     passes_through,
 )
+from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.runners._kit.nesting import NestedAgentRun, NestedRuns
 from runnertrace.runners._kit.skeleton import (
     FrameworkRun,
@@ -39,7 +40,7 @@ from runnertrace.runners._kit.skeleton import (
     RunSetup,
     reply_of,
 )
-from runnertrace.testing import CapturedSpans, tolerate_internal_errors
+from runnertrace.testing import tolerate_internal_errors
 
 BOUNDARY = MappingBoundary("kit-test")
 
@@ -247,7 +248,7 @@ async def test_a_cancelled_call_is_heard_only_by_cancelled(heard: bool) -> None:
     async def call() -> int:
         raise asyncio.CancelledError
 
-    def cancelled(handle: str) -> None:
+    def cancelled(handle: str, error: BaseException) -> None:
         report.calls.append(("cancelled", handle))
 
     extra: dict[str, Any] = {"cancelled": cancelled} if heard else {}
@@ -435,12 +436,37 @@ def test_a_nested_run_ends_once_and_hears_nothing_after() -> None:
     assert run.finished == [(None, "ValueError", False)]
 
 
-def test_a_cancelled_nested_run_ends_cancelled() -> None:
+def test_a_cancelled_nested_run_ends_cancelled_without_an_error_it_did_not_raise() -> None:
     with _opener() as opened:
         nested = NestedAgentRun.open(BOUNDARY, "inner")
         assert nested is not None
+        nested.builder.message_start()
         nested.fail(asyncio.CancelledError())
-    assert opened[0].finished == [(None, None, True)]
+    (run,) = opened
+    assert run.events == ["message_start"]  # the tracing layer ends what is open, cancelled
+    assert run.finished == [(None, None, True)]
+
+
+def test_a_nested_run_takes_the_builder_the_runner_makes() -> None:
+    class Forwarding(EventBuilder):
+        def __init__(self, observer: Any, forwarded: list[str]) -> None:
+            super().__init__(observer)
+            self.forwarded = forwarded
+
+        def emit(self, event: StreamEvent) -> None:
+            super().emit(event)
+            self.forwarded.append(event.type)
+
+    forwarded: list[str] = []
+    with _opener() as opened:
+        nested = NestedAgentRun.open(
+            BOUNDARY, "inner", builder=lambda run: Forwarding(run, forwarded)
+        )
+        assert nested is not None and isinstance(nested.builder, Forwarding)
+        nested.builder.message_end(nested.builder.message_start())
+        nested.end("done")
+    assert opened[0].events == forwarded == ["message_start", "message_end"]
+    assert opened[0].finished == [("done", None, False)]
 
 
 def test_the_registry_ends_what_the_outer_run_left_open() -> None:
@@ -627,32 +653,3 @@ async def test_an_install_fault_raises_under_pytest() -> None:
     agent = Agent("calc", runner, _Framework())
     with pytest.raises(KeyError), observing(lambda event: None):
         await runner.run(agent, Session(id="s"), [AgentRequestText(prompt="q")])
-
-
-class _LoudRunner(_Runner):
-    """Its framework's own tracing cannot be switched off (the switch was renamed)."""
-
-    def quiet(self, setup: RunSetup[_Framework], run: FrameworkRun[Any]) -> None:
-        self.installed.append("quiet")
-        raise KeyError("tracing_disabled")
-
-
-async def test_a_fault_in_the_quiet_step_costs_the_silencing_only(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """Quiet is a traced run's alone: a fault there leaves the run mapped, so a traced
-    stream still gives the events an untraced one gives (not the reply as one message)."""
-    healthy_reply, healthy_events = await _both_modes(_Runner(broken=False))
-    loud = _LoudRunner(broken=False)
-    token = enter_traced_run()
-    try:
-        with tolerate_internal_errors():
-            reply, events = await _both_modes(loud)
-    finally:
-        exit_traced_run(token)
-    assert reply == healthy_reply
-    assert [e.type for e in events] == [e.type for e in healthy_events]
-    assert [e.type for e in events].count("text_delta") == 2  # mapped, word by word
-    assert loud.installed == ["listener", "quiet", "listener", "quiet"]
-    faults = _faults(caplog)
-    assert len(faults) == 1 and "kit-test install" in faults[0]

@@ -14,8 +14,8 @@ from typing import Any
 
 import openai
 from pydantic import BaseModel
-
 from tests.fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply
+
 from runnertrace._internal.imports import MissingExtraError
 from runnertrace.core import Runtime, Session
 from runnertrace.core import events as ev

@@ -221,7 +221,7 @@ async def bracket(
     done: Callable[[H, T], None] | None = None,
     failed: Callable[[H, BaseException], None] | None = None,
     control: tuple[type[BaseException], ...] = (),
-    cancelled: Callable[[H], None] | None = None,
+    cancelled: Callable[[H, BaseException], None] | None = None,
 ) -> T:
     """Around one framework call: report its start, run it in its scope, report how it ended.
 
@@ -235,7 +235,7 @@ async def bracket(
     not one of ``control`` (a framework's control flow, such as a retry request):
     a cancellation ends the run, which closes what is open as cancelled. A
     lifecycle that must end with the call itself (a nested agent run the framework
-    started) passes ``cancelled(handle)``, which hears a cancellation (any
+    started) passes ``cancelled(handle, error)``, which hears a cancellation (any
     ``BaseException`` that is not an ``Exception``).
     The scope is left before the end is reported, in the context it was entered in.
     """
@@ -251,7 +251,7 @@ async def bracket(
                 failed(handle, error)  # type: ignore[arg-type]
         elif live and cancelled is not None and not isinstance(error, Exception):
             with boundary:
-                cancelled(handle)  # type: ignore[arg-type]
+                cancelled(handle, error)  # type: ignore[arg-type]
         raise
     _exit(boundary, entered)
     if live and done is not None:
@@ -269,7 +269,7 @@ def bracket_sync(
     done: Callable[[H, T], None] | None = None,
     failed: Callable[[H, BaseException], None] | None = None,
     control: tuple[type[BaseException], ...] = (),
-    cancelled: Callable[[H], None] | None = None,
+    cancelled: Callable[[H, BaseException], None] | None = None,
 ) -> T:
     """:func:`bracket` for a synchronous framework call (a tool a worker thread runs)."""
     handle = _started(boundary, start)
@@ -284,7 +284,7 @@ def bracket_sync(
                 failed(handle, error)  # type: ignore[arg-type]
         elif live and cancelled is not None and not isinstance(error, Exception):
             with boundary:
-                cancelled(handle)  # type: ignore[arg-type]
+                cancelled(handle, error)  # type: ignore[arg-type]
         raise
     _exit(boundary, entered)
     if live and done is not None:

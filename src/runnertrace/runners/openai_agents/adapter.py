@@ -315,7 +315,7 @@ class _NestingAgentRunner(AgentRunner):
             lambda: self.inner.run(starting_agent, input, **tool.options),
             done=lambda _, result: tool.end(result),
             failed=lambda _, error: tool.fail(error),
-            cancelled=lambda _: tool.cancel(),
+            cancelled=lambda _tool, _error: tool.cancel(),
         )
 
     @passes_through
@@ -328,7 +328,7 @@ class _NestingAgentRunner(AgentRunner):
             lambda: self.inner.run_streamed(starting_agent, input, **tool.options),
             done=lambda _, result: tool.streaming(result),
             failed=lambda _, error: tool.fail(error),
-            cancelled=lambda _: tool.cancel(),
+            cancelled=lambda _tool, _error: tool.cancel(),
         )
 
     @passes_through

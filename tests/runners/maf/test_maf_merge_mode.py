@@ -25,7 +25,7 @@ from runnertrace.core import Runtime, observing
 from runnertrace.core import events as ev
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.maf import MAFModule
-from runnertrace.runners.maf_testing import ScriptedChatClient, Turn, say
+from runnertrace.runners.maf.testing import ScriptedChatClient, Turn, say
 from runnertrace.testing import CapturedSpans
 from runnertrace.tracing.config import Settings, TraceConfig
 

@@ -9,7 +9,7 @@ model call ends the run: its chat span fails in the step that held it. A tool th
 raises ``MiddlewareFailure`` fails the run. A sub-agent run inside a tool nests
 under that tool. Agent Framework's own spans (on by default, to the global
 provider) are suppressed for the calls a traced run covers, a sub-agent from
-``as_tool()`` included (ours cover it: tests/test_maf_compositions.py): checked in
+``as_tool()`` included (ours cover it: tests/runners/maf/test_maf_compositions.py): checked in
 a subprocess that owns its global provider, so each call is counted where both
 vocabularies land.
 """
@@ -41,11 +41,11 @@ from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.maf import MAFRunner
-from runnertrace.runners.maf_testing import ScriptedChatClient, Turn, call, say
+from runnertrace.runners.maf.testing import ScriptedChatClient, Turn, call, say
 from runnertrace.testing import CapturedSpans
 
 CHAT = "chat planner-llm"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 # The user's own tracer, on the same provider as ours; set per test by the fixture below.
 user: dict[str, trace_api.Tracer] = {}
 
@@ -270,7 +270,7 @@ from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.tracing.config import TraceConfig
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.maf import MAFRunner
-from runnertrace.runners.maf_testing import ScriptedChatClient, call, say
+from runnertrace.runners.maf.testing import ScriptedChatClient, call, say
 
 @tool
 def multiply(a: int, b: int) -> int:

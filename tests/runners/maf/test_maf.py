@@ -55,11 +55,11 @@ from runnertrace.core.models import (
 )
 from runnertrace.core.session import Session
 from runnertrace.runners.maf import CONTEXT_KEY, STATE_KEY, MAFModule, MAFRunner, messages_of
-from runnertrace.runners.maf_testing import ScriptedChatClient, Turn, call, say
+from runnertrace.runners.maf.testing import ScriptedChatClient, Turn, call, say
 from runnertrace.testing import CapturedSpans
 from runnertrace.tracing.config import Settings, TraceConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 QUESTION: list[AgentRequest] = [AgentRequestText(prompt="What is 6 times 7?")]
 
 
@@ -528,7 +528,7 @@ def test_runnertrace_imports_without_agent_framework() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
-@pytest.mark.parametrize("module", ["maf", "maf_testing"])
+@pytest.mark.parametrize("module", ["maf", "maf.testing"])
 def test_without_agent_framework_the_runner_names_the_extra_to_install(module: str) -> None:
     code = (
         "import sys; sys.modules['agent_framework'] = None\n"

@@ -27,8 +27,8 @@ from agent_framework import Agent, Content, tool
 from agent_framework.exceptions import ChatClientException
 from agent_framework.openai import OpenAIChatClient, OpenAIChatCompletionClient
 from openai import AsyncOpenAI, InternalServerError
+from tests.fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply
 
-from fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply
 from runnertrace.core import Runtime, observing
 from runnertrace.core import events as ev
 from runnertrace.core.models import AgentRequestText

@@ -58,11 +58,11 @@ from runnertrace.core import events as ev
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.maf import STATE_KEY, MAFRunner
-from runnertrace.runners.maf_testing import ScriptedChatClient, Turn, call, say
+from runnertrace.runners.maf.testing import ScriptedChatClient, Turn, call, say
 from runnertrace.testing import CapturedSpans
 from runnertrace.tracing import attributes as A
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 user: dict[str, trace_api.Tracer] = {}
 
 
@@ -373,7 +373,7 @@ from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.tracing.config import TraceConfig
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.maf import MAFRunner
-from runnertrace.runners.maf_testing import ScriptedChatClient, call, say
+from runnertrace.runners.maf.testing import ScriptedChatClient, call, say
 
 @tool
 def lookup(topic: str) -> str:
@@ -988,7 +988,10 @@ async def test_a_failing_branch_fails_the_run_and_ends_its_sibling_cancelled(
     assert parent_of(captured_spans, cancelled) == root
     levels = check_totals(captured_spans.spans, model_calls=2)
     assert level(levels, "pipeline")[0][1] == 2
-    assert attr(root, A.AGG_ERRORS) == 2  # the failed model call and the cancelled tool
+    # the failed model call; the cancelled tool raised nothing (as on every runner: the
+    # kit's nested-run lifecycle ends a cancelled run without an error it did not raise)
+    assert attr(root, A.AGG_ERRORS) == 1
+    assert one(captured_spans, "execute_tool wait_long").status.status_code != StatusCode.ERROR
     assert failing.middleware is None and waiting.middleware is None
 
 
@@ -1047,7 +1050,7 @@ from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.maf import MAFRunner
-from runnertrace.runners.maf_testing import ScriptedChatClient, call, say
+from runnertrace.runners.maf.testing import ScriptedChatClient, call, say
 from runnertrace.tracing.config import TraceConfig
 from tests.composition_checks import check_totals
 

@@ -1,4 +1,5 @@
-"""An offline Microsoft Agent Framework chat client for tests and examples (``maf`` extra).
+"""An offline Microsoft Agent Framework chat client for tests and examples (``maf`` extra;
+without it, importing this module names the extra, as the package does).
 
 It is built the way Agent Framework documents a full-featured client: the
 function-invocation, chat-middleware and telemetry layers over ``BaseChatClient``,
@@ -16,23 +17,18 @@ import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal, cast
 
-from runnertrace._internal.imports import missing_extra
-
-try:
-    from agent_framework import (
-        BaseChatClient,
-        ChatMiddlewareLayer,
-        ChatResponse,
-        ChatResponseUpdate,
-        Content,
-        FunctionInvocationLayer,
-        Message,
-        ResponseStream,
-        UsageDetails,
-    )
-    from agent_framework.observability import ChatTelemetryLayer
-except ImportError as exc:
-    raise missing_extra(exc, "maf") from exc
+from agent_framework import (
+    BaseChatClient,
+    ChatMiddlewareLayer,
+    ChatResponse,
+    ChatResponseUpdate,
+    Content,
+    FunctionInvocationLayer,
+    Message,
+    ResponseStream,
+    UsageDetails,
+)
+from agent_framework.observability import ChatTelemetryLayer
 
 __all__ = ["ScriptedChatClient", "Turn", "call", "say"]
 
