@@ -164,6 +164,8 @@ def probe_native_stream(module: Any, monkeypatch: pytest.MonkeyPatch) -> list[tu
     """Record, when a run's framework stream is closed, whose context closed it and
     whether the framework's async generator (when it is one) is finished."""
     exits: list[tuple[object, Any]] = []
+    if "_Run" not in vars(module):  # a runner's package: the class is in its runner module
+        module = importlib.import_module(f"{module.__name__}.runner")
     run_class = vars(module)["_Run"]  # every runner's per-run class has this one name
     original: Callable[[Any], Any] = run_class.native_stream
 
@@ -309,7 +311,7 @@ def test_every_runner_is_on_the_template() -> None:
             value
             for value in vars(module).values()
             if isinstance(value, type)
-            and value.__module__ == module.__name__
+            and value.__module__.startswith(module.__name__)  # its module or its package's
             and hasattr(value, "RESERVED_RUN_OPTIONS")
         ]
         assert runners and all(issubclass(r, FrameworkRunner) for r in runners), case.name
