@@ -158,7 +158,7 @@ def _smolagents_native() -> Any:
     from smolagents import ToolCallingAgent, tool
     from smolagents.monitoring import LogLevel
 
-    from runnertrace.runners.smolagents_testing import ScriptedModel, calls
+    from runnertrace.runners.smolagents.testing import ScriptedModel, calls
 
     class Looping(ScriptedModel):  # type: ignore[misc]
         def _next(self, messages: list[Any]) -> Any:

@@ -222,7 +222,7 @@ def _smolagents(wrap: Callable[[Any], Any], fired: Fired | None) -> Agent:
     from smolagents import ToolCallingAgent, tool
 
     from runnertrace.runners.smolagents import SmolagentsRunner
-    from runnertrace.runners.smolagents_testing import ScriptedModel, calls
+    from runnertrace.runners.smolagents.testing import ScriptedModel, calls
 
     @tool
     def multiply(a: int, b: int) -> int:
@@ -331,7 +331,7 @@ CASES = [
         needs="smolagents",
         make=_smolagents,
         fires=2,
-        fault=("runnertrace.runners.smolagents", "_request"),
+        fault=("runnertrace.runners.smolagents.mapper", "request_fields"),
         worker_thread=True,
     ),
     RunnerCase(

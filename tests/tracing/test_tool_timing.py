@@ -225,7 +225,7 @@ def smolagents(clock: ToolClock, linger: float) -> CoreAgent:
     from smolagents.monitoring import LogLevel
 
     from runnertrace.runners.smolagents import SmolagentsRunner
-    from runnertrace.runners.smolagents_testing import ScriptedModel, calls
+    from runnertrace.runners.smolagents.testing import ScriptedModel, calls
 
     @tool
     def weather(city: str) -> str:

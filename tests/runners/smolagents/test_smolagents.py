@@ -18,20 +18,25 @@ pytest.importorskip(
 )
 
 import asyncio
+import importlib
 import io
+import logging
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
+from opentelemetry.trace import StatusCode
 from smolagents import CodeAgent, ToolCallingAgent, tool
 from smolagents.memory import ActionStep, MemoryStep
 from smolagents.monitoring import LogLevel, Timing
 from tests.tracing_helpers import OpenSpanTracker, cancel_and_settle
 
 from runnertrace import TracingRunner
+from runnertrace._internal.errors import internal_log
 from runnertrace.core import Runtime, Session, SqliteSessionStore, observing
 from runnertrace.core import events as ev
 from runnertrace.core.agent import Agent
@@ -41,10 +46,10 @@ from runnertrace.runners.smolagents import (
     SmolagentsModule,
     SmolagentsRunner,
     StoredAgentError,
-    task_of,
 )
-from runnertrace.runners.smolagents_testing import ScriptedModel, Turn, calls, code
-from runnertrace.testing import CapturedSpans
+from runnertrace.runners.smolagents.convert import task_of
+from runnertrace.runners.smolagents.testing import ScriptedModel, Turn, calls, code
+from runnertrace.testing import CapturedSpans, tolerate_internal_errors
 from runnertrace.tracing.config import Settings
 
 QUESTION = [AgentRequestText(prompt="What is 6 times 7?")]
@@ -411,6 +416,38 @@ async def test_runs_of_one_agent_object_are_serialised() -> None:
     assert all(len(s.get(STATE_KEY)) == 3 for s in sessions)  # each its own memory
 
 
+async def test_runs_queued_on_one_agent_need_no_thread_while_they_wait() -> None:
+    """Runs wait for their turn on the loop, not in a thread: with a pool of two
+    threads, four runs of one agent all finish (a waiter holding a pool thread would
+    leave none for the run whose turn it is)."""
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=2))
+    native = calculator([ASK, ANSWER] * 4)
+    agent = core(native)
+    sessions = [Session(f"s{n}") for n in range(4)]
+    runs = asyncio.gather(*(go(agent, "run", s) for s in sessions))
+    replies = await asyncio.wait_for(runs, timeout=60)  # a deadlock, not a speed bound
+    assert [str(reply) for reply, _ in replies] == ["The product is 42."] * 4
+
+
+async def test_a_run_that_leaves_while_waiting_for_its_turn_passes_it_on() -> None:
+    from runnertrace.runners.smolagents.runner import _Turns
+
+    turns = _Turns()
+    first = await turns.take()
+    queued = asyncio.create_task(turns.take())
+    handed = asyncio.create_task(turns.take())
+    await asyncio.sleep(0)  # both are waiting now
+    queued.cancel()  # leaves while in the queue
+    first.end_run()  # the turn is handed to the next waiter...
+    handed.cancel()  # ...which leaves before it gets it
+    for task in (queued, handed):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    last = await asyncio.wait_for(turns.take(), timeout=5)  # a turn lost, not a speed bound
+    last.end_run()
+
+
 # -- tracing ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", MODES)
 async def test_the_span_tree_under_tracing_runner(mode: str, captured_spans: CapturedSpans) -> None:
@@ -434,6 +471,76 @@ def tracker(captured_spans: CapturedSpans) -> OpenSpanTracker:
     tracker = OpenSpanTracker()
     captured_spans.provider.add_span_processor(tracker)
     return tracker
+
+
+# -- a fault of ours: telemetry only -------------------------------------------------------------
+FAULTS = {
+    # A release renaming python_executor.static_tools: scoping a CodeAgent's tools (a
+    # guarded stand-in) fails; the run goes on traced, its code's tools unscoped.
+    "tools in scope": ("adapter", "_tools_in_scope", "smolagents mapping"),
+    # Anything the install step reads: the run goes on uninstrumented (the kit's step).
+    "install": ("runner", "install_stand_ins", "smolagents install"),
+}
+
+
+def multiplier(kind: str) -> Any:
+    if kind == "tool_calling":
+        turns = [ASK, calls(("final_answer", {"answer": "6 x 7 = 42"}), prefix="fin")]
+        return calculator(turns)
+    model = ScriptedModel([code('final_answer(f"6 x 7 = {multiply(a=6, b=7)}")')])
+    return CodeAgent(tools=[multiply], model=model, name="calc", verbosity_level=LogLevel.OFF)
+
+
+async def answered(native: Any, runner: Any, mode: str) -> tuple[str, list[str]]:
+    """One run nobody observes but ``runner``: the reply's text (run mode) or the
+    stream's text and event kinds (stream mode)."""
+    agent = core(native, runner)
+    if mode == "run":
+        return str(await agent.runner.run(agent, Session("s1"), QUESTION)), []
+    events = [e async for e in agent.runner.stream(agent, Session("s1"), QUESTION)]
+    return "".join(e.delta for e in events if isinstance(e, ev.TextDelta)), kinds(events)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", ["tool_calling", "code"])
+@pytest.mark.parametrize("fault", list(FAULTS))
+async def test_a_fault_of_ours_in_the_install_step_or_a_stand_in_costs_telemetry_only(
+    fault: str,
+    kind: str,
+    mode: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    captured_spans: CapturedSpans,
+    tracker: OpenSpanTracker,
+) -> None:
+    module, name, where = FAULTS[fault]
+    reached: list[str] = []
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        reached.append(name)
+        raise KeyError("static_tools")
+
+    monkeypatch.setattr(
+        importlib.import_module(f"runnertrace.runners.smolagents.{module}"), name, broken
+    )
+    caplog.set_level(logging.WARNING, logger="runnertrace")
+    with tolerate_internal_errors():
+        untraced = await answered(multiplier(kind), SmolagentsRunner(), mode)
+        assert bool(reached) is (mode == "stream")  # untraced run mode installs nothing
+        internal_log.reset()
+        caplog.clear()
+        traced = await answered(multiplier(kind), TracingRunner(SmolagentsRunner()), mode)
+    assert reached
+    assert traced == untraced
+    if mode == "run":
+        assert traced[0] == "6 x 7 = 42"
+    logged = [r.getMessage() for r in caplog.records if "internal error in" in r.getMessage()]
+    assert len(logged) == 1 and where in logged[0], logged
+    (run_span,) = captured_spans.by_name("invoke_agent calc")
+    assert run_span.status.status_code is not StatusCode.ERROR
+    chats = [s for s in captured_spans.spans if s.name.startswith("chat ")]
+    assert bool(chats) is (fault == "tools in scope")  # still traced, or plain
+    assert not tracker.open
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -507,7 +614,7 @@ def test_without_smolagents_the_runner_names_the_extra_to_install() -> None:
         "import sys; sys.modules['smolagents'] = None\n"
         "import runnertrace, runnertrace.runners\n"
         "from runnertrace._internal.imports import MissingExtraError\n"
-        "for name in ('smolagents', 'smolagents_testing'):\n"
+        "for name in ('smolagents', 'smolagents.testing'):\n"
         "    try:\n"
         "        __import__('runnertrace.runners.' + name)\n"
         "    except MissingExtraError as exc:\n"

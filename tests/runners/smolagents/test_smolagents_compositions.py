@@ -23,6 +23,7 @@ pytest.importorskip(
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -39,15 +40,18 @@ from smolagents import CodeAgent, MultiStepAgent, ToolCallingAgent, tool
 from smolagents.monitoring import LogLevel
 from tests.composition_checks import check_totals, rows
 from tests.fidelity_helpers import MODES, one, parent_of, run
+from tests.runner_cases import CASES
+from tests.test_runner_every_method import Target, break_target, internal_faults, shape, targets
 from tests.tracing_helpers import OpenSpanTracker, cancel_and_settle
 
 from runnertrace import TracingRunner
+from runnertrace._internal.errors import internal_log
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.smolagents import SmolagentsRunner
-from runnertrace.runners.smolagents_testing import ScriptedModel, calls, code, delegate
-from runnertrace.testing import CapturedSpans
+from runnertrace.runners.smolagents.testing import ScriptedModel, calls, code, delegate
+from runnertrace.testing import CapturedSpans, tolerate_internal_errors
 from runnertrace.tracing import attributes as A
 
 user: dict[str, trace_api.Tracer] = {}
@@ -66,6 +70,8 @@ def lookup(city: str) -> str:
         city: The city to look up.
     """
     with user["tracer"].start_as_current_span("db.query lookup"):
+        if city == "Atlantis":
+            raise LookupError(f"no weather for {city}")
         return f"sunny in {city}"
 
 
@@ -554,6 +560,66 @@ async def test_a_members_run_span_records_its_task_and_its_answer(
     assert (attr(boss, A.NESTED_RUNS), attr(boss, A.AGG_MODEL_CALLS)) == (2, 6)
 
 
+# -- a fault in any method of the mapping, in a team ---------------------------------------------
+# The contract suite (tests/test_runner_every_method.py) breaks each method of the mapper,
+# the stand-ins and the nesting under its one-agent scenario; here the same targets (found
+# by the same reflection) are broken under the team, which reaches what that scenario does
+# not: the members' runs, a CodeAgent's code and its tools' scope, a tool that fails.
+
+SMOLAGENTS = next(c for c in CASES if c.name == "smolagents")
+TEAM_TARGETS = [  # the install step and the silencing are the suite's (one agent is enough)
+    pytest.param(t, id=t.label)
+    for t in targets(SMOLAGENTS)
+    if t.label.startswith(("mapper.", "adapter.", "nesting."))
+]
+
+
+async def team_outcome(manager_kind: str, wrap: Any, mode: str) -> tuple[str, list[Any]]:
+    """One run of the team (the researcher's first lookup fails): its reply (run mode)
+    or its stream's events as a consumer reads them (stream mode)."""
+    manager, models = team(manager_kind)
+    models["researcher"].turns.insert(0, calls(("lookup", {"city": "Atlantis"}), prefix="rx"))
+    agent = CoreAgent("boss", wrap(SmolagentsRunner()), manager)
+    requests = [AgentRequestText(prompt="Oslo?")]
+    if mode == "run":
+        return str(await agent.runner.run(agent, Session("s1"), requests)), []
+    return "", shape([e async for e in agent.runner.stream(agent, Session("s1"), requests)])
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("manager_kind", MANAGERS)
+@pytest.mark.parametrize("target", TEAM_TARGETS)
+async def test_a_fault_in_any_method_costs_the_team_telemetry_only(
+    target: Target,
+    manager_kind: str,
+    mode: str,
+    captured_spans: CapturedSpans,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tracker = OpenSpanTracker()
+    captured_spans.provider.add_span_processor(tracker)
+    healthy = (
+        await team_outcome(manager_kind, lambda runner: runner, mode) if mode == "run" else None
+    )
+    broken = break_target(target, monkeypatch)
+    internal_log.reset()
+    caplog.set_level(logging.WARNING, logger="runnertrace")
+    with tolerate_internal_errors():
+        untraced = await team_outcome(manager_kind, lambda runner: runner, mode)
+        reached_untraced = broken.calls
+        traced = await team_outcome(manager_kind, TracingRunner, mode)
+    if broken.calls == 0:
+        pytest.skip(f"{target.label} is not reached by the team in {mode} mode")
+    if mode == "run":
+        assert reached_untraced == 0, "untraced run mode reached the mapping"
+        assert traced == healthy
+    else:
+        assert traced[1] == untraced[1]
+    assert 1 <= len(internal_faults(caplog)) <= 2, internal_faults(caplog)
+    assert tracker.open == {}
+
+
 # -- an app-wide SDK provider with OpenInference on it (a process of its own) ---------------------
 
 APP_PROVIDER = """
@@ -571,7 +637,7 @@ trace.set_tracer_provider(app)  # OpenInference's spans and (reused) ours go her
 from openinference.instrumentation.smolagents import SmolagentsInstrumentor
 SmolagentsInstrumentor().instrument()
 
-import tests.test_smolagents_compositions as case
+import tests.runners.smolagents.test_smolagents_compositions as case
 from tests.composition_checks import check_totals
 from runnertrace import traced
 from runnertrace.core import Session
@@ -631,7 +697,7 @@ asyncio.run(main())
 
 
 def test_with_an_app_provider_and_openinference_on_it_each_call_once(tmp_path: Path) -> None:
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[3]
     env = {
         k: v
         for k, v in os.environ.items()

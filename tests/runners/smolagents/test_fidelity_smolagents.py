@@ -38,7 +38,7 @@ from tests.fidelity_helpers import MODES, LookupFailed, one, parent_of, run
 from runnertrace import TracingRunner
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.runners.smolagents import SmolagentsRunner
-from runnertrace.runners.smolagents_testing import ScriptedModel, Turn, calls, code
+from runnertrace.runners.smolagents.testing import ScriptedModel, Turn, calls, code
 from runnertrace.testing import CapturedSpans
 
 CHAT = "chat planner-llm"
@@ -125,16 +125,16 @@ async def test_the_provider_is_on_chat_and_run_spans(
 def test_the_provider_of_smolagents_model_classes() -> None:
     from smolagents import LiteLLMModel, OpenAIServerModel
 
-    from runnertrace.runners.smolagents import _provider_of
+    from runnertrace.runners.smolagents.request import provider_of
 
     class OfflineLiteLLM(LiteLLMModel):  # type: ignore[misc]
         def create_client(self) -> None:  # litellm is not installed here; no call is made
             return None
 
     openai = OpenAIServerModel(model_id="gpt-x", api_base="http://127.0.0.1:9", api_key="k")
-    assert _provider_of(openai) == "openai"
-    assert _provider_of(OfflineLiteLLM(model_id="anthropic/claude-x")) == "anthropic"
-    assert _provider_of(OfflineLiteLLM(model_id="gpt-x")) is None  # LiteLLM guesses; we do not
+    assert provider_of(openai) == "openai"
+    assert provider_of(OfflineLiteLLM(model_id="anthropic/claude-x")) == "anthropic"
+    assert provider_of(OfflineLiteLLM(model_id="gpt-x")) is None  # LiteLLM guesses; we do not
 
 
 @pytest.mark.parametrize("mode", MODES)
