@@ -63,7 +63,7 @@ class SpanRecord:
 
 class RunRecord(SpanRecord):
     kind = "run"
-    ctx: Context  # set as it opens: its context, with the run span current
+    ctx: Context  # set as it opens: the caller's context with the run span current
 
     def context(self) -> Context:
         """The run's context, to make it current around the base runner."""

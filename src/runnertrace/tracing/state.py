@@ -27,6 +27,12 @@ has finished with it, so when a handler (or the door) fails on an event,
 :meth:`RunTracer._salvage` finds the span still there, marks it with
 ``runnertrace.event.fault``, counts the anomaly, and ends it if the event was to end
 it (else it ends with its step or the run, as usual).
+
+Contexts: a span's children start in the context current where it was first asked
+for, and a scope attaches the context current where it is entered; either way with
+our span set, and with any value of the run's caller (its baggage, above all) that
+context lacks, since a framework's own thread may start with none of them. Tracing
+changes which span is current, never what else the context holds.
 """
 
 from __future__ import annotations
@@ -42,8 +48,8 @@ from contextlib import suppress
 from typing import Any, TypeVar
 
 from opentelemetry import trace as trace_api
-from opentelemetry.context import Context, attach, detach
-from opentelemetry.trace import SpanKind
+from opentelemetry.context import Context, attach, detach, get_current
+from opentelemetry.trace import Span, SpanKind
 
 from runnertrace._internal.errors import internal_log, report_internal_error
 from runnertrace.core.context import reset_var
@@ -173,7 +179,10 @@ class RunTracer:
                 fields[A.SYSTEM_INSTRUCTIONS] = gate.instructions(instructions)
         self.run = run = RunRecord(time.time_ns())
         gate.start_run(run, fields, parent)
-        run.ctx = trace_api.set_span_in_context(run.span)
+        # The caller's context (its baggage, any value it set): each context we build
+        # keeps what of it the context where it is built lacks.
+        self.caller = get_current()
+        run.ctx = trace_api.set_span_in_context(run.span, self.caller)
         # An unsampled run records nothing below its run span (whose context still
         # propagates the decision to nested runs and foreign spans).
         self.recording = self.accepting = run.span.is_recording()  # accepting: until the end
@@ -210,7 +219,7 @@ class RunTracer:
         """The context ``item``'s children start in (built once, where first asked for)."""
         ctx = item.ctx
         if ctx is None:
-            ctx = item.ctx = trace_api.set_span_in_context(item.span)
+            ctx = item.ctx = _span_context(item.span, get_current(), self.caller)
         return ctx
 
     def _start(
@@ -329,7 +338,7 @@ class RunTracer:
                 self._run_tool(item)
             except Exception as exc:  # noqa: BLE001 - telemetry boundary
                 report_internal_error("span state machine (tool scope)", exc)
-        return _Scope(self._context(item), self if kind == "tool" else None)
+        return _Scope(item.span, self.caller, self if kind == "tool" else None)
 
     # -- steps --------------------------------------------------------------------------
     def _on_step_start(self, event: StepStartIn) -> None:
@@ -844,19 +853,31 @@ class RunTracer:
         self.gate.put(self.run, {A.OUTPUT_MESSAGES: output})
 
 
+def _span_context(span: Span, where: Context, caller: Context) -> Context:
+    """``where`` with ``span`` current, and the values of the run's ``caller`` that
+    ``where`` lacks (a framework's own thread may start with an empty context)."""
+    if where is not caller and any(key not in where for key in caller):
+        where = Context({**caller, **where})
+    return trace_api.set_span_in_context(span, where)
+
+
 class _Scope:
     """Makes one call's span current while the framework executes it; a tool's scope
-    also makes its run the one that runs started in the tool nest in (``active_run``)."""
+    also makes its run the one that runs started in the tool nest in (``active_run``).
 
-    __slots__ = ("_boundary", "_context", "_owner", "_run", "_token")
+    The context it attaches is the one current where it is entered (see
+    :func:`_span_context`), so whatever the framework set there holds inside too."""
 
-    def __init__(self, context: Context, owner: RunTracer | None) -> None:
-        self._context = context
+    __slots__ = ("_boundary", "_caller", "_owner", "_run", "_span", "_token")
+
+    def __init__(self, span: Span, caller: Context, owner: RunTracer | None) -> None:
+        self._span = span
+        self._caller = caller
         self._owner = owner
         self._boundary = ToolBoundary() if owner is not None else None
 
     def __enter__(self) -> None:
-        self._token = attach(self._context)
+        self._token = attach(_span_context(self._span, get_current(), self._caller))
         if self._boundary is not None:
             self._run = active_run.set(self._owner)
             self._boundary.__enter__()
