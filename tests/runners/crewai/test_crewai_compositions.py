@@ -42,8 +42,9 @@ from runnertrace.core import Runtime, Session  # noqa: E402
 from runnertrace.core import events as ev  # noqa: E402
 from runnertrace.core.agent import Agent  # noqa: E402
 from runnertrace.core.models import AgentRequestText  # noqa: E402
-from runnertrace.runners.crewai import CrewAIModule, CrewAIRunner, _attach  # noqa: E402
-from runnertrace.runners.crewai_testing import ScriptedLLM, action, final  # noqa: E402
+from runnertrace.runners.crewai import CrewAIModule, CrewAIRunner  # noqa: E402
+from runnertrace.runners.crewai.adapter import kickoff_callback  # noqa: E402
+from runnertrace.runners.crewai.testing import ScriptedLLM, action, final  # noqa: E402
 from runnertrace.testing import CapturedSpans  # noqa: E402
 from runnertrace.tracing import attributes as A  # noqa: E402
 
@@ -602,7 +603,9 @@ async def test_concurrent_runs_of_one_crew_keep_their_own_traces(
             if root_of(captured_spans, s) == run_span
         ]
         assert [s.attributes[A.AGENT_NAME] for s in in_start_order_of(mine)] == ["first", "second"]
-    assert crew.stream is False and all(c is not _attach for c in crew.before_kickoff_callbacks)
+    assert crew.stream is False and all(
+        c is not kickoff_callback for c in crew.before_kickoff_callbacks
+    )
 
 
 def root_of(spans: CapturedSpans, span: Any) -> Any:
@@ -800,7 +803,7 @@ trace.set_tracer_provider(app)  # ours, OpenInference's and the user's spans all
 from openinference.instrumentation.crewai import CrewAIInstrumentor
 CrewAIInstrumentor().instrument()
 
-import tests.test_crewai_compositions as case
+import tests.runners.crewai.test_crewai_compositions as case
 from tests.composition_checks import check_totals, rows
 from runnertrace import traced
 from runnertrace.core import Session
@@ -856,7 +859,7 @@ asyncio.run(main())
 def app_provider(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Each composition, untraced then traced, in a process whose global provider is the
     application's, with OpenInference's CrewAI instrumentor on it."""
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[3]
     env = {
         k: v
         for k, v in os.environ.items()
