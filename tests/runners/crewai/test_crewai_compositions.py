@@ -43,9 +43,10 @@ from runnertrace.core import events as ev  # noqa: E402
 from runnertrace.core.agent import Agent  # noqa: E402
 from runnertrace.core.models import AgentRequestText  # noqa: E402
 from runnertrace.runners.crewai import CrewAIModule, CrewAIRunner  # noqa: E402
+from runnertrace.runners.crewai import runner as crewai_runner  # noqa: E402
 from runnertrace.runners.crewai.adapter import kickoff_callback  # noqa: E402
 from runnertrace.runners.crewai.testing import ScriptedLLM, action, final  # noqa: E402
-from runnertrace.testing import CapturedSpans  # noqa: E402
+from runnertrace.testing import CapturedSpans, tolerate_internal_errors  # noqa: E402
 from runnertrace.tracing import attributes as A  # noqa: E402
 
 CHAT = f"chat {FakeOpenAIServer.model}"
@@ -606,6 +607,45 @@ async def test_concurrent_runs_of_one_crew_keep_their_own_traces(
     assert crew.stream is False and all(
         c is not kickoff_callback for c in crew.before_kickoff_callbacks
     )
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_install_that_fails_half_way_leaves_the_users_crew_as_it_was(
+    mode: str,
+    captured_spans: CapturedSpans,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The install step faults after our callback is on the user's crew: the run goes
+    on plain (one log line) and the crew is given back without it, not streaming."""
+    attach = crewai_runner.attach_sink
+
+    def attach_then_fail(crew: Crew, sink: Any) -> None:
+        attach(crew, sink)
+        raise KeyError("an attribute a CrewAI release renamed")
+
+    monkeypatch.setattr(crewai_runner, "attach_sink", attach_then_fail)
+    native = CrewAgent(
+        role="solo", goal="Do it.", backstory="You do.", llm=ScriptedLLM([final("Done.")])
+    )
+    crew = Crew(
+        agents=[native],
+        tasks=[Task(description="{request}", expected_output="Done.", agent=native)],
+    )
+    runner = TracingRunner(CrewAIRunner())
+    agent = Agent("solo", runner, crew)
+    requests = [AgentRequestText(prompt="Go.")]
+    with tolerate_internal_errors():
+        if mode == "run":
+            reply = await runner.run(agent, Session("s1"), requests)
+        else:
+            events = [e async for e in runner.stream(agent, Session("s1"), requests)]
+            reply = "".join(e.delta for e in events if isinstance(e, ev.TextDelta))
+    assert str(reply) == "Done."
+    faults = [r.getMessage() for r in caplog.records if "internal error in" in r.getMessage()]
+    assert len(faults) == 1 and "crewai install" in faults[0], faults
+    assert crew.before_kickoff_callbacks == [] and crew.stream is False
+    assert captured_spans.by_name("chat scripted") == []  # the plain run: nothing of ours
 
 
 def root_of(spans: CapturedSpans, span: Any) -> Any:
