@@ -105,7 +105,7 @@ def _langgraph_agent(runner: AnyRunner) -> CoreAgent:
     from langgraph_agent import multiply as lg_multiply
     from langgraph_agent import scripted_model
 
-    from runnertrace.runners.langgraph_testing import ScriptedChatModel
+    from runnertrace.runners.langgraph.testing import ScriptedChatModel
 
     class _LoopingChatModel(ScriptedChatModel):
         """The example's two-turn script, started over when used up, for thousands of runs."""
@@ -158,7 +158,7 @@ def _smolagents_native() -> Any:
     from smolagents import ToolCallingAgent, tool
     from smolagents.monitoring import LogLevel
 
-    from runnertrace.runners.smolagents_testing import ScriptedModel, calls
+    from runnertrace.runners.smolagents.testing import ScriptedModel, calls
 
     class Looping(ScriptedModel):  # type: ignore[misc]
         def _next(self, messages: list[Any]) -> Any:
@@ -197,7 +197,7 @@ def _maf_agent(runner: AnyRunner) -> CoreAgent:
     from agent_framework import Agent as MAFAgent
     from maf_agent import ask_for_the_tool, multiply, state_the_result
 
-    from runnertrace.runners.maf_testing import ScriptedChatClient
+    from runnertrace.runners.maf.testing import ScriptedChatClient
 
     client = ScriptedChatClient([ask_for_the_tool, state_the_result], model="offline", loop=True)
     return CoreAgent("calculator", runner, MAFAgent(client, name="calculator", tools=[multiply]))

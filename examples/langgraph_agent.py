@@ -36,7 +36,7 @@ from runnertrace import load_settings
 from runnertrace.core import Runtime
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.langgraph import LangGraphModule
-from runnertrace.runners.langgraph_testing import ScriptedChatModel
+from runnertrace.runners.langgraph.testing import ScriptedChatModel
 
 QUESTION = "What is 6 times 7?"
 

@@ -11,7 +11,7 @@ two numbers in the question, then states the tool's result. Swap in any Agent
 Framework chat client for a real model: the ``maf`` extra installs the OpenAI ones,
 ``agent_framework.openai.OpenAIChatClient(model=...)`` (the Responses API) and
 ``OpenAIChatCompletionClient(model=...)`` (Chat Completions); both stream each
-answer once (``tests/test_maf_openai_clients.py``).
+answer once (``tests/runners/maf/test_maf_openai_clients.py``).
 
 The tool counts its calls in the framework context, which the runner keeps in
 the Agent Framework session's state under ``CONTEXT_KEY`` and writes back after
@@ -36,7 +36,7 @@ from agent_framework import Agent, FunctionInvocationContext, Message, tool
 from runnertrace.core import Runtime
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.maf import CONTEXT_KEY, MAFModule
-from runnertrace.runners.maf_testing import ScriptedChatClient, call, say
+from runnertrace.runners.maf.testing import ScriptedChatClient, call, say
 
 
 def ask_for_the_tool(messages: list[Message]) -> Any:

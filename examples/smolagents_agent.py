@@ -23,7 +23,7 @@ from runnertrace import load_settings
 from runnertrace.core import Runtime
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.smolagents import SmolagentsModule
-from runnertrace.runners.smolagents_testing import ScriptedModel, calls
+from runnertrace.runners.smolagents.testing import ScriptedModel, calls
 
 QUESTION = "What is 6 times 7?"
 

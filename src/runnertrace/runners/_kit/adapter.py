@@ -28,6 +28,7 @@ its fault reaches the run.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Hashable
@@ -48,10 +49,11 @@ __all__ = [
     "guarded",
     "is_guarded",
     "mapped_stream",
+    "passes",
     "passes_through",
 ]
 
-C = TypeVar("C", bound=type)
+C = TypeVar("C", bound=Callable[..., Any])  # a class, or one function
 F = TypeVar("F", bound=Callable[..., Any])
 H = TypeVar("H")
 T = TypeVar("T")
@@ -87,6 +89,11 @@ def fault_returns(fallback: Callable[..., Any]) -> Callable[[F], F]:
         return method
 
     return mark
+
+
+def passes(function: Any) -> bool:
+    """Whether ``function`` is marked :func:`passes_through` (it calls into the framework)."""
+    return getattr(function, _PASSES, False) is True
 
 
 def is_guarded(function: Any) -> bool:
@@ -133,9 +140,15 @@ def guarded(boundary: MappingBoundary) -> Callable[[C], C]:
     object). Methods marked :func:`passes_through` are left as they are, and so are
     properties and nested classes. Inherited methods are guarded where they are
     defined: decorate each adapter class, the bases and the subclasses alike.
+
+    On a function it guards that one function: for a part of an install step whose
+    fault should cost only its own telemetry (a process-wide hook that only nested
+    runs need), not the whole run's.
     """
 
     def decorate(cls: C) -> C:
+        if inspect.isfunction(cls):
+            return _guard(cls, boundary.where)  # type: ignore[return-value]
         for name, value in list(vars(cls).items()):
             if name.startswith("_") and name != "__call__":
                 continue
@@ -208,6 +221,7 @@ async def bracket(
     done: Callable[[H, T], None] | None = None,
     failed: Callable[[H, BaseException], None] | None = None,
     control: tuple[type[BaseException], ...] = (),
+    cancelled: Callable[[H, BaseException], None] | None = None,
 ) -> T:
     """Around one framework call: report its start, run it in its scope, report how it ended.
 
@@ -219,7 +233,10 @@ async def bracket(
     failed nothing more is reported for it. The call itself is not guarded: its
     exceptions propagate unchanged. ``failed`` sees only an ``Exception`` that is
     not one of ``control`` (a framework's control flow, such as a retry request):
-    a cancellation ends the run, which closes what is open as cancelled.
+    a cancellation ends the run, which closes what is open as cancelled. A
+    lifecycle that must end with the call itself (a nested agent run the framework
+    started) passes ``cancelled(handle, error)``, which hears a cancellation (any
+    ``BaseException`` that is not an ``Exception``).
     The scope is left before the end is reported, in the context it was entered in.
     """
     handle = _started(boundary, start)
@@ -232,6 +249,9 @@ async def bracket(
         if live and failed is not None and _failure(error, control):
             with boundary:
                 failed(handle, error)  # type: ignore[arg-type]
+        elif live and cancelled is not None and not isinstance(error, Exception):
+            with boundary:
+                cancelled(handle, error)  # type: ignore[arg-type]
         raise
     _exit(boundary, entered)
     if live and done is not None:
@@ -249,6 +269,7 @@ def bracket_sync(
     done: Callable[[H, T], None] | None = None,
     failed: Callable[[H, BaseException], None] | None = None,
     control: tuple[type[BaseException], ...] = (),
+    cancelled: Callable[[H, BaseException], None] | None = None,
 ) -> T:
     """:func:`bracket` for a synchronous framework call (a tool a worker thread runs)."""
     handle = _started(boundary, start)
@@ -261,6 +282,9 @@ def bracket_sync(
         if live and failed is not None and _failure(error, control):
             with boundary:
                 failed(handle, error)  # type: ignore[arg-type]
+        elif live and cancelled is not None and not isinstance(error, Exception):
+            with boundary:
+                cancelled(handle, error)  # type: ignore[arg-type]
         raise
     _exit(boundary, entered)
     if live and done is not None:
@@ -279,9 +303,10 @@ async def mapped_stream(
     """Pass a framework stream on unchanged, mapping each item inside ``boundary``.
 
     For a hook that wraps the framework's own stream (a capability's event stream):
-    each item is handed to ``on_item`` and then yielded as it came; a failure of
-    the stream goes to ``failed`` and propagates unchanged. The stream is closed
-    when this generator is, so an early stop closes the framework's stream at once.
+    each item is handed to ``on_item`` and then yielded as it came. A failure of the
+    stream (an ``Exception``: not an early close or a cancellation) goes to
+    ``failed``, and every exit propagates unchanged. The stream is closed when this
+    generator is, so an early stop closes the framework's stream at once.
     """
     try:
         async for item in stream:
@@ -291,7 +316,7 @@ async def mapped_stream(
                 report_internal_error(boundary.where, exc)
             yield item
     except BaseException as error:
-        if failed is not None:
+        if failed is not None and _failure(error, ()):  # not an early close or a cancel
             with boundary:
                 failed(error)
         raise
@@ -299,6 +324,13 @@ async def mapped_stream(
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+_ENTERED: contextvars.ContextVar[object] = contextvars.ContextVar(
+    "runnertrace_ledger_entered", default=None
+)
+"""Set by a ledger with ``same_context`` at each enter: resetting its token succeeds
+only in the context that entered, which is how :meth:`ScopeLedger.leave` tells."""
 
 
 class ScopeLedger(Generic[K]):
@@ -315,27 +347,45 @@ class ScopeLedger(Generic[K]):
     enter is not recorded, so it is never left. Leaving in another context (an
     abandoned generator closed by the event loop) is tolerated by the scopes
     themselves (:func:`runnertrace.core.context.reset_var`).
+
+    ``same_context=True`` is for a framework whose end hook may run in another
+    context than its start hook (LangChain runs a model call's end callback in a
+    task of its own, to shield it from cancellation): a scope is then left only
+    in the context that entered it. Elsewhere it is dropped from the ledger and
+    stays entered in its own context until that context ends (leaving it there
+    would detach an OpenTelemetry context that is not current, which OTel logs as
+    an error).
     """
 
-    __slots__ = ("_boundary", "_open")
+    __slots__ = ("_boundary", "_open", "_same_context")
 
-    def __init__(self, boundary: MappingBoundary) -> None:
+    def __init__(self, boundary: MappingBoundary, *, same_context: bool = False) -> None:
         self._boundary = boundary
-        self._open: dict[K, list[AbstractContextManager[None]]] = {}
+        self._same_context = same_context
+        self._open: dict[
+            K, list[tuple[AbstractContextManager[None], contextvars.Token[object] | None]]
+        ] = {}
 
     def enter(self, key: K, scope: AbstractContextManager[None]) -> None:
         with self._boundary:
             scope.__enter__()
-            self._open.setdefault(key, []).append(scope)
+            token = _ENTERED.set(key) if self._same_context else None
+            self._open.setdefault(key, []).append((scope, token))
 
     def leave(self, key: K) -> bool:
-        """Leave the newest scope entered under ``key``; whether there was one."""
+        """Leave the newest scope entered under ``key``; whether there was one (with
+        ``same_context``, one entered in another context is dropped, not left)."""
         stack = self._open.get(key)
         if not stack:
             return False
-        scope = stack.pop()
+        scope, token = stack.pop()
         if not stack:
             del self._open[key]
+        if token is not None:
+            try:
+                _ENTERED.reset(token)
+            except ValueError:  # another context: the entering one keeps it until it ends
+                return True
         with self._boundary:
             scope.__exit__(None, None, None)
         return True

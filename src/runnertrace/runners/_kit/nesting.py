@@ -25,7 +25,6 @@ telemetry, never the inner agent's run.
 
 from __future__ import annotations
 
-from asyncio import CancelledError
 from collections.abc import Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -46,12 +45,18 @@ class NestedAgentRun:
     __slots__ = ("boundary", "builder", "closing", "ended", "name", "run")
 
     def __init__(
-        self, run: NestedRun, name: str, boundary: MappingBoundary, *, queue: bool
+        self,
+        run: NestedRun,
+        name: str,
+        boundary: MappingBoundary,
+        *,
+        queue: bool,
+        builder: Callable[[NestedRun], EventBuilder] | None = None,
     ) -> None:
         self.run = run
         self.name = name
         self.boundary = boundary
-        self.builder = EventBuilder(run, queue=queue)
+        self.builder = EventBuilder(run, queue=queue) if builder is None else builder(run)
         self.ended = False
         #: The runner's own mapping of the inner agent, when it holds more than the
         #: builder does (open steps, the runs it nests in turn): called once as the run
@@ -70,15 +75,19 @@ class NestedAgentRun:
         mode: str = "run",
         requests: Any = None,
         queue: bool = False,
+        builder: Callable[[NestedRun], EventBuilder] | None = None,
     ) -> NestedAgentRun | None:
         """The nested run of ``agent_name`` here, or ``None`` when nothing traces here
         (or opening it failed, which is reported). ``requests``: what the inner agent
         was asked; ``queue``: the builder also queues its events (a runner that
-        forwards the inner agent's events into the outer stream)."""
+        forwards the inner agent's events into the outer stream); ``builder``: makes
+        the run's builder from the nested run (its observer) instead, for a runner
+        whose builder does more with each event (puts it on the outer stream at once,
+        in the order the inner agents make them)."""
         with boundary:
             run = open_nested_run(agent_name, mode=mode, requests=requests)
             if run is not None:
-                return cls(run, agent_name, boundary, queue=queue)
+                return cls(run, agent_name, boundary, queue=queue, builder=builder)
         return None
 
     def end(self, reply: Any = None) -> None:
@@ -86,11 +95,14 @@ class NestedAgentRun:
         self._finish(reply=reply)
 
     def fail(self, error: BaseException) -> None:
-        """The inner agent failed with ``error`` (a cancellation ends it cancelled)."""
-        if isinstance(error, CancelledError) or not isinstance(error, Exception):
-            self._finish(cancelled=True)
-        else:
+        """The inner agent failed with ``error``: it ends with it. A cancellation (a
+        ``BaseException`` that is not an ``Exception``) ends it cancelled, without an
+        error it did not raise: a branch cancelled because its sibling failed did not
+        fail itself, and what it left open ends cancelled too."""
+        if isinstance(error, Exception):
             self._finish(error=error)
+        else:
+            self._finish(cancelled=True)
 
     def cancel(self) -> None:
         """The inner agent's run was abandoned (its caller ended first)."""

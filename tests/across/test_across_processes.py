@@ -1,0 +1,199 @@
+"""Many processes, one trace: a client, the REST/SSE service, an MCP server and an A2A agent.
+
+The test process is the client (its span exported by OTLP like every other
+process's); ``tests/service_process.py`` serves the ``planner`` agent, whose one
+step calls ``add_remote`` (an MCP server over stdio, a process the service
+starts) and ``ask_math`` (``tests/a2a_server_process.py``, a real ``a2a-sdk``
+server the test starts). Every process exports to one loopback OTLP receiver;
+the test reads back one trace, in run and in stream mode, and checks each
+span's parent and that every call is there once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcp")
+pytest.importorskip("a2a")
+
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from tests.otlp_fixtures import wait_until
+from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
+
+from runnertrace.serve import ServiceClient
+
+TESTS = Path(__file__).resolve().parent.parent
+SERVER_KIND, CLIENT_KIND = 2, 3
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Process:
+    """A server process on a loopback port, started and stopped with bounded waits."""
+
+    def __init__(self, script: str, service_name: str, port: int, *args: str) -> None:
+        env = dict(os.environ)
+        env["OTEL_SERVICE_NAME"] = service_name
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(TESTS.parent / "src"), str(TESTS), env.get("PYTHONPATH", "")]
+        )
+        env["OTEL_BSP_SCHEDULE_DELAY"] = "100"
+        self.port = port
+        self.process = subprocess.Popen(
+            [sys.executable, str(TESTS / script), str(port), *args],
+            env=env,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    self.process.stderr.read().decode() if self.process.stderr else ""
+                )
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise TimeoutError(f"{script} did not listen within 40 s")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[OtlpReceiver]:
+    with OtlpReceiver() as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def service(receiver: OtlpReceiver) -> Iterator[str]:
+    a2a_port = free_port()
+    a2a = Process("a2a_server_process.py", "a2a-agent", a2a_port, receiver.traces_url)
+    try:
+        port = free_port()
+        served = Process(
+            "service_process.py",
+            "service",
+            port,
+            receiver.traces_url,
+            f"http://127.0.0.1:{a2a_port}/",
+        )
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            served.stop()
+    finally:
+        a2a.stop()
+
+
+def tree(spans: list[ReceivedSpan], root: ReceivedSpan, depth: int = 0) -> list[str]:
+    """The trace as indented lines (children in start order), for the README and failures."""
+    lines = ["  " * depth + root.name]
+    children = sorted(
+        (s for s in spans if s.parent_span_id == root.span_id), key=lambda s: s.start_ns
+    )
+    for child in children:
+        lines.extend(tree(spans, child, depth + 1))
+    return lines
+
+
+@pytest.mark.parametrize("mode", ["run", "stream"])
+async def test_one_trace_across_four_processes(
+    receiver: OtlpReceiver, service: str, mode: str
+) -> None:
+    provider = TracerProvider(resource=Resource.create({"service.name": "client"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver.traces_url)))
+    with provider.get_tracer("client-app").start_as_current_span(f"client {mode}") as root:
+        async with ServiceClient(service) as client:
+            if mode == "run":
+                reply = await client.run("plan it")
+                text = str(reply)
+            else:
+                chunks = [c async for c in client.stream("plan it")]
+                text = "".join(c.delta or "" for c in chunks)
+                assert chunks[-1].done and not [c for c in chunks if c.error]
+    provider.shutdown()
+    assert text == "Both answered."
+    trace_id = format(root.get_span_context().trace_id, "032x")
+
+    def spans() -> list[ReceivedSpan]:
+        return [s for s in receiver.spans if s.trace_id == trace_id]
+
+    def names() -> list[str]:
+        return [s.name for s in spans()]
+
+    assert wait_until(
+        lambda: (
+            names().count("execute_tool calculator") == 2
+            and "invoke_agent planner" in names()
+            and "tools/call add" in names()
+        ),
+        timeout_s=30,
+    ), names()
+    found = spans()
+    by_id = {s.span_id: s for s in found}
+    (client_root,) = [s for s in found if s.parent_span_id is None]
+    drawn = "\n".join(tree(found, client_root))
+    # One trace: every span but the client's has its parent in it.
+    assert all(s.parent_span_id in by_id for s in found if s is not client_root), drawn
+
+    def one(name: str, kind: int | None = None) -> ReceivedSpan:
+        matches = [s for s in found if s.name == name and (kind is None or s.kind == kind)]
+        assert len(matches) == 1, f"{name}: {len(matches)}\n{drawn}"
+        return matches[0]
+
+    def parent(span: ReceivedSpan) -> ReceivedSpan:
+        return by_id[span.parent_span_id or ""]
+
+    route = "/run" if mode == "run" else "/stream"
+    service_span = one(f"POST {route}", SERVER_KIND)
+    assert parent(service_span) is client_root
+    planner = one("invoke_agent planner")
+    assert parent(planner) is service_span
+    add_remote = one("execute_tool add_remote")
+    ask_math = one("execute_tool ask_math")
+    assert add_remote.attributes["mcp.method.name"] == "tools/call"
+    assert add_remote.attributes["network.transport"] == "pipe"
+    mcp_call = one("tools/call add", SERVER_KIND)
+    assert parent(mcp_call) is add_remote
+    a2a_client = one("SendMessage", CLIENT_KIND)
+    assert parent(a2a_client) is ask_math
+    a2a_server = one("SendMessage", SERVER_KIND)
+    assert parent(a2a_server) is a2a_client
+    math = one("invoke_agent math")
+    assert parent(math) is a2a_server
+    assert (
+        math.attributes["gen_ai.conversation.id"] == a2a_client.attributes["gen_ai.conversation.id"]
+    )
+    # Four processes: the client's, the service's, the MCP server's, the A2A agent's.
+    services = [s.resource.get("service.name") for s in (client_root, planner, mcp_call, math)]
+    assert services == ["client", "service", "mcp-server", "a2a-agent"]
+    # Each call once: the two tools, the MCP call, the A2A call, the remote run's tools.
+    assert names().count("execute_tool calculator") == 2
+    assert [s.attributes.get("mcp.method.name") for s in found].count("tools/call") == 2
+    assert len([s for s in found if s.attributes.get("a2a.method.name")]) == 2
+    print(f"\n{drawn}")

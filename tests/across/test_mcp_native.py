@@ -1,0 +1,320 @@
+"""MCP from a native tool: a plain ``mcp`` ``ClientSession`` to a server in another process.
+
+The server (``tests/mcp_server_process.py``: the low-level ``Server`` and
+``MCPServer``, over stdio and streamable HTTP) is traced by runnertrace with
+``trace_server`` and exports by OTLP to a loopback receiver; the client's spans
+are captured in memory. Per call, in run and stream mode:
+
+* one ``execute_tool`` span of ours, with the GenAI MCP attributes;
+* the ``params._meta`` carrier names that span, and the server's ``tools/call``
+  SERVER span (in the same trace) is its child;
+* with an app-wide provider (``mcp``'s own spans recording), ``mcp``'s client
+  span for ``tools/call`` is kept out: the call is told once; its spans for the
+  other requests stay, each once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp import StdioServerParameters
+from mcp.shared import _otel as mcp_otel
+from opentelemetry.sdk.trace import ReadableSpan
+from tests.otlp_fixtures import wait_until
+from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
+
+from runnertrace.core import Runtime
+from runnertrace.core.models import AgentRequestText
+from runnertrace.runners.native import (
+    Agent,
+    LlmResponse,
+    NativeModule,
+    ScriptedLlm,
+    ToolCall,
+    tool,
+)
+from runnertrace.testing import CapturedSpans, capture_spans
+from runnertrace.tracing import traced
+from runnertrace.tracing.config import Settings
+from runnertrace.tracing.mcp import connect_stdio, connect_streamable_http
+
+TESTS = Path(__file__).resolve().parent.parent
+SERVER = TESTS / "mcp_server_process.py"
+SRC = TESTS.parent / "src"
+SERVER_KIND = 2  # OTLP's SPAN_KIND_SERVER
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), str(TESTS), env.get("PYTHONPATH", "")])
+    env["OTEL_BSP_SCHEDULE_DELAY"] = "100"
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    with OtlpReceiver() as r:
+        yield r
+
+
+class HttpServer:
+    """The MCP server over streamable HTTP, in a process the test starts and stops."""
+
+    def __init__(self, kind: str, endpoint: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.process = subprocess.Popen(
+            [sys.executable, str(SERVER), kind, "http", endpoint, str(self.port)],
+            env=child_env(),
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    self.process.stderr.read().decode() if self.process.stderr else ""
+                )
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise TimeoutError("the MCP server did not listen within 30 s")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+
+
+@pytest.fixture
+def app_provider_for_mcp() -> Iterator[Callable[[CapturedSpans], None]]:
+    """``mcp``'s spans recording, as with an app-wide SDK provider: its module tracer is
+    pointed at the test's capture (restored afterwards)."""
+    saved = mcp_otel._tracer  # noqa: SLF001 - mcp's module tracer, the one its spans use
+
+    def install(captured: CapturedSpans) -> None:
+        mcp_otel._tracer = captured.provider.get_tracer("mcp-python-sdk")  # noqa: SLF001
+
+    yield install
+    mcp_otel._tracer = saved  # noqa: SLF001
+
+
+def remote_tool(connect: Any) -> Any:
+    @tool(name="add_remote")
+    async def add_remote(a: float, b: float) -> str:
+        """Adds two numbers on the MCP server."""
+        async with connect() as session:
+            result = await session.call_tool("add", {"a": a, "b": b})
+        return str(result.content[0].text)
+
+    return add_remote
+
+
+def stdio_connect(kind: str, endpoint: str) -> Any:
+    params = StdioServerParameters(
+        command=sys.executable, args=[str(SERVER), kind, "stdio", endpoint], env=child_env()
+    )
+    return lambda: connect_stdio(params)
+
+
+async def run_agent(add_remote: Any, mode: str) -> str:
+    runtime = Runtime(settings=Settings(trace={"enabled": False}))
+    llm = ScriptedLlm(
+        turns=[
+            LlmResponse(
+                content=[ToolCall("call_1", "add_remote", {"a": 2, "b": 40})],
+                finish_reason="tool_calls",
+            ),
+            "The sum is 42.",
+        ]
+    )
+    NativeModule([Agent(llm, tools=[add_remote], name="mcp-user")], runtime=runtime)
+    agent = runtime.agents().get("mcp-user")
+    agent.runner = traced(agent.runner)
+    session = runtime.sessions().new("s")
+    requests = [AgentRequestText(prompt="2 + 40?")]
+    if mode == "run":
+        await runtime.run(agent, session, requests)
+    else:
+        async for _ in runtime.stream(agent, session, requests):
+            pass
+    (result,) = [
+        c
+        for c in llm.requests[1].contents
+        if getattr(c, "tool_call_id", None) == "call_1" and hasattr(c, "status")
+    ]
+    return str(result.text)
+
+
+def hexid(value: int, width: int) -> str:
+    return format(value, f"0{width}x")
+
+
+def server_spans(receiver: OtlpReceiver, method: str) -> list[ReceivedSpan]:
+    return [s for s in receiver.spans if s.attributes.get("mcp.method.name") == method]
+
+
+def check_the_call(
+    captured: CapturedSpans, receiver: OtlpReceiver, tool_result: str, transport: str
+) -> ReadableSpan:
+    (tool_span,) = captured.by_name("execute_tool add_remote")
+    attrs = tool_span.attributes
+    assert attrs["mcp.method.name"] == "tools/call"
+    assert attrs["network.transport"] == ("pipe" if transport == "stdio" else "tcp")
+    assert attrs["mcp.protocol.version"]
+    if transport == "http":
+        assert attrs["mcp.session.id"]
+        assert (attrs["server.address"], attrs["server.port"]) == (
+            "127.0.0.1",
+            attrs["server.port"],
+        )
+    else:
+        assert "mcp.session.id" not in attrs
+    trace_id = hexid(tool_span.context.trace_id, 32)
+    span_id = hexid(tool_span.context.span_id, 16)
+    # The carrier the server found in params._meta names our execute_tool span.
+    seen = json.loads(tool_result)
+    assert seen["sum"] == 42
+    assert seen["traceparent"].split("-")[1:3] == [trace_id, span_id]
+    # The server's span for the call: one, in our trace, under our execute_tool span.
+    assert wait_until(lambda: len(server_spans(receiver, "tools/call")) >= 1, timeout_s=20)
+    (call,) = server_spans(receiver, "tools/call")
+    assert call.name == "tools/call add"
+    assert call.kind == SERVER_KIND
+    assert (call.trace_id, call.parent_span_id) == (trace_id, span_id)
+    assert call.attributes["gen_ai.tool.name"] == "add"
+    assert call.attributes["network.transport"] == attrs["network.transport"]
+    if transport == "http":
+        assert call.attributes["mcp.session.id"] == attrs["mcp.session.id"]
+    # Our spans: one execute_tool for the one call, none of mcp's recording here.
+    tools = [
+        s for s in captured.spans if s.attributes.get("gen_ai.operation.name") == "execute_tool"
+    ]
+    assert tools == [tool_span]
+    return tool_span
+
+
+@pytest.mark.parametrize("mode", ["run", "stream"])
+@pytest.mark.parametrize("kind", ["lowlevel", "mcpserver"])
+async def test_stdio_server_continues_the_trace_from_execute_tool(
+    receiver: OtlpReceiver, kind: str, mode: str
+) -> None:
+    with capture_spans(deterministic=False) as captured:
+        result = await run_agent(remote_tool(stdio_connect(kind, receiver.traces_url)), mode)
+    check_the_call(captured, receiver, result, "stdio")
+    # initialize and tools/list of the same session reach the server too, each once.
+    assert wait_until(lambda: len(server_spans(receiver, "initialize")) == 1, timeout_s=20)
+
+
+@pytest.mark.parametrize("mode", ["run", "stream"])
+@pytest.mark.parametrize("kind", ["lowlevel", "mcpserver"])
+async def test_streamable_http_server_continues_the_trace_from_execute_tool(
+    receiver: OtlpReceiver, kind: str, mode: str
+) -> None:
+    server = HttpServer(kind, receiver.traces_url)
+    try:
+        with capture_spans(deterministic=False) as captured:
+            result = await run_agent(remote_tool(lambda: connect_streamable_http(server.url)), mode)
+        tool_span = check_the_call(captured, receiver, result, "http")
+    finally:
+        server.stop()
+    assert tool_span.attributes["server.port"] == server.port
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_with_mcps_own_spans_recording_the_call_is_told_once(
+    receiver: OtlpReceiver, app_provider_for_mcp: Any, transport: str
+) -> None:
+    server = HttpServer("mcpserver", receiver.traces_url) if transport == "http" else None
+    connect = (
+        stdio_connect("mcpserver", receiver.traces_url)
+        if server is None
+        else (lambda: connect_streamable_http(server.url))
+    )
+    try:
+        with capture_spans(deterministic=False) as captured:
+            app_provider_for_mcp(captured)
+            result = await run_agent(remote_tool(connect), "run")
+        tool_span = check_the_call(captured, receiver, result, transport)
+    finally:
+        if server is not None:
+            server.stop()
+    mcp_spans = [s for s in captured.spans if s.instrumentation_scope.name == "mcp-python-sdk"]
+    methods = [s.attributes["mcp.method.name"] for s in mcp_spans]
+    assert "tools/call" not in methods
+    assert methods.count("initialize") == 1
+    # The tools/list that call_tool sends itself (to check the result) is part of the call:
+    # no client span of mcp's, the server's span under our execute_tool.
+    assert "tools/list" not in methods
+    (listing,) = server_spans(receiver, "tools/list")
+    assert listing.parent_span_id == hexid(tool_span.context.span_id, 16)
+    # mcp's own client spans sit under our execute_tool span (they ran inside the tool),
+    # and the server's initialize span is the child of mcp's client span for it.
+    assert {s.parent.span_id for s in mcp_spans if s.parent} == {tool_span.context.span_id}
+    (init_client,) = [s for s in mcp_spans if s.attributes["mcp.method.name"] == "initialize"]
+    (init_server,) = server_spans(receiver, "initialize")
+    assert init_server.parent_span_id == hexid(init_client.context.span_id, 16)
+
+
+async def test_outside_a_traced_tool_call_tool_is_mcps_own(receiver: OtlpReceiver) -> None:
+    """No execute_tool span of ours is current: the session adds nothing and hides nothing."""
+    with capture_spans(deterministic=False) as captured:
+        async with stdio_connect("lowlevel", receiver.traces_url)() as session:
+            result = await session.call_tool("add", {"a": 1, "b": 2})
+    assert json.loads(result.content[0].text) == {"sum": 3, "traceparent": None}
+    assert captured.spans == []
+    assert wait_until(lambda: len(server_spans(receiver, "tools/call")) == 1, timeout_s=20)
+    assert server_spans(receiver, "tools/call")[0].parent_span_id is None
+
+
+def test_an_mcp_release_without_the_private_tracer_loses_only_the_gate(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The client gate and the server swap reach mcp's private ``_otel`` modules; a
+    release that moves them must not break the app: one warning, and mcp's spans stay."""
+    import logging
+    import sys
+
+    import mcp.shared
+
+    from runnertrace.tracing import mcp as traced_mcp
+
+    monkeypatch.delattr(mcp.shared, "_otel")
+    monkeypatch.setitem(sys.modules, "mcp.shared._otel", None)  # importing it raises
+    monkeypatch.setitem(sys.modules, "mcp.server._otel", None)
+    caplog.set_level(logging.WARNING, logger="runnertrace")
+    session = object()
+    assert traced_mcp.TracedClientSession(session).session is session
+
+    class Server:
+        middleware: list[object] = []
+
+    server = Server()
+    assert traced_mcp.trace_server(server) is server
+    assert [type(m) for m in server.middleware] == [traced_mcp.ServerSpans]
+    moved = [r for r in caplog.records if "checked against mcp 2.3" in r.getMessage()]
+    assert len(moved) == 2
