@@ -33,11 +33,21 @@ from crewai.tools import tool  # noqa: E402
 from opentelemetry import trace as trace_api  # noqa: E402
 from opentelemetry.trace import StatusCode  # noqa: E402
 from tests.composition_checks import check_totals  # noqa: E402
+from tests.contract.runner_cases import CASES  # noqa: E402
+from tests.contract.test_runner_contract import settle  # noqa: E402
+from tests.contract.test_runner_every_method import (  # noqa: E402
+    Target,
+    break_target,
+    internal_faults,
+    targets,
+)
+from tests.contract.test_runner_every_method import shape as event_shape  # noqa: E402
 from tests.fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply  # noqa: E402
 from tests.fidelity_helpers import MODES, in_start_order, one, parent_of  # noqa: E402
 from tests.tracing_helpers import OpenSpanTracker, cancel_and_settle  # noqa: E402
 
 from runnertrace import TracingRunner  # noqa: E402
+from runnertrace._internal.errors import internal_log  # noqa: E402
 from runnertrace.core import Runtime, Session  # noqa: E402
 from runnertrace.core import events as ev  # noqa: E402
 from runnertrace.core.agent import Agent  # noqa: E402
@@ -960,3 +970,101 @@ def test_under_an_app_provider_the_delegations_totals_hold_at_each_level(
         trip, researcher = app_provider[f"delegation {mode}"]["levels"].splitlines()
         assert trip.startswith("trip: 4 calls (2 own)")
         assert researcher.startswith("  researcher: 2 calls (2 own)")
+
+
+# -- a fault anywhere, where the contract's one-tool scenario does not reach ---------------------
+@tool("get_flights")
+def get_flights(city: str) -> str:
+    """The flights to a city."""
+    raise LookupError(f"no flights to {city}")
+
+
+def failing_agent() -> CrewAgent:
+    """A tool that fails, then a model call that fails the run (no retry)."""
+    model = ScriptedLLM(
+        [action("get_flights", city="Oslo"), ConnectionError("model endpoint reset")]
+    )
+    return CrewAgent(
+        role="planner",
+        goal="Plan trips.",
+        backstory="You plan trips.",
+        llm=model,
+        tools=[get_flights],
+        max_retry_limit=0,
+    )
+
+
+FAULT_SCENARIOS: dict[str, Any] = {
+    "delegation": react_delegating_crew,  # a coworker: the nesting
+    "failures": failing_agent,  # a failed tool, a failed model call, a failed run
+}
+
+
+async def outcome(native: Any, wrap: Any, mode: str) -> tuple[Any, list[ev.StreamEvent]]:
+    """One run's reply (run mode) or events (stream mode); a failed run's outcome is its
+    error, by class and message, after the events it streamed."""
+    agent = Agent("trip", wrap(CrewAIRunner()), native)
+    requests = [AgentRequestText(prompt="Weather in Paris?")]
+    events: list[ev.StreamEvent] = []
+    try:
+        if mode == "run":
+            return await agent.runner.run(agent, Session("s1"), requests), events
+        async for event in agent.runner.stream(agent, Session("s1"), requests):
+            events.append(event)
+    except Exception as exc:  # the failed run's outcome, compared below
+        return f"{type(exc).__name__}: {exc}", events
+    return None, events
+
+
+def _fault_params() -> list[Any]:
+    (case,) = (c for c in CASES if c.name == "crewai")
+    return [
+        pytest.param(scenario, target, id=f"{scenario}-{target.label}")
+        for scenario in FAULT_SCENARIOS
+        for target in targets(case)
+    ]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("scenario", "target"), _fault_params())
+async def test_a_fault_in_any_part_costs_telemetry_only_in_a_delegation_and_in_failures(
+    scenario: str,
+    target: Target,
+    mode: str,
+    captured_spans: CapturedSpans,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """tests/contract/test_runner_every_method.py breaks each reflected target on one
+    agent with one tool, where a coworker, a failing tool or model call and a failed
+    run never happen (those targets skip there); here the same targets are broken on
+    the two scenarios that reach them. Run mode: the traced outcome is the healthy one
+    (and untraced run mode reaches nothing of ours); stream mode: the traced and the
+    untraced stream agree under the same fault. At most one line per boundary is
+    logged, and no span stays open."""
+    tracker = OpenSpanTracker()
+    captured_spans.provider.add_span_processor(tracker)
+    make = FAULT_SCENARIOS[scenario]
+
+    def plain(runner: Any) -> Any:
+        return runner
+
+    healthy, _ = await outcome(make(), plain, mode)
+    broken = break_target(target, monkeypatch)
+    internal_log.reset()  # each test counts its own lines
+    caplog.set_level(logging.WARNING, logger="runnertrace")
+    with tolerate_internal_errors():
+        _, untraced_events = await outcome(make(), plain, mode)
+        reached_untraced = broken.calls
+        reply, events = await outcome(make(), TracingRunner, mode)
+    await settle()
+    if broken.calls == 0:
+        pytest.skip(f"{target.label} is not reached by the {scenario} scenario in {mode} mode")
+    if mode == "run":
+        assert reached_untraced == 0, "untraced run mode reached the mapping"
+        assert reply == healthy
+    else:
+        assert event_shape(events) == event_shape(untraced_events)
+    logged = internal_faults(caplog)
+    assert 1 <= len(logged) <= 2, logged  # one per boundary it crossed: mapping, install
+    assert tracker.open == {}
