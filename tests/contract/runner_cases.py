@@ -1,4 +1,4 @@
-"""Every runner, as the contract suite (tests/test_runner_contract.py) drives it.
+"""Every runner, as the contract suite (tests/contract/test_runner_contract.py) drives it.
 
 A case builds one agent on its framework's own offline fake model: the model asks
 for ``multiply(6, 7)``, the tool runs, the model answers. It also says how to

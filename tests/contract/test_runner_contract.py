@@ -1,4 +1,4 @@
-"""The contract every runner keeps, run over every runner in tests/runner_cases.py.
+"""The contract every runner keeps, run over every runner in tests/contract/runner_cases.py.
 
 Each runner is driven on its framework's own offline fake model, in both modes:
 

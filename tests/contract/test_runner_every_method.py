@@ -1,7 +1,7 @@
 """A fault in any method of a runner's mapping or adapter, or in its install step,
 costs telemetry only: found by reflection, so a new method is covered without a list.
 
-For each runner in tests/runner_cases.py, every public method of every class defined
+For each runner in tests/contract/runner_cases.py, every public method of every class defined
 in ``<runner>.mapper`` and ``<runner>.adapter``, every function defined in
 ``<runner>.quiet`` and ``<runner>.nesting``, and the runner's ``install`` and
 ``quiet`` are broken in turn, as a framework release that renamed what they read

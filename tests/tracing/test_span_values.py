@@ -251,12 +251,12 @@ async def test_odd_foreign_fields_are_traced_not_faulted(
 async def test_a_failing_handler_ends_its_span_marked_and_counted(
     monkeypatch: pytest.MonkeyPatch, captured_spans: CapturedSpans
 ) -> None:
-    from runnertrace.tracing import state
+    from runnertrace.tracing import usage
 
     def broken(tracer: Any, value: Any) -> Any:
         raise RuntimeError("usage pricing broke")
 
-    monkeypatch.setattr(state, "usage_cost", broken)  # a fault deep inside message_end
+    monkeypatch.setattr(usage, "usage_cost", broken)  # a fault deep inside message_end
     tracker = OpenSpanTracker()
     captured_spans.provider.add_span_processor(tracker)
     events = [*ISSUE_CASES["input_tokens='12'"], foreign("text_delta", message_id="a", delta="x")]

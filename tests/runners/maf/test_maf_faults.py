@@ -1,6 +1,6 @@
 """A fault in any part of the MAF runner's nesting costs telemetry only.
 
-tests/test_runner_every_method.py breaks every public method of the runner's mapper
+tests/contract/test_runner_every_method.py breaks every public method of the runner's mapper
 and adapter classes and every function of its ``quiet`` and ``nesting`` modules, one
 at a time, on one agent with one tool: the parts that map an inner agent (the
 dispatchers on an ``as_tool()`` agent, the delegation, the lending, a workflow's
