@@ -21,7 +21,7 @@ examples, so each framework's own loop is the whole "framework" cost:
 - Microsoft Agent Framework (imported lazily: skipped with a notice when the
   ``maf`` extra is not installed): the example's ``ScriptedChatClient`` turns in
   loop mode, Agent Framework's own instrumentation on (its default).
-- CrewAI: ``ScriptedLLM`` (ReAct text) from ``runners.crewai_testing``, one
+- CrewAI: ``ScriptedLLM`` (ReAct text) from ``runners.crewai.testing``, one
   callable turn that asks for the tool until the observation is back. CrewAI
   lives in a venv of its own (it pins ``openai<3``), so each framework is
   imported inside its scenario and skipped with a notice when it is missing.
@@ -222,7 +222,7 @@ def _crewai_native() -> Any:
     from crewai import Agent as CrewAgent
     from crewai.tools import tool
 
-    from runnertrace.runners.crewai_testing import ScriptedLLM, action, final
+    from runnertrace.runners.crewai.testing import ScriptedLLM, action, final
 
     @tool("multiply")
     def multiply(a: int, b: int) -> int:

@@ -39,7 +39,7 @@ from runnertrace import load_settings
 from runnertrace.core import Runtime
 from runnertrace.core.models import AgentRequestText
 from runnertrace.runners.crewai import CrewAIModule
-from runnertrace.runners.crewai_testing import ScriptedLLM, action, final
+from runnertrace.runners.crewai.testing import ScriptedLLM, action, final
 
 QUESTION = "What is 6 times 7?"
 

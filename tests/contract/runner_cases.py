@@ -251,7 +251,7 @@ def _crewai(wrap: Callable[[Any], Any], fired: Fired | None) -> Agent:
     from crewai.tools import tool
 
     from runnertrace.runners.crewai import CrewAIRunner
-    from runnertrace.runners.crewai_testing import ScriptedLLM, action, final
+    from runnertrace.runners.crewai.testing import ScriptedLLM, action, final
 
     @tool("multiply")
     def multiply(a: int, b: int) -> int:
@@ -339,7 +339,7 @@ CASES = [
         "runnertrace.runners.crewai",
         make=_crewai,
         fires=1,
-        fault=("runnertrace.runners.crewai", "_request"),
+        fault=("runnertrace.runners.crewai.mapper", "request_fields"),
         worker_thread=True,
         needs="crewai",
     ),

@@ -41,7 +41,7 @@ from runnertrace.core import Session  # noqa: E402
 from runnertrace.core.agent import Agent  # noqa: E402
 from runnertrace.core.models import AgentRequestText  # noqa: E402
 from runnertrace.runners.crewai import CrewAIRunner  # noqa: E402
-from runnertrace.runners.crewai_testing import ScriptedLLM, action, final  # noqa: E402
+from runnertrace.runners.crewai.testing import ScriptedLLM, action, final  # noqa: E402
 from runnertrace.testing import CapturedSpans  # noqa: E402
 from runnertrace.tracing import attributes as A  # noqa: E402
 

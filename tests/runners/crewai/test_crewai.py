@@ -39,7 +39,7 @@ from runnertrace.core.models import (  # noqa: E402
     AgentRequestText,
 )
 from runnertrace.runners.crewai import STATE_KEY, CrewAIModule, CrewAIRunner  # noqa: E402
-from runnertrace.runners.crewai_testing import ScriptedLLM, action, final  # noqa: E402
+from runnertrace.runners.crewai.testing import ScriptedLLM, action, final  # noqa: E402
 from runnertrace.testing import CapturedSpans  # noqa: E402
 from runnertrace.tracing import attributes as A  # noqa: E402
 from runnertrace.tracing.config import load_settings  # noqa: E402
@@ -428,14 +428,16 @@ async def test_a_native_that_is_not_a_crewai_agent_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    "module", ["runnertrace.runners.crewai", "runnertrace.runners.crewai_testing"]
+    "module", ["runnertrace.runners.crewai", "runnertrace.runners.crewai.testing"]
 )
 def test_missing_extra_names_the_install_command(
     module: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name in [n for n in sys.modules if n == "crewai" or n.startswith("crewai.")]:
         monkeypatch.setitem(sys.modules, name, None)  # as if the package were not installed
-    monkeypatch.delitem(sys.modules, module)
+    package = "runnertrace.runners.crewai"
+    for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+        monkeypatch.delitem(sys.modules, name)  # the package is imported afresh, first
     with pytest.raises(MissingExtraError, match=r"pip install 'runnertrace\[crewai\]'"):
         importlib.import_module(module)
 

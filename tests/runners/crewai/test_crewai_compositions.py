@@ -33,18 +33,30 @@ from crewai.tools import tool  # noqa: E402
 from opentelemetry import trace as trace_api  # noqa: E402
 from opentelemetry.trace import StatusCode  # noqa: E402
 from tests.composition_checks import check_totals  # noqa: E402
+from tests.contract.runner_cases import CASES  # noqa: E402
+from tests.contract.test_runner_contract import settle  # noqa: E402
+from tests.contract.test_runner_every_method import (  # noqa: E402
+    Target,
+    break_target,
+    internal_faults,
+    targets,
+)
+from tests.contract.test_runner_every_method import shape as event_shape  # noqa: E402
 from tests.fake_openai_server import FakeOpenAIServer, FakeToolCall, Reply  # noqa: E402
 from tests.fidelity_helpers import MODES, in_start_order, one, parent_of  # noqa: E402
 from tests.tracing_helpers import OpenSpanTracker, cancel_and_settle  # noqa: E402
 
 from runnertrace import TracingRunner  # noqa: E402
+from runnertrace._internal.errors import internal_log  # noqa: E402
 from runnertrace.core import Runtime, Session  # noqa: E402
 from runnertrace.core import events as ev  # noqa: E402
 from runnertrace.core.agent import Agent  # noqa: E402
 from runnertrace.core.models import AgentRequestText  # noqa: E402
-from runnertrace.runners.crewai import CrewAIModule, CrewAIRunner, _attach  # noqa: E402
-from runnertrace.runners.crewai_testing import ScriptedLLM, action, final  # noqa: E402
-from runnertrace.testing import CapturedSpans  # noqa: E402
+from runnertrace.runners.crewai import CrewAIModule, CrewAIRunner  # noqa: E402
+from runnertrace.runners.crewai import runner as crewai_runner  # noqa: E402
+from runnertrace.runners.crewai.adapter import kickoff_callback  # noqa: E402
+from runnertrace.runners.crewai.testing import ScriptedLLM, action, final  # noqa: E402
+from runnertrace.testing import CapturedSpans, tolerate_internal_errors  # noqa: E402
 from runnertrace.tracing import attributes as A  # noqa: E402
 
 CHAT = f"chat {FakeOpenAIServer.model}"
@@ -602,7 +614,48 @@ async def test_concurrent_runs_of_one_crew_keep_their_own_traces(
             if root_of(captured_spans, s) == run_span
         ]
         assert [s.attributes[A.AGENT_NAME] for s in in_start_order_of(mine)] == ["first", "second"]
-    assert crew.stream is False and all(c is not _attach for c in crew.before_kickoff_callbacks)
+    assert crew.stream is False and all(
+        c is not kickoff_callback for c in crew.before_kickoff_callbacks
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_install_that_fails_half_way_leaves_the_users_crew_as_it_was(
+    mode: str,
+    captured_spans: CapturedSpans,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The install step faults after our callback is on the user's crew: the run goes
+    on plain (one log line) and the crew is given back without it, not streaming."""
+    attach = crewai_runner.attach_sink
+
+    def attach_then_fail(crew: Crew, sink: Any) -> None:
+        attach(crew, sink)
+        raise KeyError("an attribute a CrewAI release renamed")
+
+    monkeypatch.setattr(crewai_runner, "attach_sink", attach_then_fail)
+    native = CrewAgent(
+        role="solo", goal="Do it.", backstory="You do.", llm=ScriptedLLM([final("Done.")])
+    )
+    crew = Crew(
+        agents=[native],
+        tasks=[Task(description="{request}", expected_output="Done.", agent=native)],
+    )
+    runner = TracingRunner(CrewAIRunner())
+    agent = Agent("solo", runner, crew)
+    requests = [AgentRequestText(prompt="Go.")]
+    with tolerate_internal_errors():
+        if mode == "run":
+            reply = await runner.run(agent, Session("s1"), requests)
+        else:
+            events = [e async for e in runner.stream(agent, Session("s1"), requests)]
+            reply = "".join(e.delta for e in events if isinstance(e, ev.TextDelta))
+    assert str(reply) == "Done."
+    faults = [r.getMessage() for r in caplog.records if "internal error in" in r.getMessage()]
+    assert len(faults) == 1 and "crewai install" in faults[0], faults
+    assert crew.before_kickoff_callbacks == [] and crew.stream is False
+    assert captured_spans.by_name("chat scripted") == []  # the plain run: nothing of ours
 
 
 def root_of(spans: CapturedSpans, span: Any) -> Any:
@@ -800,7 +853,7 @@ trace.set_tracer_provider(app)  # ours, OpenInference's and the user's spans all
 from openinference.instrumentation.crewai import CrewAIInstrumentor
 CrewAIInstrumentor().instrument()
 
-import tests.test_crewai_compositions as case
+import tests.runners.crewai.test_crewai_compositions as case
 from tests.composition_checks import check_totals, rows
 from runnertrace import traced
 from runnertrace.core import Session
@@ -856,7 +909,7 @@ asyncio.run(main())
 def app_provider(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Each composition, untraced then traced, in a process whose global provider is the
     application's, with OpenInference's CrewAI instrumentor on it."""
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[3]
     env = {
         k: v
         for k, v in os.environ.items()
@@ -917,3 +970,101 @@ def test_under_an_app_provider_the_delegations_totals_hold_at_each_level(
         trip, researcher = app_provider[f"delegation {mode}"]["levels"].splitlines()
         assert trip.startswith("trip: 4 calls (2 own)")
         assert researcher.startswith("  researcher: 2 calls (2 own)")
+
+
+# -- a fault anywhere, where the contract's one-tool scenario does not reach ---------------------
+@tool("get_flights")
+def get_flights(city: str) -> str:
+    """The flights to a city."""
+    raise LookupError(f"no flights to {city}")
+
+
+def failing_agent() -> CrewAgent:
+    """A tool that fails, then a model call that fails the run (no retry)."""
+    model = ScriptedLLM(
+        [action("get_flights", city="Oslo"), ConnectionError("model endpoint reset")]
+    )
+    return CrewAgent(
+        role="planner",
+        goal="Plan trips.",
+        backstory="You plan trips.",
+        llm=model,
+        tools=[get_flights],
+        max_retry_limit=0,
+    )
+
+
+FAULT_SCENARIOS: dict[str, Any] = {
+    "delegation": react_delegating_crew,  # a coworker: the nesting
+    "failures": failing_agent,  # a failed tool, a failed model call, a failed run
+}
+
+
+async def outcome(native: Any, wrap: Any, mode: str) -> tuple[Any, list[ev.StreamEvent]]:
+    """One run's reply (run mode) or events (stream mode); a failed run's outcome is its
+    error, by class and message, after the events it streamed."""
+    agent = Agent("trip", wrap(CrewAIRunner()), native)
+    requests = [AgentRequestText(prompt="Weather in Paris?")]
+    events: list[ev.StreamEvent] = []
+    try:
+        if mode == "run":
+            return await agent.runner.run(agent, Session("s1"), requests), events
+        async for event in agent.runner.stream(agent, Session("s1"), requests):
+            events.append(event)
+    except Exception as exc:  # the failed run's outcome, compared below
+        return f"{type(exc).__name__}: {exc}", events
+    return None, events
+
+
+def _fault_params() -> list[Any]:
+    (case,) = (c for c in CASES if c.name == "crewai")
+    return [
+        pytest.param(scenario, target, id=f"{scenario}-{target.label}")
+        for scenario in FAULT_SCENARIOS
+        for target in targets(case)
+    ]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("scenario", "target"), _fault_params())
+async def test_a_fault_in_any_part_costs_telemetry_only_in_a_delegation_and_in_failures(
+    scenario: str,
+    target: Target,
+    mode: str,
+    captured_spans: CapturedSpans,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """tests/contract/test_runner_every_method.py breaks each reflected target on one
+    agent with one tool, where a coworker, a failing tool or model call and a failed
+    run never happen (those targets skip there); here the same targets are broken on
+    the two scenarios that reach them. Run mode: the traced outcome is the healthy one
+    (and untraced run mode reaches nothing of ours); stream mode: the traced and the
+    untraced stream agree under the same fault. At most one line per boundary is
+    logged, and no span stays open."""
+    tracker = OpenSpanTracker()
+    captured_spans.provider.add_span_processor(tracker)
+    make = FAULT_SCENARIOS[scenario]
+
+    def plain(runner: Any) -> Any:
+        return runner
+
+    healthy, _ = await outcome(make(), plain, mode)
+    broken = break_target(target, monkeypatch)
+    internal_log.reset()  # each test counts its own lines
+    caplog.set_level(logging.WARNING, logger="runnertrace")
+    with tolerate_internal_errors():
+        _, untraced_events = await outcome(make(), plain, mode)
+        reached_untraced = broken.calls
+        reply, events = await outcome(make(), TracingRunner, mode)
+    await settle()
+    if broken.calls == 0:
+        pytest.skip(f"{target.label} is not reached by the {scenario} scenario in {mode} mode")
+    if mode == "run":
+        assert reached_untraced == 0, "untraced run mode reached the mapping"
+        assert reply == healthy
+    else:
+        assert event_shape(events) == event_shape(untraced_events)
+    logged = internal_faults(caplog)
+    assert 1 <= len(logged) <= 2, logged  # one per boundary it crossed: mapping, install
+    assert tracker.open == {}

@@ -1,8 +1,9 @@
-"""An offline CrewAI model for tests and examples (needs the ``crewai`` extra).
+"""An offline CrewAI model for tests and examples: ``ScriptedLLM`` (needs the ``crewai`` extra).
 
 It lives apart from the runner so that importing the runner never defines a
 test double, and apart from :mod:`runnertrace.testing` (a pytest plugin loaded
-by every test run) so that plugin never imports CrewAI.
+by every test run) so that plugin never imports CrewAI. Imported without CrewAI,
+the package names the extra to install.
 """
 
 from __future__ import annotations
@@ -13,15 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from crewai.events.types.llm_events import LLMCallType
+from crewai.llms.base_llm import BaseLLM, llm_call_context
 from pydantic import Field, PrivateAttr
-
-from runnertrace._internal.imports import missing_extra
-
-try:
-    from crewai.events.types.llm_events import LLMCallType
-    from crewai.llms.base_llm import BaseLLM, llm_call_context
-except ImportError as exc:
-    raise missing_extra(exc, "crewai") from exc
 
 __all__ = ["ScriptedLLM", "Turn", "action", "final"]
 
