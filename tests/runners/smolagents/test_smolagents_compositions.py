@@ -39,9 +39,15 @@ from opentelemetry.trace import StatusCode
 from smolagents import CodeAgent, MultiStepAgent, ToolCallingAgent, tool
 from smolagents.monitoring import LogLevel
 from tests.composition_checks import check_totals, rows
+from tests.contract.runner_cases import CASES
+from tests.contract.test_runner_every_method import (
+    Target,
+    break_target,
+    internal_faults,
+    shape,
+    targets,
+)
 from tests.fidelity_helpers import MODES, one, parent_of, run
-from tests.runner_cases import CASES
-from tests.test_runner_every_method import Target, break_target, internal_faults, shape, targets
 from tests.tracing_helpers import OpenSpanTracker, cancel_and_settle
 
 from runnertrace import TracingRunner
