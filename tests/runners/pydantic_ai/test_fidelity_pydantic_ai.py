@@ -160,7 +160,7 @@ async def test_chat_spans_show_what_the_model_was_sent(
     assert [(p["id"], p["name"]) for p in calls] == [("c1", "weather"), ("c2", "flights")]
     responses = {p["id"]: p for m in sent for p in m["parts"] if p["type"] == "tool_call_response"}
     assert responses["c1"]["result"] == "sunny in Oslo"
-    assert "no flights to Oslo" in json.dumps(responses["c2"])  # the retry prompt, fed back
+    assert responses["c2"]["response"] == "no flights to Oslo"  # the retry prompt, fed back
     for span in captured_spans.spans:  # no span shows a Python repr for instructions
         assert "<bound method" not in json.dumps(dict(span.attributes or {}))
         assert "<function" not in json.dumps(dict(span.attributes or {}))
