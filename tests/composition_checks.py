@@ -21,7 +21,14 @@ from opentelemetry.trace import StatusCode
 from runnertrace.exporters.local_store import RunSummary, SpanStore
 from runnertrace.tracing import attributes as A
 
-__all__ = ["Level", "agent_figures", "check_store_rows", "check_totals"]
+__all__ = [
+    "Level",
+    "agent_figures",
+    "assert_answered_once",
+    "assert_no_anomalies",
+    "check_store_rows",
+    "check_totals",
+]
 
 
 @dataclass
@@ -291,3 +298,26 @@ def check_store_rows(spans: Sequence[ReadableSpan], db: Path) -> list[RunSummary
             ) == expected.get("total", (0, 0, 0)), account
     store.close()
     return rows
+
+
+def assert_answered_once(spans: Iterable[ReadableSpan], answered: dict[str, Sequence[int]]) -> None:
+    """Every call a fake model answered is one chat span of that model, its tokens once.
+    ``answered``: per model name (``gen_ai.request.model``), the input tokens of each call
+    it answered; a model that answered nothing is a broken scenario, not a pass."""
+    chats = [s for s in spans if _attrs(s).get("gen_ai.operation.name") == "chat"]
+    for model, calls in answered.items():
+        mine = [s for s in chats if _attrs(s).get("gen_ai.request.model") == model]
+        assert len(mine) == len(calls) > 0, model
+    assert len(chats) == sum(len(calls) for calls in answered.values())
+    reported = sum(sum(calls) for calls in answered.values())
+    assert sum(_attrs(s)["gen_ai.usage.input_tokens"] for s in chats) == reported
+
+
+def assert_no_anomalies(spans: Iterable[ReadableSpan], log_text: str) -> None:
+    """No span ended incomplete, no stream anomaly was counted on a span or logged.
+    (Not the open-span check of ``tracing_helpers.assert_nothing_left_open``: that one
+    asks whether every span ended; this one whether each ended whole.)"""
+    spans = list(spans)
+    assert not [s.name for s in spans if _attrs(s).get(A.INCOMPLETE)]
+    assert not [s.name for s in spans if A.MALFORMED in _attrs(s)]
+    assert "malformed event stream" not in log_text

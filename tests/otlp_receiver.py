@@ -18,7 +18,15 @@ Modes (switchable while running, via ``receiver.mode``):
   as a crashed process behind a proxy does.
 
 ``expect_headers`` makes it answer 401 to a request missing any of them, like a
-vendor rejecting credentials.
+vendor rejecting credentials. A ``verifier`` (``tests/sigv4_receiver.py``'s SigV4
+check, as X-Ray does it) judges each request from what arrived (method, path,
+headers, exact body): its verdict is kept on the request, and one that is not
+``ok`` is answered 403.
+
+``arrived`` holds every request as it came in, whatever the mode answered (with
+its raw body and verdict); ``requests`` only the trace requests it accepted. A
+POST to a path that is neither ``.../v1/traces`` nor ``.../v1/metrics`` is not
+decoded: it arrives and is answered an empty 200.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ import threading
 import zlib
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
@@ -41,6 +49,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 Mode = Literal["healthy", "500", "hang", "refuse", "down"]
+
+
+class Verifier(Protocol):
+    """Judges a request as received; the verdict has at least ``ok`` and ``reason``."""
+
+    def verify(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Any: ...
 
 
 def any_value(value: AnyValue) -> Any:
@@ -96,10 +110,15 @@ class ReceivedPoint:
 @dataclass
 class ReceivedRequest:
     path: str
-    headers: dict[str, str]
+    headers: dict[str, str]  # names in lower case
     encoding: str
     spans: list[ReceivedSpan] = field(default_factory=list)
     points: list[ReceivedPoint] = field(default_factory=list)
+    body: bytes = b""  # as sent (still compressed)
+    verdict: Any = None  # the verifier's, when the receiver has one
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
 
 
 def decode_metrics(body: bytes) -> list[ReceivedPoint]:
@@ -184,14 +203,18 @@ class OtlpReceiver:
         *,
         hang_s: float = 30.0,
         expect_headers: dict[str, str] | None = None,
+        verifier: Verifier | None = None,
     ) -> None:
         self.mode: Mode = mode
         self.hang_s = hang_s
         self.expect_headers = {k.lower(): v for k, v in (expect_headers or {}).items()}
+        self.verifier = verifier
         self.requests: list[ReceivedRequest] = []  # traces
         self.metric_requests: list[ReceivedRequest] = []
+        self.arrived: list[ReceivedRequest] = []  # every request, whatever it was answered
         self.attempts = 0
         self._lock = threading.Lock()
+        self._arrival = threading.Condition(self._lock)
         self._release = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -254,6 +277,19 @@ class OtlpReceiver:
     def names(self) -> set[str]:
         return {s.name for s in self.spans}
 
+    def wait_for(self, count: int = 1, timeout_s: float = 10.0) -> list[ReceivedRequest]:
+        """Block until ``count`` requests arrived, and return them (a readiness wait with a
+        bound, not a timing assertion)."""
+        with self._arrival:
+            if not self._arrival.wait_for(lambda: len(self.arrived) >= count, timeout_s):
+                raise AssertionError(f"expected {count} requests, got {len(self.arrived)}")
+            return list(self.arrived)
+
+    def arrive(self, request: ReceivedRequest) -> None:
+        with self._arrival:
+            self.arrived.append(request)
+            self._arrival.notify_all()
+
     def record_metrics(self, request: ReceivedRequest) -> None:
         with self._lock:
             self.metric_requests.append(request)
@@ -276,6 +312,13 @@ def _handler(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
             mode = receiver.mode
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length)
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            encoding = headers.get("content-encoding", "")
+            verdict = None
+            if receiver.verifier is not None:
+                verdict = receiver.verifier.verify("POST", self.path, headers, body)
+            request = ReceivedRequest(self.path, headers, encoding, body=body, verdict=verdict)
+            receiver.arrive(request)
             if mode == "down":
                 self.close_connection = True
                 return  # no response at all: the client sees the connection drop
@@ -285,21 +328,28 @@ def _handler(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
             if mode == "500":
                 self._answer(500, b"internal error")
                 return
-            headers = {k.lower(): v for k, v in self.headers.items()}
             if any(headers.get(k) != v for k, v in receiver.expect_headers.items()):
                 self._answer(401, b"unauthorized")
                 return
-            encoding = headers.get("content-encoding", "")
+            if verdict is not None and not verdict.ok:
+                self._answer(403, str(verdict.reason).encode())
+                return
             if encoding == "gzip":
                 body = gzip.decompress(body)
             elif encoding == "deflate":
                 body = zlib.decompress(body)
             if self.path.endswith("/v1/metrics"):
-                request = ReceivedRequest(self.path, headers, encoding, [], decode_metrics(body))
+                request.points = decode_metrics(body)
                 receiver.record_metrics(request)
                 self._answer(200, ExportMetricsServiceResponse().SerializeToString())
                 return
-            receiver.record(ReceivedRequest(self.path, headers, encoding, decode(body)))
+            if not self.path.endswith("/v1/traces"):
+                # not an OTLP export (the CloudWatch tests' boto3 API call): it arrived, and
+                # an empty 200 is all the verifier's tests need of it
+                self._answer(200, b"")
+                return
+            request.spans = decode(body)
+            receiver.record(request)
             self._answer(200, ExportTraceServiceResponse().SerializeToString())
 
         def _answer(self, status: int, body: bytes) -> None:
@@ -313,3 +363,8 @@ def _handler(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True  # the client gave up (its timeout); fine
 
     return Handler
+
+
+def closed_port_url() -> str:
+    """A loopback traces URL on which nothing listens (connection refused)."""
+    return OtlpReceiver("refuse").start().traces_url

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import threading
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from runnertrace.core import events as ev
 from runnertrace.core.models import AgentReplyText
 from runnertrace.core.observer import claim_observer
+from runnertrace.testing import CapturedSpans
 
 
 @dataclass
@@ -123,6 +126,32 @@ class OpenSpanTracker(SpanProcessor):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
+
+    @classmethod
+    def on(cls, captured: CapturedSpans, caplog: Any = None) -> OpenSpanTracker:
+        """A tracker on ``captured``'s provider; with ``caplog``, DEBUG records are kept
+        (for :func:`assert_nothing_left_open` to see OpenTelemetry's detach errors)."""
+        if caplog is not None:
+            caplog.set_level(logging.DEBUG)
+        tracker = cls()
+        captured.provider.add_span_processor(tracker)
+        return tracker
+
+
+def detach_failures(caplog: Any) -> list[logging.LogRecord]:
+    """OpenTelemetry's "Failed to detach context" records: a context token reset in a
+    context other than the one that set it (a span closed from the wrong task)."""
+    return [r for r in caplog.records if "Failed to detach context" in r.getMessage()]
+
+
+def assert_nothing_left_open(tracker: OpenSpanTracker, caplog: Any) -> None:
+    """After a run was closed or cancelled: spans were started, every one ended, no
+    context token was detached in another context, and no span of ours is current."""
+    assert tracker.started > 0
+    assert tracker.open == {}
+    bad = detach_failures(caplog)
+    assert not bad, bad
+    assert trace_api.get_current_span() is trace_api.INVALID_SPAN
 
 
 async def cancel_and_settle(task: asyncio.Task[Any]) -> None:

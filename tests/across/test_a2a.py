@@ -11,14 +11,8 @@ No HTTP instrumentation is installed on either side.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +23,7 @@ from a2a.client import ClientConfig, create_client
 from a2a.helpers.proto_helpers import get_message_text, new_text_message
 from a2a.types.a2a_pb2 import Role, SendMessageRequest
 from opentelemetry.trace import SpanKind
+from tests.loopback_process import TESTS, ServerProcess, free_port
 from tests.otlp_fixtures import wait_until
 from tests.otlp_receiver import OtlpReceiver
 
@@ -47,55 +42,23 @@ from runnertrace.tracing import traced
 from runnertrace.tracing.a2a import traced_client
 from runnertrace.tracing.config import Settings
 
-TESTS = Path(__file__).resolve().parent.parent
 SERVER = TESTS / "a2a_server_process.py"
 SERVER_KIND, CLIENT_KIND = 2, 3  # OTLP span kinds
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class A2AServer:
-    def __init__(self, endpoint: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent / "src"), env.get("PYTHONPATH", "")])
-        env["OTEL_BSP_SCHEDULE_DELAY"] = "100"
-        self.process = subprocess.Popen(
-            [sys.executable, str(SERVER), str(self.port), endpoint], env=env, stderr=subprocess.PIPE
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    self.process.stderr.read().decode() if self.process.stderr else ""
-                )
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise TimeoutError("the A2A server did not listen within 30 s")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
 
 
 @pytest.fixture(scope="module")
 def receiver() -> Iterator[OtlpReceiver]:
     with OtlpReceiver() as r:
         yield r
+
+
+class A2AServer(ServerProcess):
+    """The A2A agent (``tests/a2a_server_process.py``), exporting to ``endpoint``."""
+
+    def __init__(self, endpoint: str) -> None:
+        port = free_port()
+        super().__init__(SERVER.name, [str(port), endpoint], port)
+        self.url = f"http://127.0.0.1:{port}/"
 
 
 @pytest.fixture(scope="module")

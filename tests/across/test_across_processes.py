@@ -11,13 +11,7 @@ span's parent and that every call is there once.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -28,59 +22,19 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from tests.loopback_process import ServerProcess, child_env, free_port
 from tests.otlp_fixtures import wait_until
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 from runnertrace.serve import ServiceClient
 
-TESTS = Path(__file__).resolve().parent.parent
 SERVER_KIND, CLIENT_KIND = 2, 3
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Process:
-    """A server process on a loopback port, started and stopped with bounded waits."""
-
-    def __init__(self, script: str, service_name: str, port: int, *args: str) -> None:
-        env = dict(os.environ)
-        env["OTEL_SERVICE_NAME"] = service_name
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(TESTS.parent / "src"), str(TESTS), env.get("PYTHONPATH", "")]
-        )
-        env["OTEL_BSP_SCHEDULE_DELAY"] = "100"
-        self.port = port
-        self.process = subprocess.Popen(
-            [sys.executable, str(TESTS / script), str(port), *args],
-            env=env,
-            stderr=subprocess.PIPE,
-        )
-        deadline = time.monotonic() + 40
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    self.process.stderr.read().decode() if self.process.stderr else ""
-                )
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                return
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise TimeoutError(f"{script} did not listen within 40 s")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+def server_process(script: str, service_name: str, port: int, *args: str) -> ServerProcess:
+    """A server process on a loopback port, its spans under ``service_name``."""
+    env = child_env(OTEL_SERVICE_NAME=service_name)
+    return ServerProcess(script, [str(port), *args], port, start_s=40, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +46,10 @@ def receiver() -> Iterator[OtlpReceiver]:
 @pytest.fixture(scope="module")
 def service(receiver: OtlpReceiver) -> Iterator[str]:
     a2a_port = free_port()
-    a2a = Process("a2a_server_process.py", "a2a-agent", a2a_port, receiver.traces_url)
+    a2a = server_process("a2a_server_process.py", "a2a-agent", a2a_port, receiver.traces_url)
     try:
         port = free_port()
-        served = Process(
+        served = server_process(
             "service_process.py",
             "service",
             port,

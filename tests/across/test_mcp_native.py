@@ -16,13 +16,8 @@ are captured in memory. Per call, in run and stream mode:
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +27,7 @@ pytest.importorskip("mcp")
 from mcp import StdioServerParameters
 from mcp.shared import _otel as mcp_otel
 from opentelemetry.sdk.trace import ReadableSpan
+from tests.loopback_process import TESTS, ServerProcess, child_env, free_port
 from tests.otlp_fixtures import wait_until
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 
@@ -50,23 +46,8 @@ from runnertrace.tracing import traced
 from runnertrace.tracing.config import Settings
 from runnertrace.tracing.mcp import connect_stdio, connect_streamable_http
 
-TESTS = Path(__file__).resolve().parent.parent
 SERVER = TESTS / "mcp_server_process.py"
-SRC = TESTS.parent / "src"
 SERVER_KIND = 2  # OTLP's SPAN_KIND_SERVER
-
-
-def child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(SRC), str(TESTS), env.get("PYTHONPATH", "")])
-    env["OTEL_BSP_SCHEDULE_DELAY"] = "100"
-    return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -75,39 +56,13 @@ def receiver() -> Iterator[OtlpReceiver]:
         yield r
 
 
-class HttpServer:
+class HttpServer(ServerProcess):
     """The MCP server over streamable HTTP, in a process the test starts and stops."""
 
     def __init__(self, kind: str, endpoint: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        self.process = subprocess.Popen(
-            [sys.executable, str(SERVER), kind, "http", endpoint, str(self.port)],
-            env=child_env(),
-            stderr=subprocess.PIPE,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    self.process.stderr.read().decode() if self.process.stderr else ""
-                )
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise TimeoutError("the MCP server did not listen within 30 s")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        port = free_port()
+        super().__init__(SERVER.name, [kind, "http", endpoint, str(port)], port)
+        self.url = f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.fixture

@@ -23,7 +23,8 @@ import pytest
 import requests
 from opentelemetry.sdk.trace import TracerProvider
 from tests.moto_server import MotoServer, moto_fixture, moto_process_fixture  # noqa: F401 - fixtures
-from tests.sigv4_receiver import OtlpReceiver, SigV4Verifier, closed_port_url
+from tests.otlp_receiver import OtlpReceiver, closed_port_url
+from tests.sigv4_receiver import SigV4Verifier
 
 from runnertrace._internal.errors import tolerate_internal_errors
 from runnertrace.core import Session
@@ -188,13 +189,13 @@ def test_signing_session_signature_verifies_and_any_tampering_fails() -> None:
 
 def test_verifier_accepts_what_boto3_itself_signs() -> None:
     """The receiver's check is generic SigV4: a real boto3 call to it verifies too."""
-    with OtlpReceiver(SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
+    with OtlpReceiver(verifier=SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
         client = cloudwatch_client(REGION, f"http://127.0.0.1:{receiver.port}", 2.0)
         client.list_dashboards()  # the empty 200 parses as an empty answer
-    verdict = receiver.received[0].verdict
+    verdict = receiver.arrived[0].verdict
     assert verdict is not None and verdict.ok, verdict
     assert (verdict.service, verdict.region) == ("monitoring", REGION)
-    assert receiver.received[0].header("amz-sdk-request") == "attempt=1; max=2"
+    assert receiver.arrived[0].header("amz-sdk-request") == "attempt=1; max=2"
 
 
 def test_temporary_credentials_send_and_sign_the_session_token(
@@ -236,8 +237,8 @@ def assert_native_run_tree(spans: list[Any]) -> None:
 
 @pytest.mark.parametrize("mode", ["run", "stream"])
 async def test_traced_run_is_sent_signed_with_cloudwatch_attributes(mode: str) -> None:
-    with OtlpReceiver(SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
-        settings = config(receiver.url)
+    with OtlpReceiver(verifier=SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
+        settings = config(receiver.traces_url)
         await run_agent(traced_agent(settings), mode)
         assert setup_of(settings).flush()
         received = receiver.wait_for(1)
@@ -251,7 +252,7 @@ async def test_traced_run_is_sent_signed_with_cloudwatch_attributes(mode: str) -
             "authorization",
         ).startswith(f"AWS4-HMAC-SHA256 Credential={ACCESS_KEY}/")  # type: ignore[union-attr]
         assert SECRET_KEY not in json.dumps(item.headers)
-    spans = receiver.spans()
+    spans = receiver.spans
     assert len(spans) == 9
     assert_native_run_tree(spans)
     for span in spans:
@@ -265,14 +266,16 @@ async def test_traced_run_is_sent_signed_with_cloudwatch_attributes(mode: str) -
 
 async def test_content_is_truncated_harder_and_log_groups_reach_the_resource() -> None:
     long_prompt = [AgentRequestText(prompt="What is 2 + 3? " + "Please be precise. " * 20)]
-    with OtlpReceiver(SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
-        settings = config(receiver.url, max_content_length=40, log_group_names=["/agents/app"])
+    with OtlpReceiver(verifier=SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
+        settings = config(
+            receiver.traces_url, max_content_length=40, log_group_names=["/agents/app"]
+        )
         settings.capture_content = True
         agent = traced_agent(settings)
         await agent.runner.run(agent, Session("sess-2"), long_prompt)
         assert setup_of(settings).flush()
         receiver.wait_for(1)
-    spans = receiver.spans()
+    spans = receiver.spans
     root = next(s for s in spans if s.name == "invoke_agent math")
     assert root.resource["aws.log.group.names"] == ["/agents/app"]
     value = root.attributes["gen_ai.input.messages"]
@@ -285,26 +288,26 @@ async def test_content_is_truncated_harder_and_log_groups_reach_the_resource() -
 
 
 async def test_endpoint_env_override_is_still_signed(monkeypatch: pytest.MonkeyPatch) -> None:
-    with OtlpReceiver(SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
+    with OtlpReceiver(verifier=SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
         monkeypatch.setenv("RUNNERTRACE_TRACE__TYPE", "cloudwatch")
-        monkeypatch.setenv("RUNNERTRACE_TRACE__CLOUDWATCH__ENDPOINT", receiver.url)
+        monkeypatch.setenv("RUNNERTRACE_TRACE__CLOUDWATCH__ENDPOINT", receiver.traces_url)
         monkeypatch.setenv("RUNNERTRACE_TRACE__CLOUDWATCH__METRICS", "false")
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-collector-key=meant-for-a-collector")
         settings = load_settings().trace
-        assert settings.cloudwatch.endpoint == receiver.url
+        assert settings.cloudwatch.endpoint == receiver.traces_url
         await run_agent(traced_agent(settings))
         assert setup_of(settings).flush()
         received = receiver.wait_for(1)
     assert all(item.verdict is not None and item.verdict.ok for item in received)
     assert all(item.header("x-collector-key") is None for item in received)
-    assert len(receiver.spans()) == 9
+    assert len(receiver.spans) == 9
 
 
 async def test_collector_endpoint_from_otel_env_is_sent_unsigned(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     with OtlpReceiver() as receiver:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.url)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.traces_url)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-collector-key=k1")
         settings = config()
         assert not backend_of(settings).target.signed
@@ -316,7 +319,7 @@ async def test_collector_endpoint_from_otel_env_is_sent_unsigned(
         assert item.header("authorization") is None
         assert item.header("x-amz-date") is None
         assert item.header("x-collector-key") == "k1"
-    spans = receiver.spans()
+    spans = receiver.spans
     assert len(spans) == 9
     assert all(s.resource["aws.service.type"] == "gen_ai_agent" for s in spans)
     assert all(s.attributes["session.id"] == "sess-1" for s in spans)
@@ -337,8 +340,8 @@ def test_default_target_is_xray_in_the_region(monkeypatch: pytest.MonkeyPatch) -
 
 def test_session_id_reaches_spans_of_other_instrumentations() -> None:
     """A framework's own span under our run span gets the run's session id."""
-    with OtlpReceiver(SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
-        backend = CloudWatchBackend(config(receiver.url))
+    with OtlpReceiver(verifier=SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
+        backend = CloudWatchBackend(config(receiver.traces_url))
         provider = TracerProvider()
         for processor in backend.processors():
             provider.add_span_processor(processor)
@@ -354,7 +357,7 @@ def test_session_id_reaches_spans_of_other_instrumentations() -> None:
         assert provider.force_flush(5000)
         receiver.wait_for(1)
         provider.shutdown()
-    spans = {s.name: s for s in receiver.spans()}
+    spans = {s.name: s for s in receiver.spans}
     assert set(spans) == {"invoke_agent a", "framework.internal", "framework.deeper"}
     assert {s.attributes.get("session.id") for s in spans.values()} == {"s-9"}
 
@@ -407,8 +410,10 @@ def metrics_of(settings: TraceConfig) -> CloudWatchMetricExporter:
 
 
 async def test_metrics_are_readable_from_cloudwatch(moto: MotoServer) -> None:
-    with OtlpReceiver(SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
-        settings = config(receiver.url, metrics=True, metrics_endpoint=moto.url, namespace="RTTest")
+    with OtlpReceiver(verifier=SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
+        settings = config(
+            receiver.traces_url, metrics=True, metrics_endpoint=moto.url, namespace="RTTest"
+        )
         settings.flush_timeout_s = 10.0  # a bound for a loaded machine, not a measurement
         await run_agent(traced_agent(settings), "run")
         await run_agent(traced_agent(settings), "stream", session="sess-2")
@@ -420,7 +425,7 @@ async def test_metrics_are_readable_from_cloudwatch(moto: MotoServer) -> None:
         receiver.wait_for(1)
     exporter = metrics_of(settings)
     assert exporter.failed_exports == 0 and exporter.sent_datums > 0
-    spans = receiver.spans()
+    spans = receiver.spans
     math_chats = [
         s
         for s in spans
@@ -471,8 +476,8 @@ async def test_metrics_endpoint_from_aws_env_var_is_honoured(
     moto: MotoServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL_CLOUDWATCH", moto.url)
-    with OtlpReceiver(SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
-        settings = config(receiver.url, metrics=True, namespace="RTEnv")
+    with OtlpReceiver(verifier=SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
+        settings = config(receiver.traces_url, metrics=True, namespace="RTEnv")
         settings.flush_timeout_s = 10.0
         await run_agent(traced_agent(settings))
         assert setup_of(settings).flush()
@@ -482,8 +487,10 @@ async def test_metrics_endpoint_from_aws_env_var_is_honoured(
 
 
 async def test_trace_metrics_off_sends_no_cloudwatch_metrics(moto: MotoServer) -> None:
-    with OtlpReceiver(SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
-        settings = config(receiver.url, metrics=True, metrics_endpoint=moto.url, namespace="RTOff")
+    with OtlpReceiver(verifier=SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
+        settings = config(
+            receiver.traces_url, metrics=True, metrics_endpoint=moto.url, namespace="RTOff"
+        )
         settings.metrics = False
         await run_agent(traced_agent(settings))
         assert setup_of(settings).flush()
@@ -495,8 +502,8 @@ async def test_metrics_failures_are_counted_and_logged_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="runnertrace")
-    with OtlpReceiver(SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
-        settings = config(receiver.url, metrics=True, metrics_endpoint=closed_port_url())
+    with OtlpReceiver(verifier=SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
+        settings = config(receiver.traces_url, metrics=True, metrics_endpoint=closed_port_url())
         replies = []
         with tolerate_internal_errors():
             for _ in range(2):  # two export intervals, each with a run in it
@@ -512,11 +519,11 @@ async def test_metrics_failures_are_counted_and_logged_once(
 
 async def test_a_hung_metrics_api_never_blocks_runs_and_shutdown_is_bounded() -> None:
     with (
-        OtlpReceiver(SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver,
+        OtlpReceiver(verifier=SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver,
         OtlpReceiver(mode="hang") as hung_api,
     ):
         settings = config(
-            receiver.url, metrics=True, metrics_endpoint=f"http://127.0.0.1:{hung_api.port}"
+            receiver.traces_url, metrics=True, metrics_endpoint=f"http://127.0.0.1:{hung_api.port}"
         )
         settings.flush_timeout_s = 1.0
         with tolerate_internal_errors():
@@ -577,10 +584,10 @@ def test_dashboard_template_is_valid_json_for_any_valid_namespace() -> None:
 @pytest.mark.parametrize("fault", ["down", "500", "hang"])
 async def test_receiver_faults_never_fail_runs_and_shutdown_is_bounded(fault: str) -> None:
     receiver = OtlpReceiver(
-        SigV4Verifier(ACCESS_KEY, SECRET_KEY), mode="500" if fault == "500" else "hang"
+        verifier=SigV4Verifier(ACCESS_KEY, SECRET_KEY), mode="500" if fault == "500" else "hang"
     )
     with receiver:
-        url = closed_port_url() if fault == "down" else receiver.url
+        url = closed_port_url() if fault == "down" else receiver.traces_url
         settings = config(url)
         settings.flush_timeout_s = 1.0
         with tolerate_internal_errors():
@@ -601,7 +608,7 @@ async def test_receiver_faults_never_fail_runs_and_shutdown_is_bounded(fault: st
     if fault in ("down", "500"):
         assert batch.dropped > 0
     if fault != "down":
-        assert all(item.verdict is not None and item.verdict.ok for item in receiver.received)
+        assert all(item.verdict is not None and item.verdict.ok for item in receiver.arrived)
 
 
 # -- bad config ---------------------------------------------------------------------------------
@@ -687,10 +694,10 @@ def test_importing_the_backend_loads_no_aws_sdk() -> None:
 
 
 def test_check_reports_problems_and_never_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
-    with OtlpReceiver(SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
-        backend = CloudWatchBackend(config(receiver.url, metrics=True))
+    with OtlpReceiver(verifier=SigV4Verifier(ACCESS_KEY, SECRET_KEY)) as receiver:
+        backend = CloudWatchBackend(config(receiver.traces_url, metrics=True))
         checks = {c.name: c for c in backend.check()}
-        assert receiver.received[0].verdict is not None and receiver.received[0].verdict.ok
+        assert receiver.arrived[0].verdict is not None and receiver.arrived[0].verdict.ok
     assert {name: c.status for name, c in checks.items()} == {
         "boto3": "ok",
         "region": "ok",
@@ -699,13 +706,13 @@ def test_check_reports_problems_and_never_secrets(monkeypatch: pytest.MonkeyPatc
         "credentials": "ok",
         "reachable": "ok",
     }
-    assert receiver.url in checks["endpoint"].detail and "SigV4" in checks["endpoint"].detail
+    assert receiver.traces_url in checks["endpoint"].detail and "SigV4" in checks["endpoint"].detail
     assert checks["credentials"].detail == "found (source: env)"
     text = json.dumps([c.__dict__ for c in checks.values()])
     assert SECRET_KEY not in text and ACCESS_KEY not in text
 
-    with OtlpReceiver(SigV4Verifier(ACCESS_KEY, "another-secret")) as rejecting:
-        reachable = {c.name: c for c in CloudWatchBackend(config(rejecting.url)).check()}
+    with OtlpReceiver(verifier=SigV4Verifier(ACCESS_KEY, "another-secret")) as rejecting:
+        reachable = {c.name: c for c in CloudWatchBackend(config(rejecting.traces_url)).check()}
     assert reachable["reachable"].status == "fail"
     assert "rejected the credentials" in reachable["reachable"].detail
 

@@ -14,8 +14,16 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace as trace_api
-from opentelemetry.trace import StatusCode
-from tests.fidelity_helpers import MODES, LookupFailed, one, parent_of, run
+from tests.fidelity_helpers import (
+    MODES,
+    LookupFailed,
+    assert_model_call_failed_in_its_step,
+    assert_tool_failed_and_run_recovered,
+    assert_user_spans_nest,
+    final_output,
+    in_start_order,
+    run,
+)
 
 from runnertrace import TracingRunner
 from runnertrace.core.agent import Agent as CoreAgent
@@ -121,16 +129,7 @@ async def test_a_failed_tool_is_an_error_on_its_own_span(
     mode: str, captured_spans: CapturedSpans
 ) -> None:
     await run(agent_with([first_turn, second_turn]), mode)
-    failed = one(captured_spans, "execute_tool flights")
-    assert failed.status.status_code is StatusCode.ERROR
-    assert failed.attributes["error.type"] == "LookupFailed"
-    (event,) = [e for e in failed.events if e.name == "exception"]
-    assert event.attributes["exception.type"] == "LookupFailed"
-    assert "raise LookupFailed" in event.attributes["exception.stacktrace"]
-    ok = one(captured_spans, "execute_tool weather")
-    assert ok.status.status_code is StatusCode.UNSET
-    run_span = one(captured_spans, "invoke_agent planner")
-    assert run_span.status.status_code is StatusCode.UNSET  # the run itself recovered
+    assert_tool_failed_and_run_recovered(captured_spans)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -138,12 +137,7 @@ async def test_what_runs_inside_a_call_nests_under_its_span(
     mode: str, captured_spans: CapturedSpans
 ) -> None:
     await run(agent_with([first_turn, second_turn]), mode)
-    assert parent_of(captured_spans, one(captured_spans, "db.query weather")).name == (
-        "execute_tool weather"
-    )
-    assert parent_of(captured_spans, one(captured_spans, "http.request model")).name == (
-        "chat scripted-1"
-    )
+    assert_user_spans_nest(captured_spans, in_start_order(captured_spans, "chat scripted-1")[0])
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -152,19 +146,11 @@ async def test_a_failed_model_call_is_an_error_on_its_chat_span(
 ) -> None:
     with pytest.raises(ConnectionError):
         await run(agent_with([first_turn, broken_turn]), mode)
-    chats = sorted(captured_spans.by_name("chat scripted-1"), key=lambda s: s.start_time)
-    assert [c.status.status_code for c in chats] == [StatusCode.UNSET, StatusCode.ERROR]
-    failed = chats[1]
-    assert failed.attributes["error.type"] == "ConnectionError"
-    assert "runnertrace.incomplete" not in failed.attributes
-    (event,) = [e for e in failed.events if e.name == "exception"]
-    assert "reset the connection" in event.attributes["exception.message"]
-    steps = sorted(captured_spans.by_name("agent_step planner"), key=lambda s: s.start_time)
-    # the step that held the failure is the second one, and it failed
-    assert parent_of(captured_spans, failed).name == "agent_step planner"
-    assert failed.parent.span_id == steps[1].context.span_id
-    assert steps[1].status.status_code is StatusCode.ERROR
-    assert steps[0].status.status_code is StatusCode.UNSET
+    assert_model_call_failed_in_its_step(
+        captured_spans,
+        in_start_order(captured_spans, "chat scripted-1"),
+        in_start_order(captured_spans, "agent_step planner"),
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -172,7 +158,4 @@ async def test_the_run_span_records_the_final_output(
     mode: str, captured_spans: CapturedSpans
 ) -> None:
     await run(agent_with([first_turn, second_turn]), mode)
-    output = json.loads(
-        one(captured_spans, "invoke_agent planner").attributes["gen_ai.output.messages"]
-    )
-    assert output[0]["parts"][0]["content"] == "Sunny; no flights."
+    assert final_output(captured_spans) == "Sunny; no flights."

@@ -10,22 +10,15 @@ own: ``tests/test_run_totals.py``.) The events are made with the real
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
-from tests.fidelity_helpers import one, parent_of
+from tests.fidelity_helpers import attrs, one, parent_of
 from tests.tracing_helpers import ForeignAgent, ForeignRunner, ForeignSession
 
 from runnertrace import traced
 from runnertrace.core import events as ev
 from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.testing import CapturedSpans
-
-
-def attrs(span: ReadableSpan) -> dict[str, Any]:
-    return dict(span.attributes or {})
 
 
 async def trace_events(events: list[ev.StreamEvent]) -> None:

@@ -35,8 +35,19 @@ from google.adk.tools.agent_tool import AgentTool
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
-from tests.composition_checks import check_totals, rows
-from tests.fidelity_helpers import MODES, in_start_order, one, parent_of, run
+from tests.composition_checks import assert_answered_once, assert_no_anomalies, check_totals, rows
+from tests.fidelity_helpers import (
+    MODES,
+    agent_of,
+    attrs,
+    in_start_order,
+    in_step,
+    one,
+    overlap,
+    parent_of,
+    run,
+    times,
+)
 
 from runnertrace import TracingRunner
 from runnertrace.core.agent import Agent as CoreAgent
@@ -63,18 +74,6 @@ def core(native: BaseAgent) -> CoreAgent:
     return CoreAgent(native.name, TracingRunner(GoogleADKRunner(), capture_content=True), native)
 
 
-def attrs(span: ReadableSpan) -> dict[str, Any]:
-    return dict(span.attributes or {})
-
-
-def agent_of(span: ReadableSpan) -> Any:
-    return attrs(span).get("gen_ai.agent.name")
-
-
-def chat_spans(spans: CapturedSpans) -> list[ReadableSpan]:
-    return [s for s in spans.spans if attrs(s).get("gen_ai.operation.name") == "chat"]
-
-
 def fakes_of(*agents: LlmAgent) -> list[ScriptedAdkLlm]:
     models = [a.model for a in agents]
     assert all(isinstance(m, ScriptedAdkLlm) for m in models)
@@ -83,38 +82,13 @@ def fakes_of(*agents: LlmAgent) -> list[ScriptedAdkLlm]:
 
 def assert_counted_once(spans: CapturedSpans, fakes: Sequence[ScriptedAdkLlm]) -> None:
     """Every call a fake answered is one chat span of its model, its tokens once."""
-    chats = chat_spans(spans)
-    for fake in fakes:
-        mine = [s for s in chats if attrs(s).get("gen_ai.request.model") == fake.model]
-        assert len(mine) == len(fake.calls) > 0, fake.model
-    reported = sum(c.input_tokens for fake in fakes for c in fake.calls)
-    assert sum(attrs(s)["gen_ai.usage.input_tokens"] for s in chats) == reported
-    assert len(chats) == sum(len(fake.calls) for fake in fakes)
-
-
-def assert_clean(spans: CapturedSpans, caplog: pytest.LogCaptureFixture) -> None:
-    """No span ended incomplete, no anomaly counted or logged."""
-    assert not [s.name for s in spans.spans if attrs(s).get("runnertrace.incomplete")]
-    assert not [s.name for s in spans.spans if "runnertrace.stream.anomalies" in attrs(s)]
-    assert "malformed event stream" not in caplog.text
+    assert_answered_once(spans.spans, {f.model: [c.input_tokens for c in f.calls] for f in fakes})
 
 
 def in_step_of(spans: CapturedSpans, span: ReadableSpan, agent: str) -> ReadableSpan:
-    """``span`` carries ``agent`` and nests directly in an ``agent_step`` of ``agent``."""
-    assert agent_of(span) == agent, span.name
-    step = parent_of(spans, span)
-    assert step.name == f"agent_step {agent}", (span.name, step.name)
-    assert agent_of(step) == agent
-    return step
-
-
-def overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
-    return a[0] < b[1] and b[0] < a[1]
-
-
-def times(span: ReadableSpan) -> tuple[int, int]:
-    assert span.start_time is not None and span.end_time is not None
-    return span.start_time, span.end_time
+    """``span`` carries ``agent`` and nests directly in an ``agent_step`` of ``agent``
+    (an ADK step is named for its agent)."""
+    return in_step(spans, span, agent, agent)
 
 
 @pytest.fixture(autouse=True)
@@ -176,7 +150,7 @@ async def test_parallel_branches_keep_their_own_steps_calls_and_tools(
     )
     assert overlap(times(left_first), times(right_first))
     assert attrs(run_span)["gen_ai.aggregated_usage.input_tokens"] == 11 + 13 + 17 + 19
-    assert_clean(captured_spans, caplog)
+    assert_no_anomalies(captured_spans.spans, caplog.text)
 
 
 # -- AgentTool: a nested run ----------------------------------------------------------------------
@@ -329,7 +303,7 @@ async def test_an_agent_tool_is_a_nested_run_under_its_tool_with_its_own_totals(
     await run(core(boss), mode)
 
     check_agent_tool_run(captured_spans, fakes, app=False)
-    assert_clean(captured_spans, caplog)
+    assert_no_anomalies(captured_spans.spans, caplog.text)
 
 
 class BranchFailed(RuntimeError):
@@ -431,7 +405,7 @@ async def test_a_sequential_agent_runs_its_agents_in_turn_each_in_its_own_steps(
         assert in_step_of(captured_spans, chat, name) is step
         assert "runnertrace.handoff.source" not in attrs(step)  # a turn, not a transfer
     assert_one_after_another(captured_spans, one(captured_spans, "invoke_agent pipeline"), steps)
-    assert_clean(captured_spans, caplog)
+    assert_no_anomalies(captured_spans.spans, caplog.text)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -447,7 +421,7 @@ async def test_a_loop_agent_gives_each_iteration_its_own_step(
     assert len(steps) == 2
     assert all(s.name == "agent_step drafter" and agent_of(s) == "drafter" for s in steps)
     assert_one_after_another(captured_spans, one(captured_spans, "invoke_agent loop"), steps)
-    assert_clean(captured_spans, caplog)
+    assert_no_anomalies(captured_spans.spans, caplog.text)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -471,7 +445,7 @@ async def test_a_transfer_is_a_new_step_of_the_new_agent_naming_its_source(
     assert_one_after_another(
         captured_spans, one(captured_spans, "invoke_agent planner"), [asking, handed]
     )
-    assert_clean(captured_spans, caplog)
+    assert_no_anomalies(captured_spans.spans, caplog.text)
 
 
 # -- nested compositions --------------------------------------------------------------------------
@@ -510,7 +484,7 @@ async def test_parallel_branches_then_a_sequential_turn_and_an_agent_tool_in_a_b
         ("flow", 0, 7, 5, 53 + 10 + 17 + 19 + 3 + 23 + 10),
         ("specialist", 1, 2, 2, 23 + 10),
     ]
-    assert_clean(captured_spans, caplog)
+    assert_no_anomalies(captured_spans.spans, caplog.text)
 
 
 # -- with an app-wide SDK provider: ADK's own spans on --------------------------------------------

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from typing import Any
 
 import pytest
@@ -24,8 +23,18 @@ from langgraph.types import RetryPolicy
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
-from tests.fidelity_helpers import MODES, LookupFailed, one, parent_of
-from tests.tracing_helpers import OpenSpanTracker, cancel_and_settle
+from tests.fidelity_helpers import (
+    MODES,
+    LookupFailed,
+    assert_model_call_failed_in_its_step,
+    assert_tool_failed_and_run_recovered,
+    assert_user_spans_nest,
+    final_output,
+    in_start_order,
+    one,
+    parent_of,
+)
+from tests.tracing_helpers import OpenSpanTracker, assert_nothing_left_open, cancel_and_settle
 
 from runnertrace import TracingRunner
 from runnertrace.core import Session
@@ -109,7 +118,7 @@ async def run(graph: Any, mode: str, name: str = "planner", capture: bool = True
 
 
 def chats(spans: CapturedSpans) -> list[ReadableSpan]:
-    return sorted(spans.by_name(CHAT), key=lambda s: s.start_time or 0)
+    return in_start_order(spans, CHAT)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -162,17 +171,8 @@ async def test_a_failed_tool_is_an_error_on_its_own_span(
     mode: str, captured_spans: CapturedSpans
 ) -> None:
     await run(planner(SCENARIO), mode)
-    failed = one(captured_spans, "execute_tool flights")
-    assert failed.status.status_code is StatusCode.ERROR
-    assert failed.attributes["error.type"] == "LookupFailed"
-    (event,) = [e for e in failed.events if e.name == "exception"]
-    assert event.attributes["exception.type"] == "LookupFailed"
-    assert "raise LookupFailed" in event.attributes["exception.stacktrace"]
-    ok = one(captured_spans, "execute_tool weather")
-    assert ok.status.status_code is StatusCode.UNSET
+    _, ok = assert_tool_failed_and_run_recovered(captured_spans, message=None)
     assert ok.attributes[A.TOOL_CALL_ID] == "c1"
-    run_span = one(captured_spans, "invoke_agent planner")
-    assert run_span.status.status_code is StatusCode.UNSET  # the run recovered
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -180,10 +180,7 @@ async def test_what_runs_inside_a_call_nests_under_its_span(
     mode: str, captured_spans: CapturedSpans
 ) -> None:
     await run(planner(SCENARIO), mode)
-    db = one(captured_spans, "db.query weather")
-    assert parent_of(captured_spans, db).name == "execute_tool weather"
-    http = one(captured_spans, "http.request model")
-    assert parent_of(captured_spans, http) == chats(captured_spans)[0]
+    assert_user_spans_nest(captured_spans, chats(captured_spans)[0])
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -223,16 +220,8 @@ async def test_a_model_call_that_fails_the_run_is_an_error_on_its_chat_span(
 ) -> None:
     with pytest.raises(ConnectionError):
         await run(planner(SCENARIO, retries=1), mode)
-    first, failed = chats(captured_spans)
-    assert [first.status.status_code, failed.status.status_code] == [
-        StatusCode.UNSET,
-        StatusCode.ERROR,
-    ]
-    assert failed.attributes["error.type"] == "ConnectionError"
-    steps = sorted(captured_spans.by_name("agent_step agent"), key=lambda s: s.start_time or 0)
-    assert parent_of(captured_spans, failed) == steps[1]  # the step that held the failure
-    assert steps[1].status.status_code is StatusCode.ERROR
-    assert steps[0].status.status_code is StatusCode.UNSET
+    steps = in_start_order(captured_spans, "agent_step agent")
+    assert_model_call_failed_in_its_step(captured_spans, chats(captured_spans), steps)
     run_span = one(captured_spans, "invoke_agent planner")
     assert run_span.status.status_code is StatusCode.ERROR
 
@@ -242,10 +231,7 @@ async def test_the_run_span_records_the_final_output(
     mode: str, captured_spans: CapturedSpans
 ) -> None:
     await run(planner(SCENARIO), mode)
-    output = json.loads(
-        one(captured_spans, "invoke_agent planner").attributes["gen_ai.output.messages"]
-    )
-    assert output[0]["parts"][0]["content"] == "Sunny; no flights."
+    assert final_output(captured_spans) == "Sunny; no flights."
 
 
 def outer_graph() -> Any:
@@ -303,9 +289,7 @@ async def test_each_call_is_one_span_with_openinference_active(
         assert parent_of(captured_spans, one(captured_spans, "db.query weather")).name == (
             "execute_tool weather"
         )
-        run_span = one(captured_spans, "invoke_agent planner")
-        output = json.loads(run_span.attributes["gen_ai.output.messages"])
-        assert output[0]["parts"][0]["content"] == "Sunny; no flights."
+        assert final_output(captured_spans) == "Sunny; no flights."
         # the instrumentor is live: an untraced run of the same graph is its to trace
         captured_spans.clear()
         await planner([ANSWER]).ainvoke({"messages": [("user", "hi")]})
@@ -330,19 +314,9 @@ def event_count() -> int:
 N_EVENTS = event_count()
 
 
-def assert_clean(tracker: OpenSpanTracker, caplog: pytest.LogCaptureFixture) -> None:
-    assert tracker.started > 0
-    assert tracker.open == {}
-    bad = [r for r in caplog.records if "Failed to detach context" in r.getMessage()]
-    assert not bad, bad
-
-
 @pytest.fixture
 def tracker(captured_spans: CapturedSpans, caplog: pytest.LogCaptureFixture) -> OpenSpanTracker:
-    caplog.set_level(logging.DEBUG)
-    tracking = OpenSpanTracker()
-    captured_spans.provider.add_span_processor(tracking)
-    return tracking
+    return OpenSpanTracker.on(captured_spans, caplog)
 
 
 def traced_stream(graph: Any) -> Any:
@@ -358,7 +332,7 @@ async def test_closing_the_stream_at_every_index_leaves_nothing_open(
     for _ in range(index + 1):
         await anext(stream)
     await stream.aclose()
-    assert_clean(tracker, caplog)
+    assert_nothing_left_open(tracker, caplog)
 
 
 @pytest.mark.parametrize("index", range(0, N_EVENTS, 3))
@@ -378,7 +352,7 @@ async def test_a_cancelled_consumer_at_every_index_leaves_nothing_open(
     task = asyncio.create_task(consume())
     await reached.wait()
     await cancel_and_settle(task)
-    assert_clean(tracker, caplog)
+    assert_nothing_left_open(tracker, caplog)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -408,4 +382,4 @@ async def test_a_run_cancelled_inside_a_tool_leaves_nothing_open(
     task = asyncio.create_task(run(graph.compile(name="planner"), mode))
     await inside.wait()
     await cancel_and_settle(task)
-    assert_clean(tracker, caplog)
+    assert_nothing_left_open(tracker, caplog)

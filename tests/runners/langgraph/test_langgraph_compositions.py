@@ -38,8 +38,19 @@ from langgraph.prebuilt import ToolNode, create_react_agent
 from langgraph.types import Send
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
-from tests.composition_checks import check_totals, rows
-from tests.fidelity_helpers import MODES, in_start_order, one, parent_of, run
+from tests.composition_checks import assert_answered_once, assert_no_anomalies, check_totals, rows
+from tests.fidelity_helpers import (
+    MODES,
+    agent_of,
+    attrs,
+    chat_spans,
+    in_start_order,
+    in_step,
+    one,
+    parent_of,
+    run,
+    times,
+)
 from tests.tracing_helpers import OpenSpanTracker
 
 from runnertrace import TracingRunner
@@ -114,48 +125,11 @@ def core(graph: Any) -> Agent:
 
 
 # -- span helpers ---------------------------------------------------------------------------------
-def attrs(span: ReadableSpan) -> dict[str, Any]:
-    return dict(span.attributes or {})
-
-
-def agent_of(span: ReadableSpan) -> Any:
-    return attrs(span).get("gen_ai.agent.name")
-
-
-def chat_spans(spans: CapturedSpans) -> list[ReadableSpan]:
-    return [s for s in spans.spans if attrs(s).get("gen_ai.operation.name") == "chat"]
-
-
 def assert_counted_once(spans: CapturedSpans, fakes: Sequence[Fake]) -> None:
     """Every call a fake answered is one chat span of its model, its tokens once."""
-    chats = chat_spans(spans)
-    for fake in fakes:
-        mine = [s for s in chats if attrs(s).get("gen_ai.request.model") == fake.model.model_name]
-        assert len(mine) == len(fake.model.calls) == len(fake.reported) > 0, fake.model.model_name
-    assert len(chats) == sum(len(fake.reported) for fake in fakes)
-    reported = sum(sum(fake.reported) for fake in fakes)
-    assert sum(attrs(s)["gen_ai.usage.input_tokens"] for s in chats) == reported
-
-
-def assert_clean(spans: CapturedSpans, caplog: pytest.LogCaptureFixture) -> None:
-    """No span ended incomplete, no anomaly counted or logged."""
-    assert not [s.name for s in spans.spans if attrs(s).get("runnertrace.incomplete")]
-    assert not [s.name for s in spans.spans if "runnertrace.stream.anomalies" in attrs(s)]
-    assert "malformed event stream" not in caplog.text
-
-
-def in_step(spans: CapturedSpans, span: ReadableSpan, step: str, agent: str) -> ReadableSpan:
-    """``span`` carries ``agent`` and nests directly in ``agent_step <step>`` of ``agent``."""
-    assert agent_of(span) == agent, span.name
-    parent = parent_of(spans, span)
-    assert parent.name == f"agent_step {step}", (span.name, parent.name)
-    assert agent_of(parent) == agent
-    return parent
-
-
-def times(span: ReadableSpan) -> tuple[int, int]:
-    assert span.start_time is not None and span.end_time is not None
-    return span.start_time, span.end_time
+    for fake in fakes:  # each call the model saw is one the fake answered with usage
+        assert len(fake.model.calls) == len(fake.reported), fake.model.model_name
+    assert_answered_once(spans.spans, {f.model.model_name: f.reported for f in fakes})
 
 
 @pytest.fixture(autouse=True)
@@ -194,7 +168,7 @@ async def test_a_subgraph_agents_steps_nest_in_its_node_step(
         assert parent_of(captured_spans, step) is node_step
     assert attrs(run_span)["gen_ai.aggregated_usage.input_tokens"] == 11 + 13
     assert levels_of(captured_spans, 2) == [("team", 0, 2, 1, 24, 24)]
-    assert_clean(captured_spans, caplog)
+    assert_no_anomalies(captured_spans.spans, caplog.text)
 
 
 # -- a supervisor over two agents ------------------------------------------------------------------
@@ -257,7 +231,7 @@ async def test_a_supervisors_agents_each_keep_their_own_steps_calls_and_tools(
     assert parent_of(captured_spans, tools_step) is one(captured_spans, "agent_step researcher")
     assert attrs(run_span)["gen_ai.aggregated_usage.input_tokens"] == 3 + 5 + 7 + 11 + 13 + 17
     assert levels_of(captured_spans, 6) == [("team", 0, 6, 1, 56, 56)]
-    assert_clean(captured_spans, caplog)
+    assert_no_anomalies(captured_spans.spans, caplog.text)
 
 
 # -- Send: parallel branches -----------------------------------------------------------------------
@@ -337,7 +311,7 @@ async def test_send_branches_overlap_and_keep_their_own_steps_calls_and_tools(
     total = sum(sum(tokens) for tokens in CITIES.values())
     assert attrs(run_span)["gen_ai.aggregated_usage.input_tokens"] == total
     assert levels_of(captured_spans, 4) == [("fanout", 0, 4, 2, total, total)]
-    assert_clean(captured_spans, caplog)
+    assert_no_anomalies(captured_spans.spans, caplog.text)
 
 
 # -- what is not a branch: a prebuilt agent's per-call tool tasks --------------------------------
@@ -363,7 +337,7 @@ async def test_a_root_agents_parallel_tool_calls_share_one_step_on_the_runs_line
     model_steps = in_start_order(captured_spans, "agent_step agent")
     assert [parent_of(captured_spans, s) for s in model_steps] == [run_span, run_span]
     assert levels_of(captured_spans, 2) == [("solo", 0, 2, 2, 23 + 29, 23 + 29)]
-    assert_clean(captured_spans, caplog)
+    assert_no_anomalies(captured_spans.spans, caplog.text)
 
 
 # -- parallel edges: two agents in one superstep ---------------------------------------------------
@@ -399,7 +373,7 @@ async def test_agents_on_parallel_edges_keep_their_own_steps_calls_and_tools(
         assert parent_of(captured_spans, step) is one(captured_spans, f"agent_step {name}")
     total = sum(sum(tokens) for tokens in CITIES.values())
     assert levels_of(captured_spans, 4) == [("pair", 0, 4, 2, total, total)]
-    assert_clean(captured_spans, caplog)
+    assert_no_anomalies(captured_spans.spans, caplog.text)
 
 
 # -- a failing Send branch -------------------------------------------------------------------------
@@ -486,7 +460,7 @@ async def test_each_call_of_a_composition_is_ours_once_with_openinference_active
         assert theirs == []
         assert_counted_once(captured_spans, fakes)
         check_totals(captured_spans.spans, model_calls=sum(len(f.reported) for f in fakes))
-        assert_clean(captured_spans, caplog)
+        assert_no_anomalies(captured_spans.spans, caplog.text)
         # the instrumentor is live: an untraced run of the same composition is its to trace
         captured_spans.clear()
         graph, fakes = case()
@@ -585,7 +559,7 @@ async def test_send_branches_inside_a_subgraph_keep_their_own_steps_calls_and_to
         0,
     )
     assert level.input_tokens == sum(sum(tokens) for tokens in CITIES.values())
-    assert_clean(captured_spans, caplog)
+    assert_no_anomalies(captured_spans.spans, caplog.text)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -623,7 +597,7 @@ async def test_agents_on_parallel_edges_inside_a_subgraph_keep_their_own_steps_c
         assert parent_of(captured_spans, step) is node_step
     total = sum(sum(tokens) for tokens in CITIES.values())
     assert levels_of(captured_spans, 4) == [("outer", 0, 4, 2, total, total)]
-    assert_clean(captured_spans, caplog)
+    assert_no_anomalies(captured_spans.spans, caplog.text)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -729,7 +703,7 @@ async def test_an_agent_used_as_a_tool_is_a_nested_run_under_its_tool_call(
         ("boss", 0, 4, 2, 3 + 5 + 11 + 13, 3 + 5),
         ("researcher", 1, 2, 1, 11 + 13, 11 + 13),
     ]
-    assert_clean(captured_spans, caplog)
+    assert_no_anomalies(captured_spans.spans, caplog.text)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -763,7 +737,7 @@ async def test_agents_used_as_tools_nest_two_deep_and_roll_up(
     ]
     boss_run = attrs(one(captured_spans, "invoke_agent boss"))
     assert boss_run["runnertrace.nested_runs"] == 2
-    assert_clean(captured_spans, caplog)
+    assert_no_anomalies(captured_spans.spans, caplog.text)
 
 
 class InnerFailed(RuntimeError):
@@ -905,7 +879,7 @@ async def test_an_agent_a_node_runs_is_a_subgraph_of_the_run_not_a_nested_run(
         step = in_step(captured_spans, chat, "research/agent", "researcher")
         assert parent_of(captured_spans, step) is node_step
     assert levels_of(captured_spans, 2) == [("team", 0, 2, 1, 24, 24)]
-    assert_clean(captured_spans, caplog)
+    assert_no_anomalies(captured_spans.spans, caplog.text)
 
 
 # -- with an app-wide SDK provider and OpenInference's LangChain instrumentor on it ---------------

@@ -38,7 +38,19 @@ from pydantic_ai.capabilities.instrumentation import Instrumentation
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
-from tests.fidelity_helpers import MODES, LookupFailed, one, parent_of, run
+from tests.fidelity_helpers import (
+    MODES,
+    LookupFailed,
+    assert_model_call_failed_in_its_step,
+    assert_tool_failed_and_run_recovered,
+    assert_user_spans_nest,
+    attr,
+    final_output,
+    in_start_order,
+    one,
+    parent_of,
+    run,
+)
 
 from runnertrace import TracingRunner
 from runnertrace.core import Session
@@ -122,12 +134,7 @@ def core(native: Agent[Any, Any], name: str = "planner") -> CoreAgent:
 
 
 def chats(spans: CapturedSpans) -> list[ReadableSpan]:
-    return sorted(spans.by_name(CHAT), key=lambda s: s.start_time or 0)
-
-
-def attr(span: ReadableSpan, key: str) -> Any:
-    assert span.attributes is not None
-    return span.attributes[key]
+    return in_start_order(spans, CHAT)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -153,7 +160,7 @@ async def test_chat_spans_show_what_the_model_was_sent(
     assert [(p["id"], p["name"]) for p in calls] == [("c1", "weather"), ("c2", "flights")]
     responses = {p["id"]: p for m in sent for p in m["parts"] if p["type"] == "tool_call_response"}
     assert responses["c1"]["result"] == "sunny in Oslo"
-    assert "no flights to Oslo" in json.dumps(responses["c2"])  # the retry prompt, fed back
+    assert responses["c2"]["response"] == "no flights to Oslo"  # the retry prompt, fed back
     for span in captured_spans.spans:  # no span shows a Python repr for instructions
         assert "<bound method" not in json.dumps(dict(span.attributes or {}))
         assert "<function" not in json.dumps(dict(span.attributes or {}))
@@ -164,20 +171,9 @@ async def test_a_tool_fed_back_to_the_model_is_an_error_on_its_own_span(
     mode: str, captured_spans: CapturedSpans
 ) -> None:
     await run(core(planner([first_turn, second_turn])), mode)
-    failed = one(captured_spans, "execute_tool flights")
-    assert failed.status.status_code is StatusCode.ERROR
-    assert attr(failed, "error.type") == "ModelRetry"
-    (event,) = [e for e in failed.events if e.name == "exception"]
-    assert event.attributes is not None
-    assert event.attributes["exception.type"] == "ModelRetry"
-    assert event.attributes["exception.message"] == "no flights to Oslo"
-    assert "raise ModelRetry" in str(event.attributes["exception.stacktrace"])
+    failed, ok = assert_tool_failed_and_run_recovered(captured_spans, error="ModelRetry")
     assert json.loads(attr(failed, "gen_ai.tool.call.arguments")) == {"city": "Oslo"}
-    ok = one(captured_spans, "execute_tool weather")
-    assert ok.status.status_code is StatusCode.UNSET
     assert attr(ok, "gen_ai.tool.call.result") == "sunny in Oslo"
-    run_span = one(captured_spans, "invoke_agent planner")
-    assert run_span.status.status_code is StatusCode.UNSET  # the run itself recovered
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -209,10 +205,7 @@ async def test_what_runs_inside_a_call_nests_under_its_span(
     mode: str, captured_spans: CapturedSpans
 ) -> None:
     await run(core(planner([first_turn, second_turn])), mode)
-    db = one(captured_spans, "db.query weather")
-    assert parent_of(captured_spans, db).name == "execute_tool weather"
-    http = one(captured_spans, "http.request model")
-    assert parent_of(captured_spans, http) == chats(captured_spans)[0]
+    assert_user_spans_nest(captured_spans, chats(captured_spans)[0])
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -222,20 +215,10 @@ async def test_a_failed_model_call_is_an_error_on_its_chat_span_in_its_step(
     # Pydantic AI does not retry a model request that raised: the run ends.
     with pytest.raises(ConnectionError):
         await run(core(planner([first_turn, broken_turn])), mode)
-    first, failed = chats(captured_spans)
-    assert first.status.status_code is StatusCode.UNSET
-    assert failed.status.status_code is StatusCode.ERROR
-    assert attr(failed, "error.type") == "ConnectionError"
-    assert "runnertrace.incomplete" not in (failed.attributes or {})
-    (event,) = [e for e in failed.events if e.name == "exception"]
-    assert event.attributes is not None
-    assert "reset the connection" in str(event.attributes["exception.message"])
+    steps = in_start_order(captured_spans, "agent_step planner")
+    failed = assert_model_call_failed_in_its_step(captured_spans, chats(captured_spans), steps)
     # the failed request still shows what it was sent, the fed-back retry included
     assert "no flights to Oslo" in attr(failed, "gen_ai.input.messages")
-    steps = sorted(captured_spans.by_name("agent_step planner"), key=lambda s: s.start_time or 0)
-    assert parent_of(captured_spans, failed) == steps[1]
-    assert steps[1].status.status_code is StatusCode.ERROR
-    assert steps[0].status.status_code is StatusCode.UNSET
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -243,9 +226,7 @@ async def test_the_run_span_records_the_final_output(
     mode: str, captured_spans: CapturedSpans
 ) -> None:
     await run(core(planner([first_turn, second_turn])), mode)
-    run_span = one(captured_spans, "invoke_agent planner")
-    output = json.loads(attr(run_span, "gen_ai.output.messages"))
-    assert output[0]["parts"][0]["content"] == "Sunny; no flights."
+    assert final_output(captured_spans) == "Sunny; no flights."
 
 
 class Trip(BaseModel):

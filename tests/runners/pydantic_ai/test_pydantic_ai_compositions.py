@@ -52,7 +52,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
 from pydantic_ai.usage import RequestUsage, RunUsage
 from tests.composition_checks import check_totals
-from tests.fidelity_helpers import MODES, one, parent_of
+from tests.fidelity_helpers import MODES, attrs, one, parent_of
 from tests.tracing_helpers import OpenSpanTracker, cancel_and_settle
 
 from runnertrace import TracingRunner
@@ -239,10 +239,6 @@ def ancestors(spans: CapturedSpans, span: ReadableSpan) -> list[str]:
         span = parent_of(spans, span)
         names.append(span.name)
     return names
-
-
-def attrs(span: ReadableSpan) -> dict[str, Any]:
-    return dict(span.attributes or {})
 
 
 DELEGATION_TREE = [

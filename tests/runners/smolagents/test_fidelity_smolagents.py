@@ -33,7 +33,19 @@ from smolagents import CodeAgent, ToolCallingAgent, tool
 from smolagents.models import ChatMessage
 from smolagents.monitoring import LogLevel
 from smolagents.utils import AgentGenerationError
-from tests.fidelity_helpers import MODES, LookupFailed, one, parent_of, run
+from tests.fidelity_helpers import (
+    MODES,
+    LookupFailed,
+    assert_model_call_failed_in_its_step,
+    assert_tool_failed_and_run_recovered,
+    assert_user_spans_nest,
+    attr,
+    final_output,
+    in_start_order,
+    one,
+    parent_of,
+    run,
+)
 
 from runnertrace import TracingRunner
 from runnertrace.core.agent import Agent as CoreAgent
@@ -100,16 +112,11 @@ def core(native: Any, name: str = "planner") -> CoreAgent:
 
 
 def chats(spans: CapturedSpans) -> list[ReadableSpan]:
-    return sorted(spans.by_name(CHAT), key=lambda s: s.start_time or 0)
+    return in_start_order(spans, CHAT)
 
 
 def steps(spans: CapturedSpans, name: str = STEP) -> list[ReadableSpan]:
-    return sorted(spans.by_name(name), key=lambda s: s.start_time or 0)
-
-
-def attr(span: ReadableSpan, key: str) -> Any:
-    assert span.attributes is not None
-    return span.attributes[key]
+    return in_start_order(spans, name)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -166,23 +173,12 @@ async def test_a_tool_fed_back_to_the_model_is_an_error_on_its_own_span(
     mode: str, captured_spans: CapturedSpans
 ) -> None:
     await run(core(planner([first_turn, ANSWER])), mode)
-    failed = one(captured_spans, "execute_tool flights")
-    assert failed.status.status_code is StatusCode.ERROR
-    assert attr(failed, "error.type").endswith("LookupFailed")
-    (event,) = [e for e in failed.events if e.name == "exception"]
-    assert event.attributes is not None
-    assert str(event.attributes["exception.type"]).endswith("LookupFailed")
-    assert event.attributes["exception.message"] == "no flights to Oslo"
-    assert "raise LookupFailed" in str(event.attributes["exception.stacktrace"])
+    failed, ok = assert_tool_failed_and_run_recovered(captured_spans, error="LookupFailed")
     assert json.loads(attr(failed, "gen_ai.tool.call.arguments")) == {"city": "Oslo"}
-    ok = one(captured_spans, "execute_tool weather")
-    assert ok.status.status_code is StatusCode.UNSET
     assert attr(ok, "gen_ai.tool.call.result") == "sunny in Oslo"
     assert attr(ok, "gen_ai.tool.call.id") == "c_1"
     first_step = steps(captured_spans)[0]
     assert parent_of(captured_spans, ok) == first_step == parent_of(captured_spans, failed)
-    run_span = one(captured_spans, "invoke_agent planner")
-    assert run_span.status.status_code is StatusCode.UNSET  # the run itself recovered
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -190,10 +186,7 @@ async def test_what_runs_inside_a_call_nests_under_its_span(
     mode: str, captured_spans: CapturedSpans
 ) -> None:
     await run(core(planner([first_turn, ANSWER])), mode)
-    db = one(captured_spans, "db.query weather")
-    assert parent_of(captured_spans, db).name == "execute_tool weather"
-    http = one(captured_spans, "http.request model")
-    assert parent_of(captured_spans, http) == chats(captured_spans)[0]
+    assert_user_spans_nest(captured_spans, chats(captured_spans)[0])
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -202,20 +195,12 @@ async def test_a_failed_model_call_is_an_error_on_its_chat_span_in_its_step(
 ) -> None:
     with pytest.raises(AgentGenerationError):
         await run(core(planner([first_turn, broken_turn])), mode)
-    first, failed = chats(captured_spans)
-    assert first.status.status_code is StatusCode.UNSET
-    assert failed.status.status_code is StatusCode.ERROR
-    assert attr(failed, "error.type") == "ConnectionError"
-    (event,) = [e for e in failed.events if e.name == "exception"]
-    assert event.attributes is not None
-    assert "reset the connection" in str(event.attributes["exception.message"])
-    assert "no flights to Oslo" in attr(failed, "gen_ai.input.messages")
-    assert parent_of(captured_spans, failed) == steps(captured_spans)[1]
     # the step that held the failed call is ERROR, as in every runner
-    assert [s.status.status_code for s in steps(captured_spans)] == [
-        StatusCode.UNSET,
-        StatusCode.ERROR,
-    ]
+    failed = assert_model_call_failed_in_its_step(
+        captured_spans, chats(captured_spans), steps(captured_spans)
+    )
+    assert len(steps(captured_spans)) == 2
+    assert "no flights to Oslo" in attr(failed, "gen_ai.input.messages")
     assert attr(steps(captured_spans)[1], "error.type") == "ConnectionError"
     assert one(captured_spans, "invoke_agent planner").status.status_code is StatusCode.ERROR
 
@@ -226,8 +211,7 @@ async def test_the_run_span_records_the_final_output(
 ) -> None:
     await run(core(planner([first_turn, ANSWER])), mode)
     run_span = one(captured_spans, "invoke_agent planner")
-    output = json.loads(attr(run_span, "gen_ai.output.messages"))
-    assert output[0]["parts"][0]["content"] == "Sunny; no flights."
+    assert final_output(captured_spans) == "Sunny; no flights."
     # the answer is the last reply's text, not a tool of its own
     assert not captured_spans.by_name("execute_tool final_answer")
     assert run_span.attributes is not None
@@ -271,7 +255,9 @@ async def test_failing_code_is_an_error_on_its_interpreter_span_and_the_run_goes
         captured_spans.by_name("execute_tool python_interpreter"), key=lambda s: s.start_time or 0
     )
     assert failed.status.status_code is StatusCode.ERROR
-    assert "no flights to Oslo" in json.dumps([dict(e.attributes or {}) for e in failed.events])
+    (event,) = [e for e in failed.events if e.name == "exception"]
+    assert event.attributes is not None
+    assert "LookupFailed: no flights to Oslo" in str(event.attributes["exception.message"])
     assert ok.status.status_code is StatusCode.UNSET
     assert one(captured_spans, "invoke_agent coder").status.status_code is StatusCode.UNSET
 
