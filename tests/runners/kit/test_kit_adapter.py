@@ -653,3 +653,27 @@ async def test_an_install_fault_raises_under_pytest() -> None:
     agent = Agent("calc", runner, _Framework())
     with pytest.raises(KeyError), observing(lambda event: None):
         await runner.run(agent, Session(id="s"), [AgentRequestText(prompt="q")])
+
+
+class _Unopened(_Run):
+    """A framework whose stream refuses to open (a bad argument the framework checks)."""
+
+    @asynccontextmanager
+    async def native_stream(self) -> AsyncIterator[AsyncIterator[str]]:
+        raise ValueError("the framework refused the stream")
+        yield self.setup.native.words()  # pragma: no cover - never reached
+
+
+class _UnopenedRunner(_Runner):
+    async def start(self, setup: RunSetup[_Framework]) -> _Run:
+        return _Unopened(setup)
+
+
+async def test_a_stream_that_fails_to_open_still_ends_the_run_once() -> None:
+    runner = _UnopenedRunner(broken=False)
+    agent = Agent("calc", runner, _Framework())
+    requests: list[Any] = [AgentRequestText(prompt="6 x 7?")]
+    with pytest.raises(ValueError, match="refused the stream"):
+        async for _ in runner.stream(agent, Session(id="s"), requests):
+            pass
+    assert runner.taken_down == runner.installed == ["listener"]  # unwound, once

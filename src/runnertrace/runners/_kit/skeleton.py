@@ -439,6 +439,7 @@ class FrameworkRun(ABC, Generic[Result]):
         #: each undo here, and the template unwinds them at the end, or at once when the
         #: install step fails half-way.
         self.exits = ExitStack()
+        self._ended = False
 
     # -- calling the framework --------------------------------------------------------------
     @abstractmethod
@@ -483,7 +484,11 @@ class FrameworkRun(ABC, Generic[Result]):
     def end(self) -> None:
         """The template's last word on a run: :meth:`close`, then nothing more is
         reported, whatever the framework still calls back (a graph cancelling its
-        tasks, a worker thread finishing its step) after the run has ended."""
+        tasks, a worker thread finishing its step) after the run has ended. Once: the
+        template also calls it when the framework's stream failed to open."""
+        if self._ended:
+            return
+        self._ended = True
         try:
             self.close()
         finally:
@@ -632,22 +637,26 @@ class FrameworkRunner(Runner, Generic[Native]):
                 for event in reply_events(run.reply(result, prompt_of(requests))):
                     yield event
                 return
-            async with (
-                run.native_stream() as items,
-                aclosing(
-                    relay(
-                        builder,
-                        items,
-                        run.map,
-                        on_failure=run.fail,
-                        on_complete=run.complete,
-                        on_exit=run.end,
-                        boundary=self.boundary,
-                        items_are_events=run.items_are_events,
-                    )
-                ) as events,
-            ):
-                async for event in events:
-                    yield event
+            try:
+                async with (
+                    run.native_stream() as items,
+                    aclosing(
+                        relay(
+                            builder,
+                            items,
+                            run.map,
+                            on_failure=run.fail,
+                            on_complete=run.complete,
+                            on_exit=run.end,
+                            boundary=self.boundary,
+                            items_are_events=run.items_are_events,
+                        )
+                    ) as events,
+                ):
+                    async for event in events:
+                        yield event
+            finally:  # the stream failed to open: relay never ran, and the run still ends
+                with self.boundary:
+                    run.end()
             result = await run.outcome()
         await run.save(result)
