@@ -321,7 +321,7 @@ def test_a_batch_is_stored_with_a_few_statements_not_one_per_span(db: Path) -> N
     store = SpanStore(db)
     store.write([_span(1, 1)])  # creates the file and schema
     statements: list[str] = []
-    conn = store._connection(create=False)  # noqa: SLF001 - to watch the statements sent
+    conn = store.engine._connection(create=False)  # type: ignore[attr-defined]  # noqa: SLF001 - to watch the statements sent
     conn.set_trace_callback(statements.append)
     spans = [_span(2, i + 1) for i in range(1200)]
     assert store.write(spans) == 1200

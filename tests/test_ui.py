@@ -236,7 +236,7 @@ def test_static_assets_and_the_page_policy(client: TestClient) -> None:
 
 
 # -- the store's runs table ---------------------------------------------------------------------
-def test_a_schema_1_store_is_upgraded_and_back_filled_once(tmp_path: Path) -> None:
+def test_a_schema_1_store_is_upgraded_and_back_filled_once_by_migrate(tmp_path: Path) -> None:
     db = tmp_path / "old.db"
     hand_made_runs(db, time.time_ns(), count=2)
     with sqlite3.connect(db) as conn:  # make it look like a store from before the runs table
@@ -244,7 +244,11 @@ def test_a_schema_1_store_is_upgraded_and_back_filled_once(tmp_path: Path) -> No
         conn.execute("PRAGMA user_version=1")
     with pytest.raises(StoreError, match="schema version 1"):
         SpanStore(db, read_only=True).list_runs()
-    with TestClient(create_app(db), base_url=BASE) as client:  # the app upgrades it at start
+    with TestClient(create_app(db), base_url=BASE) as client:  # a viewer never upgrades it
+        refused = client.get("/api/runs")
+        assert refused.status_code == 503 and "runnertrace migrate" in refused.json()["error"]
+    assert main(["migrate", "--store", str(db)]) == 0
+    with TestClient(create_app(db), base_url=BASE) as client:
         runs = get(client, "/api/runs")["runs"]
     assert len(runs) == 2 and {r["agent"] for r in runs} == {"pricey"}
     with sqlite3.connect(db) as conn:

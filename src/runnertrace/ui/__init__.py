@@ -24,12 +24,14 @@ from runnertrace._internal.imports import require
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
+    from runnertrace.store import StoreUrl
+
 __all__ = ["create_app", "host_names", "is_loopback", "serve"]
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def create_app(db: str | Path, **kwargs: Any) -> Starlette:
+def create_app(db: str | Path | StoreUrl, **kwargs: Any) -> Starlette:
     """The dashboard's ASGI app over the store at ``db`` (see :mod:`runnertrace.ui.app`)."""
     require("starlette", "ui")
     from runnertrace.ui.app import create_app as build
@@ -69,7 +71,7 @@ def host_names(host: str, extra: Sequence[str] = ()) -> list[str]:
 
 
 def serve(
-    db: str | Path,
+    db: str | Path | StoreUrl,
     *,
     host: str = "127.0.0.1",
     port: int = 0,
@@ -79,6 +81,7 @@ def serve(
 ) -> int:
     """Serve the dashboard until interrupted; ``port=0`` picks a free port."""
     uvicorn = require("uvicorn", "ui")
+    from runnertrace.store import StoreUrl
     from runnertrace.ui.app import LOOPBACK_HOSTS
     from runnertrace.ui.auth import TOKEN_ENV, ui_token
 
@@ -111,7 +114,7 @@ def serve(
     )
     server = uvicorn.Server(config)
     entry = f"{url}?token={token}" if token else url
-    out.write(f"runnertrace ui: {entry}  (store {Path(db)}; Ctrl-C to stop)\n")
+    out.write(f"runnertrace ui: {entry}  (store {StoreUrl.parse(db).shown}; Ctrl-C to stop)\n")
     if token:
         out.write(
             f"  a token is required (from {TOKEN_ENV} or generated): open the URL above once, "

@@ -34,8 +34,8 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from runnertrace.exporters.local_store import SpanStore, StoreError, TraceNotFoundError
-from runnertrace.report import FORMAT_SCRIPT
+from runnertrace.report import FORMAT_SCRIPT, render_report
+from runnertrace.store import SpanStore, StoreError, StoreUrl, TraceNotFoundError
 from runnertrace.ui.auth import TokenMiddleware
 from runnertrace.ui.ingest import (
     MAX_BODY,
@@ -127,12 +127,12 @@ def _int(request: Request, key: str, default: int, low: int = 0, high: int = MAX
 
 
 def create_app(
-    db: str | Path,
+    db: str | Path | StoreUrl,
     *,
     allowed_hosts: Sequence[str] | None = LOOPBACK_HOSTS,
     token: str | None = None,
 ) -> Starlette:
-    """The dashboard over the store at ``db``.
+    """The dashboard over the store at ``db`` (a SQLite file or a PostgreSQL URL).
 
     ``allowed_hosts`` checks the Host header, so a web page elsewhere cannot
     reach this server through DNS rebinding; ``None`` accepts any host.
@@ -214,9 +214,11 @@ def create_app(
         return _json(dashboard.compare(first, second))
 
     def trace_page(request: Request) -> Response:
-        trace_id = dashboard.store().resolve(request.path_params["trace_id"])
+        store = dashboard.store()
+        trace_id = store.resolve(request.path_params["trace_id"])
+        # The trace's waterfall page: the HTML report's own renderer.
         return HTMLResponse(
-            dashboard.trace_page(trace_id),
+            render_report(store.get_trace(trace_id), store.get_run(trace_id)),
             headers={**_HEADERS, "Content-Security-Policy": _REPORT_CSP},
         )
 
@@ -262,7 +264,7 @@ def create_app(
         spans = readable_spans(decode(body, content_type, encoding))
         with writer_lock:
             if not writer:
-                writer.append(SpanStore(dashboard.path))
+                writer.append(SpanStore(dashboard.url))
             store = writer[0]
         return store.write(spans)
 

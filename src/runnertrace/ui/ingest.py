@@ -36,7 +36,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from runnertrace.exporters.local_store import StoredSpan
+from runnertrace.store import StoredSpan
 from runnertrace.ui.dialects import normalise
 
 __all__ = [
