@@ -280,7 +280,8 @@ class PostgresEngine(Engine):
         with self._lock:
             conn = self._connection(create=False)
             try:
-                rows: list[Any] = conn.execute(_statement(sql), params or None).fetchall()
+                cursor = conn.execute(_statement(sql), params or None)
+                rows: list[Any] = cursor.fetchall() if cursor.description is not None else []
                 return rows
             except self._psycopg.Error as exc:
                 raise self._fault(exc, "read the trace store") from exc
