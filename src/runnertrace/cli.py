@@ -632,8 +632,9 @@ def cmd_ui(args: argparse.Namespace, out: Console) -> int:
     from runnertrace._internal.imports import MissingExtraError
     from runnertrace.ui import serve
 
-    if not 0 <= args.port <= 65535:
-        raise CommandError(f"--port {args.port} is out of range: 0 to 65535")
+    for flag, value in (("--port", args.port), ("--otlp-grpc-port", args.otlp_grpc_port or 0)):
+        if not 0 <= value <= 65535:
+            raise CommandError(f"{flag} {value} is out of range: 0 to 65535")
     store = _open_store(args.db)
     _check_readable(store)  # before a URL is printed or a server started
     try:
@@ -644,6 +645,7 @@ def cmd_ui(args: argparse.Namespace, out: Console) -> int:
             open_browser=not args.no_open,
             out=out.file,
             allow_hosts=args.allow_host,
+            grpc_port=args.otlp_grpc_port,
         )
     except (MissingExtraError, ValueError) as exc:  # a missing extra; a bad token setting
         raise CommandError(str(exc)) from None
@@ -728,6 +730,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME",
         help="a further Host name the dashboard answers to (repeatable)",
+    )
+    ui.add_argument(
+        "--otlp-grpc-port",
+        type=int,
+        metavar="PORT",
+        help="also take OTLP over gRPC on this port (e.g. 4317; the grpc extra)",
     )
     ui.set_defaults(func=cmd_ui)
     return parser

@@ -17,7 +17,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -33,6 +33,11 @@ from starlette.responses import (
 )
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+
+if TYPE_CHECKING:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
 
 from runnertrace.report import FORMAT_SCRIPT, render_report
 from runnertrace.store import SpanStore, StoreError, StoreUrl, TraceNotFoundError
@@ -131,13 +136,15 @@ def create_app(
     *,
     allowed_hosts: Sequence[str] | None = LOOPBACK_HOSTS,
     token: str | None = None,
+    ingest_keys: Sequence[str] = (),
 ) -> Starlette:
     """The dashboard over the store at ``db`` (a SQLite file or a PostgreSQL URL).
 
     ``allowed_hosts`` checks the Host header, so a web page elsewhere cannot
     reach this server through DNS rebinding; ``None`` accepts any host.
     ``token``, when given, is required on every request, OTLP included (see
-    :mod:`runnertrace.ui.auth`).
+    :mod:`runnertrace.ui.auth`). ``ingest_keys`` open the OTLP endpoints only.
+    ``app.state.ingest`` stores one decoded OTLP request (the gRPC service's way in).
     """
     dashboard = Dashboard(db)
 
@@ -261,7 +268,11 @@ def create_app(
     writer_lock = threading.Lock()
 
     def store_spans(body: bytes, content_type: str, encoding: str) -> int:
-        spans = readable_spans(decode(body, content_type, encoding))
+        return ingest(decode(body, content_type, encoding))
+
+    def ingest(request: ExportTraceServiceRequest) -> int:
+        """Store one OTLP request's spans through the store's writer (either engine)."""
+        spans = readable_spans(request)
         with writer_lock:
             if not writer:
                 writer.append(SpanStore(dashboard.url))
@@ -391,8 +402,9 @@ def create_app(
     middleware = []
     if allowed_hosts is not None:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
-    if token is not None:
-        middleware.append(Middleware(TokenMiddleware, token=token))
+    if token is not None or ingest_keys:
+        middleware.append(Middleware(TokenMiddleware, token=token, ingest_keys=tuple(ingest_keys)))
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.dashboard = dashboard
+    app.state.ingest = ingest
     return app
