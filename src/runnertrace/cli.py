@@ -9,6 +9,9 @@ Subcommands:
   file, or a PostgreSQL database), opened read-only: a viewer never creates,
   upgrades or rewrites a store. ``--store`` (or ``--db``) names another one.
 * ``migrate``: creates or upgrades a store's schema, the one command that does.
+* ``prune --older-than 30d``: removes old runs, in bounded steps.
+* ``copy FILE --store postgresql://...``: copies a SQLite store into PostgreSQL,
+  resumable (an interrupted copy goes on where it stopped) and idempotent.
 * ``doctor``: builds the configured backends and prints their ``check()`` findings.
 * ``dashboards cloudwatch``: deploys the CloudWatch dashboard.
 * ``ui``: serves the local dashboard over the store (the ``ui`` extra).
@@ -315,6 +318,79 @@ def cmd_migrate(args: argparse.Namespace, out: Console) -> int:
         out.print(Text(f"Created the trace store schema (version {after}) in {_shown(store)}."))
     else:
         out.print(Text(f"Upgraded {_shown(store)} from schema version {before} to {after}."))
+    return 0
+
+
+# -- prune / copy ------------------------------------------------------------------------------
+def cmd_prune(args: argparse.Namespace, out: Console) -> int:
+    """Remove the runs older than ``--older-than``, in bounded steps (either engine)."""
+    from runnertrace.store import SpanStore
+    from runnertrace.store.retention import parse_age, prune
+
+    try:
+        age = parse_age(args.older_than)
+    except ValueError as exc:
+        raise CommandError(f"--older-than: {exc}") from None
+    store = SpanStore(_store_path(args.db))
+    try:
+        if not store.exists():
+            raise CommandError(f"no trace store at {_shown(store)}: nothing to prune")
+        result = prune(store, age, vacuum=not args.no_vacuum)
+    finally:
+        store.close()
+    if result.busy:
+        out.print(Text(f"Another process is pruning {_shown(store)}; left to it."))
+        return 0
+    out.print(
+        Text(
+            f"Pruned {_many(result.runs, 'run')} ({_many(result.spans, 'span')}, "
+            f"{_many(result.metric_points, 'metric point')}) older than {args.older_than} "
+            f"from {_shown(store)}."
+        )
+    )
+    return 0
+
+
+def cmd_copy(args: argparse.Namespace, out: Console) -> int:
+    """Copy a SQLite store into the PostgreSQL store ``--store`` names; resumable."""
+    from runnertrace.store import SpanStore
+    from runnertrace.store.copy import CopyResult, copy_store
+
+    source = SpanStore(args.source, read_only=True)
+    target = SpanStore(_store_path(args.db))
+
+    def progress(result: CopyResult) -> None:
+        out.print(Text(f"copied {result.traces} traces ({result.spans} spans)"))
+        out.file.flush()
+
+    try:
+        if not source.is_file:
+            raise CommandError(f"copy reads a SQLite file; {source.location} is not one")
+        if target.is_file:
+            raise CommandError(
+                f"copy writes to a PostgreSQL store: name it with --store postgresql://...; "
+                f"{target.location} is a file"
+            )
+        with _reading(source):
+            result = copy_store(
+                source,
+                target,
+                batch=args.batch,
+                max_batches=args.max_batches,
+                progress=progress if args.progress else None,
+            )
+    finally:
+        source.close()
+        target.close()
+    resumed = f" (resumed after trace {result.resumed_after})" if result.resumed_after else ""
+    state = "done" if result.done else "stopped early: run the same command again to go on"
+    out.print(
+        Text(
+            f"Copied {_many(result.traces, 'trace')} ({_many(result.spans, 'span')}, "
+            f"{_many(result.metric_points, 'metric point')}) from {_shown(source)} to "
+            f"{_shown(target)}{resumed}; {state}."
+        )
+    )
     return 0
 
 
@@ -711,6 +787,30 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[store_parent],
     )
     migrate.set_defaults(func=cmd_migrate)
+
+    prune_ = command(
+        "prune", "remove the runs older than an age from the store", parents=[store_parent]
+    )
+    prune_.add_argument(
+        "--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 2w (s m h d w)"
+    )
+    prune_.add_argument(
+        "--no-vacuum", action="store_true", help="leave reclaiming the room to the database"
+    )
+    prune_.set_defaults(func=cmd_prune)
+
+    copy = command(
+        "copy",
+        "copy a SQLite store into the PostgreSQL store --store names (resumable)",
+        parents=[store_parent],
+    )
+    copy.add_argument("source", metavar="SQLITE_FILE", help="the SQLite store to copy")
+    copy.add_argument(
+        "--batch", type=_positive_int, default=200, metavar="N", help="traces per step"
+    )
+    copy.add_argument("--max-batches", type=_positive_int, metavar="N", help="stop after N steps")
+    copy.add_argument("--progress", action="store_true", help="a line per step")
+    copy.set_defaults(func=cmd_copy)
 
     doctor = command("doctor", "check the configuration and each backend", parents=[store_parent])
     doctor.set_defaults(func=cmd_doctor)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace.export import SpanExporter
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from runnertrace.store import (
     SpanStore,
@@ -25,6 +25,7 @@ from runnertrace.store import (
     StoreUrl,
     StoreVersionError,
 )
+from runnertrace.store.retention import parse_age
 from runnertrace.store.sqlite import is_busy
 from runnertrace.tracing.backend import Backend, BackendSettings, Check
 from runnertrace.tracing.config_env import default_store_path
@@ -41,7 +42,14 @@ __all__ = [
 
 
 class LocalConfig(BackendSettings):
-    """``trace.local``: the embedded store."""
+    """``trace.local``: the span store (a SQLite file, or a PostgreSQL database)."""
+
+    @field_validator("retention")
+    @classmethod
+    def _age(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_age(value)  # ValueError: pydantic names the key and says the form
+        return value
 
     path: str = Field(default_factory=default_store_path)
     """Where the store is: a SQLite file (default: one per user in the platform's data
@@ -49,6 +57,10 @@ class LocalConfig(BackendSettings):
     ``postgresql://user@host:5432/traces`` (the ``postgres`` extra). The viewers
     (``traces``, ``show``, ``report``, ``ui``, ``doctor``) read the same store; their
     ``--store`` (or ``--db``) names another."""
+    retention: str | None = None
+    """Keep runs this long, then prune them: ``30d``, ``12h``, ``2w`` (default: keep all).
+    The writer prunes a bounded step now and then; ``runnertrace prune --older-than``
+    does it at once."""
     max_queue_size: int = Field(8192, ge=1)
     """Finished spans that may wait for the file. A disk stall (another program's
     fsync, a checkpoint) holds the writer for a moment; at a tight loop's
@@ -82,7 +94,12 @@ class LocalBackend(Backend):
     def exporter(self) -> SpanExporter:
         # Half the flush budget: a locked store (or a database that does not answer)
         # fails the batch (counted, explained) before a flush that waits for it gives up.
-        return StoreSpanExporter(self.url, busy_timeout_s=self.trace_config.flush_timeout_s / 2)
+        retention = self.settings.retention
+        return StoreSpanExporter(
+            self.url,
+            busy_timeout_s=self.trace_config.flush_timeout_s / 2,
+            retention_s=parse_age(retention) if retention else None,
+        )
 
     def max_queue_size(self) -> int:
         return self.settings.max_queue_size

@@ -42,6 +42,13 @@ class Transaction(ABC):
         """Undo everything so far and begin again (the batch's fast path failed)."""
 
     @abstractmethod
+    def try_lock_prune(self) -> bool:
+        """Become the one pruner until this commits; False: another is pruning."""
+
+    @abstractmethod
+    def has_table(self, name: str) -> bool: ...
+
+    @abstractmethod
     def lock_sequence(self) -> None:
         """Hold other writers back from assigning ``seq`` until this commits (PostgreSQL;
         SQLite's write lock already does)."""
@@ -100,6 +107,10 @@ class Engine(ABC):
     def size_bytes(self) -> int | None:
         """The store's size on disk (benchmarks and ``doctor``)."""
         return None
+
+    @abstractmethod
+    def vacuum(self) -> None:
+        """Let the room of deleted rows be reused, without holding writers back for long."""
 
     def _after_fork_in_child(self) -> None:
         self.forget_connection()

@@ -9,6 +9,7 @@ batch tries again, so writing resumes by itself.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 from collections.abc import Sequence
@@ -17,12 +18,15 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from runnertrace.store.errors import StoreError, StoreUnavailableError
+from runnertrace.store.retention import Retention
 from runnertrace.store.sqlite import is_locked
 from runnertrace.store.store import SpanStore, printable
 from runnertrace.store.url import StoreUrl
 from runnertrace.tracing.drops import explain
 
 __all__ = ["SqliteSpanExporter", "StoreSpanExporter", "write_fix"]
+
+logger = logging.getLogger("runnertrace")
 
 
 def write_fix(store: SpanStore, exc: BaseException) -> str:
@@ -53,11 +57,17 @@ class StoreSpanExporter(SpanExporter):
     """
 
     def __init__(
-        self, path: str | os.PathLike[str] | StoreUrl, *, busy_timeout_s: float = 10.0
+        self,
+        path: str | os.PathLike[str] | StoreUrl,
+        *,
+        busy_timeout_s: float = 10.0,
+        retention_s: float | None = None,
     ) -> None:
         self.store = SpanStore(path, busy_timeout_s=busy_timeout_s)
         self.busy_timeout_s = busy_timeout_s
         self._shutdown = False
+        # trace.local.retention: a bounded prune step now and then, after a write.
+        self.retention = Retention(self.store, retention_s) if retention_s else None
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._shutdown:
@@ -77,6 +87,14 @@ class StoreSpanExporter(SpanExporter):
                 write_fix(self.store, exc),
             )
             return SpanExportResult.FAILURE
+        if self.retention is not None:
+            try:
+                self.retention.after_write()
+            except (sqlite3.Error, StoreError, OSError) as exc:
+                # The spans are stored; only the prune failed: said once, tried again later.
+                logger.warning(
+                    "runnertrace: pruning %s failed: %s", self.store.location, printable(exc)
+                )
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:

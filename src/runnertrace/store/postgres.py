@@ -121,6 +121,15 @@ class _PostgresTransaction(Transaction):
     def lock_sequence(self) -> None:
         self.conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_CLASS, SEQUENCE_LOCK))
 
+    def try_lock_prune(self) -> bool:
+        row = self.conn.execute(
+            "SELECT pg_try_advisory_xact_lock(%s, %s)", (_LOCK_CLASS, PRUNE_LOCK)
+        ).fetchone()
+        return bool(row[0])
+
+    def has_table(self, name: str) -> bool:
+        return bool(self.conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()[0])
+
 
 class PostgresEngine(Engine):
     """One PostgreSQL database through one psycopg connection per store object."""
@@ -262,6 +271,19 @@ class PostgresEngine(Engine):
             return self.version() is not None
         except StoreError:
             return False
+
+    def vacuum(self) -> None:
+        """``VACUUM (ANALYZE, SKIP_LOCKED)`` of the store's tables: it blocks no reader or
+        writer, skips a table another session holds, and stops at the writer's statement
+        timeout (autovacuum finishes what it leaves)."""
+        with self._lock:
+            conn = self._connection(create=False)
+            try:
+                conn.execute("VACUUM (ANALYZE, SKIP_LOCKED) spans, run_agents, runs, metric_points")
+            except self._psycopg.errors.QueryCanceled:
+                return  # bounded on purpose: the statement timeout ended it
+            except self._psycopg.Error as exc:
+                raise self._fault(exc, "vacuum") from exc
 
     def size_bytes(self) -> int | None:
         rows = self.query("SELECT pg_database_size(current_database())")

@@ -103,6 +103,14 @@ class _SqliteTransaction(Transaction):
     def lock_sequence(self) -> None:
         """One writer at a time already (``BEGIN IMMEDIATE``)."""
 
+    def try_lock_prune(self) -> bool:
+        return True  # the write lock is the prune lock too
+
+    def has_table(self, name: str) -> bool:
+        return bool(
+            self.rows("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,))
+        )
+
     def restart(self) -> None:
         self.conn.execute("ROLLBACK")
         self.engine._begin(self.conn)  # noqa: SLF001 - its own engine
@@ -250,6 +258,16 @@ class SqliteEngine(Engine):
 
     def exists(self) -> bool:
         return self.path.is_file()
+
+    def vacuum(self) -> None:
+        """Fold the WAL back into the file: the freed pages are reused by the next writes.
+
+        Not ``VACUUM``: it rewrites the whole file under an exclusive lock, for as long
+        as that takes, and every writer of the file waits.
+        """
+        with self._write_lock, self._lock:
+            conn = self._connection(create=False)
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def size_bytes(self) -> int | None:
         files = [self.path, self.path.with_name(self.path.name + "-wal")]
