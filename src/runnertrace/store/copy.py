@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from runnertrace.store.errors import StoreError
 from runnertrace.store.schema import METRICS_COLUMNS, SPAN_COLUMNS
 from runnertrace.store.store import SpanStore
-from runnertrace.store.summary import multi_row
 
 __all__ = ["CopyResult", "copy_store"]
 
@@ -116,9 +115,7 @@ def _finish(source: SpanStore, target: SpanStore, key: str, result: CopyResult) 
         state = tx.rows("SELECT done, last_key, spans FROM copies WHERE source = ?", (key,))
         if state and state[0][0]:
             return
-        insert = f"INSERT INTO metric_points ({METRICS_COLUMNS}) VALUES "
-        for sql, params in multi_row(tx, insert, "", len(METRICS_COLUMNS.split(",")), points):
-            tx.execute(sql, params)
+        tx.store_rows("metric_points", METRICS_COLUMNS, (), points)
         last, spans = (state[0][1], state[0][2]) if state else ("", 0)
         tx.execute(head + "(?, ?, ?, 1)" + tail, (key, last, spans))
     result.metric_points = len(points)

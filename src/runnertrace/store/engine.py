@@ -25,7 +25,12 @@ class Transaction(ABC):
     """One write transaction (see :class:`runnertrace.store.summary.Writing`)."""
 
     dialect: Dialect
-    max_params: int
+
+    @abstractmethod
+    def store_rows(
+        self, table: str, columns: str, keys: Sequence[str], rows: Sequence[Sequence[object]]
+    ) -> None:
+        """Insert ``rows``, over the rows of the same ``keys`` (none: append)."""
 
     @abstractmethod
     def execute(self, sql: str, params: Sequence[object] = ()) -> None: ...

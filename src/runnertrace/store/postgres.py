@@ -44,7 +44,7 @@ from runnertrace.store.errors import (
     StoreUnavailableError,
     StoreVersionError,
 )
-from runnertrace.store.schema import SCHEMA_VERSION, postgres_schema
+from runnertrace.store.schema import SCHEMA_VERSION, column_types, postgres_schema
 from runnertrace.store.url import StoreUrl
 
 __all__ = ["PostgresEngine"]
@@ -54,7 +54,6 @@ _LOCK_CLASS = 0x52545241  # "RTRA"
 SEQUENCE_LOCK = 1
 SCHEMA_LOCK = 2
 PRUNE_LOCK = 3
-_MAX_PARAMS = 32767  # the protocol allows 65535; a batch of 512 spans takes 8704
 _APPLICATION = "runnertrace"
 
 
@@ -81,7 +80,6 @@ def trace_lock_keys(keys: Sequence[str]) -> list[int]:
 
 class _PostgresTransaction(Transaction):
     dialect = POSTGRES
-    max_params = _MAX_PARAMS
 
     def __init__(self, engine: PostgresEngine, conn: Any, keys: list[int]) -> None:
         self.engine = engine
@@ -102,6 +100,28 @@ class _PostgresTransaction(Transaction):
     def rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
         rows: list[Any] = self.conn.execute(_statement(sql), params or None).fetchall()
         return rows
+
+    def store_rows(
+        self, table: str, columns: str, keys: Sequence[str], rows: Sequence[Sequence[object]]
+    ) -> None:
+        """One statement for any number of rows: a typed array per column, ``unnest``ed.
+
+        Why not one ``VALUES`` list: psycopg parses a statement's placeholders in Python,
+        and a batch of 512 spans has 8,704 of them (half the write's time went there).
+        With arrays the statement has one placeholder per column, and its text is the
+        same for every batch (prepared once by the server).
+        """
+        if not rows:
+            return
+        names = [c.strip() for c in columns.split(",")]
+        if keys:  # a row twice in one statement is an error for ON CONFLICT: the last wins
+            at = [names.index(k) for k in keys]
+            rows = list({tuple(row[i] for i in at): row for row in rows}.values())
+        types = column_types(table)
+        arrays = ", ".join(f"%s::{types[name]}[]" for name in names)
+        tail = self.dialect.upsert(table, columns, keys)[1] if keys else ""
+        statement = f"INSERT INTO {table} ({columns}) SELECT * FROM unnest({arrays})"
+        self.conn.execute(statement + tail, [list(column) for column in zip(*rows, strict=True)])
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

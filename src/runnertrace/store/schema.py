@@ -16,6 +16,7 @@ __all__ = [
     "RUN_COLUMNS",
     "SCHEMA_VERSION",
     "SPAN_COLUMNS",
+    "column_types",
     "postgres_schema",
     "sqlite_schema",
 ]
@@ -169,6 +170,28 @@ SPAN_COLUMNS = (
 METRICS_COLUMNS = (
     "time_ns, start_ns, name, unit, kind, attributes, value, count, min, max, bounds, bucket_counts"
 )
+
+
+def column_types(table: str) -> dict[str, str]:
+    """Each column of ``table`` and its PostgreSQL type (``text``, ``bigint``, ``float8``),
+    read from the schema itself (PostgreSQL's bulk insert names them)."""
+    found = _TYPES.get(table)
+    if found is None:
+        script = _SQLITE_SCHEMA + _METRICS_SCHEMA
+        match = re.search(rf"CREATE TABLE IF NOT EXISTS {table} \((.*?)\n\)", script, re.S)
+        if match is None:
+            raise KeyError(table)
+        found = {}
+        for line in match.group(1).splitlines():
+            parts = line.replace(",", " ").split()
+            if len(parts) >= 2 and parts[1] in _PG_TYPES:
+                found[parts[0]] = _PG_TYPES[parts[1]]
+        _TYPES[table] = found
+    return found
+
+
+_PG_TYPES = {"TEXT": "text", "INTEGER": "bigint", "REAL": "float8"}
+_TYPES: dict[str, dict[str, str]] = {}
 
 
 def _statements(script: str) -> list[str]:

@@ -72,6 +72,26 @@ def is_busy(error: BaseException | None) -> bool:
     }
 
 
+def multi_row(
+    max_params: int, head: str, width: int, rows: Sequence[Sequence[object]]
+) -> Iterator[tuple[str, list[object]]]:
+    """``head`` + ``VALUES`` for ``rows`` of ``width`` values, in as few statements as fit.
+
+    Why not ``executemany``: the sqlite3 module releases the GIL around every
+    row's step, and while the host keeps the CPU busy, each release can cost
+    the export thread a whole GIL switch interval (5 ms) to get the GIL back.
+    One statement per row means a wait per row; this way a batch waits a few
+    times. The same holds for every statement a batch runs, which is why a
+    batch's run summaries are computed in a few queries, not a few per trace.
+    """
+    per_statement = max(1, max_params // width)
+    params_sql = f"({', '.join('?' * width)})"
+    for start in range(0, len(rows), per_statement):
+        chunk = rows[start : start + per_statement]
+        params = [value for row in chunk for value in row]
+        yield head + ", ".join([params_sql] * len(chunk)), params
+
+
 class _SqliteTransaction(Transaction):
     dialect = SQLITE
 
@@ -85,6 +105,18 @@ class _SqliteTransaction(Transaction):
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> None:
         self.conn.execute(sql, params)
+
+    def store_rows(
+        self, table: str, columns: str, keys: Sequence[str], rows: Sequence[Sequence[object]]
+    ) -> None:
+        head = (
+            self.dialect.upsert(table, columns, keys)[0]
+            if keys
+            else f"INSERT INTO {table} ({columns}) VALUES "
+        )
+        width = len(columns.split(","))
+        for sql, params in multi_row(self.max_params, head, width, rows):
+            self.conn.execute(sql, params)
 
     def rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
         return self.conn.execute(sql, params).fetchall()

@@ -30,7 +30,7 @@ from runnertrace.store.records import (
     run_summary,
 )
 from runnertrace.store.schema import AGENT_COLUMNS, METRICS_COLUMNS, RUN_COLUMNS, SPAN_COLUMNS
-from runnertrace.store.summary import multi_row, refresh_runs
+from runnertrace.store.summary import refresh_runs
 from runnertrace.store.url import StoreUrl
 from runnertrace.tracing.drops import reject
 
@@ -39,7 +39,6 @@ __all__ = ["SpanStore", "printable"]
 _HEX_PREFIX = re.compile(r"[0-9a-f]{1,32}")
 _RUN_SELECT = f"SELECT {RUN_COLUMNS} FROM runs"
 _SPAN_SELECT = f"SELECT {SPAN_COLUMNS} FROM spans"
-_METRICS_WIDTH = len(METRICS_COLUMNS.split(","))
 
 
 def _engine(url: StoreUrl, *, busy_timeout_s: float, read_only: bool) -> Engine:
@@ -159,9 +158,7 @@ class SpanStore:
     def _insert(
         tx: Transaction, rows: Sequence[tuple[object, ...]]
     ) -> Sequence[tuple[object, ...]]:
-        head, tail = tx.dialect.upsert("spans", SPAN_COLUMNS, ("trace_id", "span_id"))
-        for sql, params in multi_row(tx, head, tail, ROW_WIDTH, rows):
-            tx.execute(sql, params)
+        tx.store_rows("spans", SPAN_COLUMNS, ("trace_id", "span_id"), rows)
         return rows
 
     def _insert_one_by_one(
@@ -188,9 +185,7 @@ class SpanStore:
         rows = [point.row() for point in points]
         with self.engine.writing() as tx:
             self.engine.ensure_metrics(tx)
-            head = f"INSERT INTO metric_points ({METRICS_COLUMNS}) VALUES "
-            for sql, params in multi_row(tx, head, "", _METRICS_WIDTH, rows):
-                tx.execute(sql, params)
+            tx.store_rows("metric_points", METRICS_COLUMNS, (), rows)
         return len(rows)
 
     def metric_points(self, name: str | None = None) -> list[StoredMetricPoint]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,7 +32,7 @@ from runnertrace.store.records import _NO_USAGE, AgentAccount, StoredSpan, Usage
 from runnertrace.store.schema import AGENT_COLUMNS, RUN_COLUMNS
 from runnertrace.tracing import attributes as attr
 
-__all__ = ["COST", "Writing", "agent_accounts", "multi_row", "refresh_runs"]
+__all__ = ["COST", "Writing", "agent_accounts", "refresh_runs"]
 
 # The cost of a chat span, when a price was known (never guessed).
 COST = "gen_ai.usage.cost"
@@ -42,34 +42,16 @@ class Writing(Protocol):
     """One write transaction of an engine: what the summary and the span insert need."""
 
     dialect: Dialect
-    max_params: int
-    """Bound values one statement may take."""
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> None: ...
 
     def rows(self, sql: str, params: Sequence[object] = ()) -> list[Any]: ...
 
-
-def multi_row(
-    tx: Writing, head: str, tail: str, width: int, rows: Sequence[Sequence[object]]
-) -> Iterator[tuple[str, list[object]]]:
-    """``head`` + ``VALUES`` for ``rows`` of ``width`` values + ``tail``, in as few
-    statements as fit.
-
-    Why not ``executemany``: the sqlite3 module releases the GIL around every
-    row's step, and while the host keeps the CPU busy, each release can cost
-    the export thread a whole GIL switch interval (5 ms) to get the GIL back.
-    One statement per row means a wait per row; this way a batch waits a few
-    times (and on PostgreSQL, a round trip a few times). The same holds for
-    every statement a batch runs, which is why a batch's run summaries are
-    computed in a few queries, not a few per trace.
-    """
-    per_statement = max(1, tx.max_params // width)
-    params_sql = f"({', '.join('?' * width)})"
-    for start in range(0, len(rows), per_statement):
-        chunk = rows[start : start + per_statement]
-        params = [value for row in chunk for value in row]
-        yield head + ", ".join([params_sql] * len(chunk)) + tail, params
+    def store_rows(
+        self, table: str, columns: str, keys: Sequence[str], rows: Sequence[Sequence[object]]
+    ) -> None:
+        """Insert ``rows`` (over the rows of the same ``keys``; no keys: append), in as few
+        statements as the engine can (a batch is a few statements, never one per row)."""
 
 
 # -- a run's numbers ------------------------------------------------------------------------
@@ -738,16 +720,8 @@ def refresh_runs(tx: Writing, trace_ids: Iterable[str], *, lock_sequence: Any = 
         lock_sequence()
     seq = int(tx.rows("SELECT COALESCE(MAX(seq), 0) FROM runs")[0][0])
     numbered = [(*row, seq + number) for number, row in enumerate(rows, 1)]
-    head, tail = d.upsert("runs", f"{RUN_COLUMNS}, seq", ("trace_id",))
-    for statement, params in multi_row(tx, head, tail, _RUN_WIDTH, numbered):
-        tx.execute(statement, params)
+    tx.store_rows("runs", f"{RUN_COLUMNS}, seq", ("trace_id",), numbered)
     for start in range(0, len(wanted), 500):
         chunk = wanted[start : start + 500]
         tx.execute(f"DELETE FROM run_agents WHERE trace_id IN ({_marks(len(chunk))})", chunk)
-    head, tail = d.upsert("run_agents", AGENT_COLUMNS, ("trace_id", "agent"))
-    for statement, params in multi_row(tx, head, tail, _AGENT_WIDTH, agent_rows):
-        tx.execute(statement, params)
-
-
-_RUN_WIDTH = len(RUN_COLUMNS.split(",")) + 1  # and seq
-_AGENT_WIDTH = len(AGENT_COLUMNS.split(","))
+    tx.store_rows("run_agents", AGENT_COLUMNS, ("trace_id", "agent"), agent_rows)
