@@ -1,9 +1,10 @@
 """The two store engines side by side: ingest from 4 processes, each dashboard query's p95, size.
 
-Run it with ``python benchmarks/engines.py [runs] [seconds]`` (defaults: 100000 runs,
-10 s of ingest per measurement). PostgreSQL is ``RUNNERTRACE_TEST_POSTGRES`` when set,
-else a throwaway cluster started as the tests start theirs (tests/store_engines.py:
-PostgreSQL 15 on loopback, ``fsync`` off, so the figures are the engine's, not the disk's).
+Run it with ``python benchmarks/engines.py [runs] [seconds] [engines]`` (defaults: 100000
+runs, 10 s of ingest per measurement, ``sqlite,postgresql``). PostgreSQL is
+``RUNNERTRACE_TEST_POSTGRES`` when set, else a throwaway cluster started as the tests start
+theirs (tests/store_engines.py: PostgreSQL 15 on loopback, ``fsync`` off, so the figures
+are the engine's, not the disk's).
 
 For each engine:
 
@@ -216,7 +217,7 @@ def main() -> int:
     total = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 10.0
     workdir = Path(tempfile.mkdtemp(prefix="runnertrace-engines-"))
-    given = os.environ.get("RUNNERTRACE_TEST_POSTGRES", "").strip()
+    given = os.environ.get("RUNNERTRACE_TEST_POSTGRES", "").strip()  # as the tests read it
     cluster = None
     if given:
         admin = given
@@ -228,14 +229,18 @@ def main() -> int:
     try:
         from store_engines import Postgres
 
-        pg = Postgres(url=admin).create_database("bench")
-        found = {
-            "SQLite": measure("sqlite", str(workdir / "traces.db"), total, seconds),
-            "PostgreSQL": measure("postgresql", pg, total, seconds),
-        }
+        wanted = (sys.argv[3] if len(sys.argv) > 3 else "sqlite,postgresql").split(",")
+        found = {}
+        if "sqlite" in wanted:
+            found["SQLite"] = measure("sqlite", str(workdir / "traces.db"), total, seconds)
+        if "postgresql" in wanted:
+            pg = Postgres(url=admin).create_database("bench")
+            found["PostgreSQL"] = measure("postgresql", pg, total, seconds)
     finally:
         if cluster is not None:
             cluster.stop()
+    if len(found) < 2:
+        return 0
     sq, pq = found["SQLite"], found["PostgreSQL"]
     print(
         f"\n{total:,} runs ({sq['spans']:,} spans); ingest {seconds:g} s from {PROCESSES} processes"

@@ -36,6 +36,8 @@ import pytest
 
 ENGINES = ("sqlite", "postgresql")
 ENV = "RUNNERTRACE_TEST_POSTGRES"
+# Read at import: the suite's autouse fixture clears every RUNNERTRACE_* variable per test.
+GIVEN = os.environ.get(ENV, "").strip()
 PASSWORD = "runnertrace-test"
 INSTALL = (
     "install PostgreSQL's server (Debian: apt-get install postgresql-15, with pg_trgm) and "
@@ -186,9 +188,8 @@ def postgres() -> Iterator[Postgres]:
         import psycopg  # noqa: F401
     except ImportError:
         _unavailable("psycopg is not installed")
-    given = os.environ.get(ENV, "").strip()
-    if given:
-        yield Postgres(url=given)
+    if GIVEN:
+        yield Postgres(url=GIVEN)
         return
     server = _start_cluster()
     try:

@@ -105,9 +105,9 @@ class LocalBackend(Backend):
         return self.settings.max_queue_size
 
     def metric_exporter(self) -> MetricExporter:
-        from runnertrace.exporters.local_metrics import SqliteMetricExporter
+        from runnertrace.exporters.local_metrics import StoreMetricExporter
 
-        return SqliteMetricExporter(self.url, busy_timeout_s=self.trace_config.flush_timeout_s / 4)
+        return StoreMetricExporter(self.url, busy_timeout_s=self.trace_config.flush_timeout_s / 4)
 
     def check(self) -> list[Check]:
         url = self.url

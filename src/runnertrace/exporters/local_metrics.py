@@ -22,7 +22,7 @@ from runnertrace.store import SpanStore, StoredMetricPoint, StoreError, StoreUrl
 from runnertrace.tracing.drops import metric_export_failed
 from runnertrace.tracing.metrics import delta_temporality, our_points
 
-__all__ = ["SqliteMetricExporter", "stored_points"]
+__all__ = ["SqliteMetricExporter", "StoreMetricExporter", "stored_points"]
 
 
 def stored_points(data: MetricsData) -> list[StoredMetricPoint]:
@@ -54,8 +54,9 @@ def stored_points(data: MetricsData) -> list[StoredMetricPoint]:
     return points
 
 
-class SqliteMetricExporter(MetricExporter):
-    """Appends our metric points to the store's ``metric_points`` table; never raises."""
+class StoreMetricExporter(MetricExporter):
+    """Appends our metric points to the store's ``metric_points`` table (either engine);
+    never raises."""
 
     def __init__(
         self, path: str | os.PathLike[str] | StoreUrl, *, busy_timeout_s: float = 10.0
@@ -79,3 +80,7 @@ class SqliteMetricExporter(MetricExporter):
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
         self.store.close()
+
+
+SqliteMetricExporter = StoreMetricExporter
+"""The exporter's name from when SQLite was the only engine."""

@@ -139,6 +139,17 @@ CREATE INDEX IF NOT EXISTS metric_points_by_name ON metric_points (name, time_ns
 _POSTGRES_EXTRA = """
 CREATE EXTENSION IF NOT EXISTS pg_trgm;
 CREATE INDEX IF NOT EXISTS spans_text ON spans USING gin ((name || ' ' || attributes) gin_trgm_ops);
+-- The model and provider filters: a key of a model call's JSON attributes, found through an
+-- index instead of parsing every model call's attributes (SQLite walks the runs newest
+-- first, probing each run's spans; PostgreSQL's planner joins on these).
+CREATE INDEX IF NOT EXISTS spans_request_model
+    ON spans ((attributes::jsonb ->> 'gen_ai.request.model')) WHERE span_type = 'message';
+CREATE INDEX IF NOT EXISTS spans_response_model
+    ON spans ((attributes::jsonb ->> 'gen_ai.response.model')) WHERE span_type = 'message';
+CREATE INDEX IF NOT EXISTS spans_provider
+    ON spans ((attributes::jsonb ->> 'gen_ai.provider.name')) WHERE span_type = 'message';
+CREATE INDEX IF NOT EXISTS spans_system
+    ON spans ((attributes::jsonb ->> 'gen_ai.system')) WHERE span_type = 'message';
 CREATE SEQUENCE IF NOT EXISTS metric_points_order;
 ALTER TABLE metric_points
     ADD COLUMN IF NOT EXISTS id BIGINT NOT NULL DEFAULT nextval('metric_points_order');
