@@ -121,3 +121,45 @@ def test_the_sdks_grpc_exporter_sends_as_it_is(grpc_ingest: tuple[str, Path]) ->
         store.close()
     refused.shutdown()
     keyed.shutdown()
+
+
+def test_runnertrace_ui_takes_otlp_grpc_with_its_ingest_key(store_location: Path) -> None:
+    """The command as a user runs it: ``runnertrace ui --otlp-grpc-port`` with an ingest key."""
+    pytest.importorskip("grpc")
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    code = "import sys; from runnertrace.cli import main; sys.exit(main(sys.argv[1:]))"
+    server = subprocess.Popen(
+        [sys.executable, "-c", code, "ui", "--store", str(store_location), "--no-open",
+         "--otlp-grpc-port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "RUNNERTRACE_INGEST_KEY": NEW_KEY, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None
+        lines = [server.stdout.readline() for _ in range(3)]
+        found = [m for line in lines if (m := re.search(r"OTLP/gRPC in: (\S+)", line))]
+        assert found, (lines, server.stderr.read() if server.poll() is not None else "")  # type: ignore[union-attr]
+        assert any("ingest key" in line for line in lines), lines
+        exporter = OTLPSpanExporter(
+            endpoint=found[0].group(1),
+            insecure=True,
+            headers=(("authorization", f"Bearer {NEW_KEY}"),),
+        )
+        assert exporter.export(_finished_spans()) == SpanExportResult.SUCCESS
+        exporter.shutdown()
+    finally:
+        server.terminate()
+        server.wait(30)
+    store = SpanStore(store_location, read_only=True)
+    try:
+        assert [r.agent for r in store.list_runs()] == ["helper"]
+    finally:
+        store.close()
