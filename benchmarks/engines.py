@@ -186,6 +186,8 @@ def measure(engine: str, location: str, total: int, seconds: float) -> dict[str,
         took = fill(store, Runs(now, total), per_batch=100)
         print(f"filled in {took:.0f} s ({5 * total / took:,.0f} spans/s, one process)", flush=True)
         results["fill"] = 5 * total / took
+    if not store.is_file:
+        store.read("ANALYZE")  # statistics, as autovacuum would have them by now
     spans, traces = store.count()
     app = create_app(location)
     queries: list[tuple[str, float, float]] = []

@@ -75,6 +75,12 @@ class Dialect:
         """The head (up to ``VALUES ``) and tail of a statement storing rows over old ones."""
         return f"INSERT OR REPLACE INTO {table} ({columns}) VALUES ", ""
 
+    def parsed(self, where: str) -> str:
+        """The spans matching ``where``, as a table to select from, whose ``attributes`` each
+        query phrase above reads without parsing them again (PostgreSQL parses the JSON text
+        once per row there, not once per key read)."""
+        return f"(SELECT * FROM spans WHERE {where}) AS spans"
+
     def json_list(self) -> str:
         """A subquery of the strings of a JSON list given as one parameter."""
         return "SELECT value FROM json_each(?)"
@@ -144,6 +150,14 @@ class _Postgres(Dialect):
         return (
             f"INSERT INTO {table} ({columns}) VALUES ",
             f" ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates}",
+        )
+
+    def parsed(self, where: str) -> str:
+        # OFFSET 0 keeps the planner from folding the subquery back (and the casts with it).
+        return (
+            "(SELECT trace_id, span_id, name, span_type, start_ns, end_ns, status_code, "
+            "status_description, input_tokens, output_tokens, attributes::jsonb AS attributes "
+            f"FROM spans WHERE {where} OFFSET 0) AS spans"
         )
 
     def json_list(self) -> str:

@@ -33,7 +33,7 @@ from runnertrace.store.dialect import SQLITE, Dialect
 from runnertrace.store.errors import StoreNotFoundError
 from runnertrace.store.records import RunSummary, agent_account, cost_status, run_summary, span_tree
 from runnertrace.store.schema import RUN_COLUMNS
-from runnertrace.store.search import SearchIndex
+from runnertrace.store.search import FEW, SearchIndex
 from runnertrace.store.store import SpanStore
 from runnertrace.store.summary import COST
 from runnertrace.store.url import StoreUrl
@@ -322,16 +322,7 @@ class RunFilter:
                 )
 
             patterns = [pattern] * (1 + times)
-            if d.name == "postgresql":
-                # The trigram index answers which spans hold the text, once for the query
-                # (a list the runs are then checked against): never a walk over every
-                # run's spans, however rare the text.
-                clauses.append(
-                    f"(runs.name ILIKE ? ESCAPE '\\' OR runs.trace_id IN "
-                    f"(SELECT s.trace_id FROM spans s WHERE {content}))"
-                )
-                params.extend(patterns)
-            elif found is None:
+            if found is None:
                 clauses.append(scan("runs"))
                 params.extend(patterns)
             else:
@@ -484,7 +475,25 @@ class Dashboard:
         found = None
         if filters.search is not None and self.search is not None:
             found = self.search.matches(filters.search)
+        elif filters.search is not None and self.dialect.name == "postgresql":
+            found = self._trigram_matches(filters.search)
         return filters.where(found, self.dialect)
+
+    def _trigram_matches(self, text: str) -> tuple[list[str], int] | None:
+        """PostgreSQL's answer to "which traces hold ``text``", from its trigram index, with
+        SQLite's side index's rule: ``None`` (walk the runs newest first instead) when the
+        text is too short for trigrams or more than :data:`FEW` traces hold it. The index is
+        the database's own, always current: it covers every ``seq``."""
+        if len(text) < 3:
+            return None
+        content, times = self.dialect.content_match("s")
+        rows = self._read(
+            f"SELECT DISTINCT s.trace_id FROM spans s WHERE {content} LIMIT ?",
+            [*([_like(text)] * times), FEW + 1],
+        )
+        if len(rows) > FEW:
+            return None
+        return [row[0] for row in rows], MAX_NS
 
     # -- runs ---------------------------------------------------------------------------
     def runs(
@@ -1005,6 +1014,9 @@ class Dashboard:
         d = self.dialect
         failed = d.flag("status_code = 'ERROR'")
         cost = d.number("attributes", COST)
+        within = " AND ".join(bounds)
+        chats = d.parsed(f"span_type = 'message' AND {within}")
+        tools = d.parsed(f"span_type = 'tool' AND {within}")
         queries: dict[str, Callable[[], str]] = {
             "agent": lambda: (
                 "SELECT COALESCE(agent, name), start_ns, end_ns - start_ns, "
@@ -1018,14 +1030,13 @@ class Dashboard:
                 "'(unknown model)'), start_ns, end_ns - start_ns, input_tokens + output_tokens, "
                 f"{cost}, {failed}, "
                 f"{d.flag(f'input_tokens + output_tokens > 0 AND {cost} IS NULL')} "
-                f"FROM spans WHERE span_type = 'message' AND {' AND '.join(bounds)}"
+                f"FROM {chats}"
             ),
             "tool": lambda: (
                 "SELECT COALESCE("
                 f"{d.text('attributes', attr.TOOL_NAME, attr.LEGACY_TOOL_NAME)}, name), "
-                f"start_ns, end_ns - start_ns, 0, NULL, {failed}, 0 FROM spans "
-                "WHERE span_type = 'tool' "
-                f"AND {' AND '.join(bounds)}"
+                f"start_ns, end_ns - start_ns, 0, NULL, {failed}, 0 "
+                f"FROM {tools}"
             ),
         }
         try:
