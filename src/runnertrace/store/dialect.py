@@ -28,6 +28,9 @@ class Dialect:
 
     name = "sqlite"
     like = "LIKE"
+    per_row = ""
+    """Ends a correlated ``EXISTS`` that must be probed run by run, newest first, stopping at
+    a page of matches (PostgreSQL would otherwise answer it for every run at once)."""
 
     def text(self, column: str, *keys: str) -> str:
         """The first of ``keys`` present in the JSON ``column`` (new key first)."""
@@ -105,6 +108,7 @@ class Dialect:
 class _Postgres(Dialect):
     name = "postgresql"
     like = "ILIKE"
+    per_row = " OFFSET 0"  # no hashed subplan, no semi-join: a probe per run
 
     def text(self, column: str, *keys: str) -> str:
         parts = [f"({column}::jsonb ->> '{key}')" for key in keys]

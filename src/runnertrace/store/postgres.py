@@ -328,6 +328,23 @@ class PostgresEngine(Engine):
             except self._psycopg.Error as exc:
                 raise self._fault(exc, "read the trace store") from exc
 
+    def query_within(self, sql: str, params: Sequence[object], timeout_ms: int) -> list[Any] | None:
+        """Rows of one read, or ``None`` when it takes longer than ``timeout_ms`` (stopped
+        by the server then): for a question worth asking only if it is cheap."""
+        with self._lock:
+            conn = self._connection(create=False)
+            try:
+                conn.execute(f"SET statement_timeout = {int(timeout_ms)}")
+                try:
+                    rows: list[Any] = conn.execute(_statement(sql), params or None).fetchall()
+                    return rows
+                except self._psycopg.errors.QueryCanceled:
+                    return None
+                finally:
+                    conn.execute("RESET statement_timeout")
+            except self._psycopg.Error as exc:
+                raise self._fault(exc, "read the trace store") from exc
+
     # -- writing ----------------------------------------------------------------------
     @contextmanager
     def writing(self, keys: Sequence[str] = ()) -> Iterator[Transaction]:
