@@ -40,7 +40,7 @@ def _count(url: str) -> tuple[int, int]:
 
 
 def test_four_writer_processes_and_otlp_ingest_store_every_span_once(postgres: Postgres) -> None:
-    """Four traced processes in tight loops and an OTLP sender, all into one database at once:
+    """Four traced processes in tight loops and OTLP through two dashboards, into one database:
     every span is stored once, and nothing is lost (or a loss would be counted and said)."""
     url = postgres.create_database()
     runs = 40
@@ -54,22 +54,24 @@ def test_four_writer_processes_and_otlp_ingest_store_every_span_once(postgres: P
         for _ in range(4)
     ]
     traces, per_trace = 60, 5
-    with Server(url) as ui:  # OTLP/HTTP ingest into the same database, meanwhile
-        provider = TracerProvider(resource=Resource.create({"service.name": "otlp-app"}))
-        provider.add_span_processor(
-            BatchSpanProcessor(
-                OTLPSpanExporter(endpoint=ui + "/v1/traces"), max_export_batch_size=64
-            )
-        )
-        tracer = provider.get_tracer("otlp-app")
-        for index in range(traces):
-            with tracer.start_as_current_span(f"request {index}"):
-                for step in range(per_trace - 1):
-                    tracer.start_span(f"step {step}").end()
-        assert provider.force_flush(60_000)
-        provider.shutdown()
+    # OTLP/HTTP ingest into the same database meanwhile, through two dashboards at once
+    # (several UI processes may serve one database): half the traces to each.
+    with Server(url) as first, Server(url) as second:
+        for part, ui in enumerate((first, second)):
+            provider = TracerProvider(resource=Resource.create({"service.name": "otlp-app"}))
+            exporter = OTLPSpanExporter(endpoint=ui + "/v1/traces")
+            provider.add_span_processor(BatchSpanProcessor(exporter, max_export_batch_size=64))
+            tracer = provider.get_tracer("otlp-app")
+            for index in range(part * traces // 2, (part + 1) * traces // 2):
+                with tracer.start_as_current_span(f"request {index}"):
+                    for step in range(per_trace - 1):
+                        tracer.start_span(f"step {step}").end()
+            assert provider.force_flush(60_000)
+            provider.shutdown()
         outputs = [w.communicate(timeout=300) for w in writers]
-        listed = requests.get(ui + "/api/runs", params={"limit": 200}, timeout=30).json()
+        listed = requests.get(first + "/api/runs", params={"limit": 200}, timeout=30).json()
+        again = requests.get(second + "/api/runs", params={"limit": 200}, timeout=30).json()
+    assert listed == again  # every dashboard of the database shows the same runs
     for writer, (out, err) in zip(writers, outputs, strict=True):
         assert writer.returncode == 0, err
         assert json.loads(out.splitlines()[-1])["lost"] == 0, err
