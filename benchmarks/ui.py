@@ -234,6 +234,70 @@ def read_loop(db: str, stop: Any, reads: Any, pause_s: float) -> None:
                 time.sleep(pause_s)
 
 
+def dashboard_cases(
+    client: TestClient, rng: random.Random, total: int, now: int
+) -> list[tuple[str, Callable[[], object], bool]]:
+    """Each dashboard request of the benchmark: (label, call, under the p95 goal)."""
+
+    def get(path: str, **params: object) -> Callable[[], object]:
+        def call() -> object:
+            response = client.get(path, params=params)
+            assert response.status_code == 200, response.text
+            return response.json()
+
+        return call
+
+    deep = client.get("/api/runs", params={"limit": 200}).json()
+    cursor = deep["next"]
+    for _ in range(49):  # 10,000 runs in: page 201 of 50-run pages
+        deep = client.get("/api/runs", params={"limit": 200, "cursor": cursor}).json()
+        cursor = deep["next"]
+    trace_ids = [
+        r["trace_id"] for r in client.get("/api/runs", params={"limit": 200}).json()["runs"]
+    ]
+    day_ago = now - DAY_NS
+
+    def trace_page() -> object:
+        response = client.get(f"/trace/{rng.choice(trace_ids)}")
+        assert response.status_code == 200
+        return response.text
+
+    cases: list[tuple[str, Callable[[], object], bool]] = [
+        ("runs list, first page", get("/api/runs"), True),
+        ("runs list, 10,000 runs deep (keyset)", get("/api/runs", cursor=cursor), True),
+        ("filter agent", get("/api/runs", agent="agent-07"), True),
+        ("filter framework", get("/api/runs", framework="langgraph"), True),
+        ("filter status=error", get("/api/runs", status="error"), True),
+        ("filter session", get("/api/runs", session=f"session-{total // 8}"), True),
+        ("filter last 24 h", get("/api/runs", since=day_ago), True),
+        (
+            "filter agent + error + 24 h",
+            get("/api/runs", agent="agent-07", status="error", since=day_ago),
+            True,
+        ),
+        ("filter values (facets)", get("/api/facets"), True),
+        ("filter model", get("/api/runs", model="claude-sonnet"), True),
+        ("filter any span in error", get("/api/runs", errors="any"), True),
+        ("filter latency >= 2 s", get("/api/runs", min_ms=2000), True),
+        ("filter cost $0.0005-$0.0006", get("/api/runs", min_cost=5e-4, max_cost=6e-4), True),
+        ("filter session prefix", get("/api/runs", session=f"session-{total // 8}"[:-1]), True),
+        ("sort by cost", get("/api/runs", sort="cost"), True),
+        ("sort by duration, ascending", get("/api/runs", sort="duration", dir="asc"), True),
+        ("trace page (waterfall)", trace_page, True),
+        ("compare two runs", get("/api/compare", a=trace_ids[0], b=trace_ids[1]), True),
+        ("search, common word", get("/api/runs", q="weather"), True),
+        ("search, one run in 100k", get("/api/runs", q=RARE_WORD), True),
+        ("search + agent filter", get("/api/runs", q=RARE_WORD, agent="agent-01"), True),
+        ("sessions list", get("/api/sessions"), False),
+        ("errors by error.type", get("/api/errors"), False),
+        ("charts per agent, 24 h", get("/api/metrics", by="agent", since=day_ago), False),
+        ("charts per model, 24 h", get("/api/metrics", by="model", since=day_ago), False),
+        ("charts per tool, 24 h", get("/api/metrics", by="tool", since=day_ago), False),
+        ("charts per agent, 7 days", get("/api/metrics", by="agent"), False),
+    ]
+    return cases
+
+
 def main() -> int:
     total = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     workdir = Path(tempfile.mkdtemp(prefix="runnertrace-ui-bench-"))
@@ -263,62 +327,7 @@ def main() -> int:
             f"({Path(str(db) + '.search').stat().st_size / 1e6:.0f} MB)\n"
         )
 
-        def get(path: str, **params: object) -> Callable[[], object]:
-            def call() -> object:
-                response = client.get(path, params=params)
-                assert response.status_code == 200, response.text
-                return response.json()
-
-            return call
-
-        deep = client.get("/api/runs", params={"limit": 200}).json()
-        cursor = deep["next"]
-        for _ in range(49):  # 10,000 runs in: page 201 of 50-run pages
-            deep = client.get("/api/runs", params={"limit": 200, "cursor": cursor}).json()
-            cursor = deep["next"]
-        trace_ids = [
-            r["trace_id"] for r in client.get("/api/runs", params={"limit": 200}).json()["runs"]
-        ]
-        day_ago = now - DAY_NS
-
-        def trace_page() -> object:
-            response = client.get(f"/trace/{rng.choice(trace_ids)}")
-            assert response.status_code == 200
-            return response.text
-
-        cases: list[tuple[str, Callable[[], object], bool]] = [
-            ("runs list, first page", get("/api/runs"), True),
-            ("runs list, 10,000 runs deep (keyset)", get("/api/runs", cursor=cursor), True),
-            ("filter agent", get("/api/runs", agent="agent-07"), True),
-            ("filter framework", get("/api/runs", framework="langgraph"), True),
-            ("filter status=error", get("/api/runs", status="error"), True),
-            ("filter session", get("/api/runs", session=f"session-{total // 8}"), True),
-            ("filter last 24 h", get("/api/runs", since=day_ago), True),
-            (
-                "filter agent + error + 24 h",
-                get("/api/runs", agent="agent-07", status="error", since=day_ago),
-                True,
-            ),
-            ("filter values (facets)", get("/api/facets"), True),
-            ("filter model", get("/api/runs", model="claude-sonnet"), True),
-            ("filter any span in error", get("/api/runs", errors="any"), True),
-            ("filter latency >= 2 s", get("/api/runs", min_ms=2000), True),
-            ("filter cost $0.0005-$0.0006", get("/api/runs", min_cost=5e-4, max_cost=6e-4), True),
-            ("filter session prefix", get("/api/runs", session=f"session-{total // 8}"[:-1]), True),
-            ("sort by cost", get("/api/runs", sort="cost"), True),
-            ("sort by duration, ascending", get("/api/runs", sort="duration", dir="asc"), True),
-            ("trace page (waterfall)", trace_page, True),
-            ("compare two runs", get("/api/compare", a=trace_ids[0], b=trace_ids[1]), True),
-            ("search, common word", get("/api/runs", q="weather"), True),
-            ("search, one run in 100k", get("/api/runs", q=RARE_WORD), True),
-            ("search + agent filter", get("/api/runs", q=RARE_WORD, agent="agent-01"), True),
-            ("sessions list", get("/api/sessions"), False),
-            ("errors by error.type", get("/api/errors"), False),
-            ("charts per agent, 24 h", get("/api/metrics", by="agent", since=day_ago), False),
-            ("charts per model, 24 h", get("/api/metrics", by="model", since=day_ago), False),
-            ("charts per tool, 24 h", get("/api/metrics", by="tool", since=day_ago), False),
-            ("charts per agent, 7 days", get("/api/metrics", by="agent"), False),
-        ]
+        cases = dashboard_cases(client, rng, total, now)
         print(f"{'request':40} {'p50 ms':>8} {'p95 ms':>8}  goal")
         failed = False
         for label, call, goal in cases:

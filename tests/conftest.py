@@ -10,6 +10,9 @@ import pytest
 from runnertrace._internal.errors import internal_log
 from runnertrace.tracing import drops
 
+# The store engines' fixtures (engine, store_location, postgres): tests/store_engines.py.
+pytest_plugins = ["store_engines"]
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_user_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:

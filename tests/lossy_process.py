@@ -165,8 +165,9 @@ def fork_store(store: str) -> None:
 
     def hold_like_the_exporter() -> None:
         # What the exporter's worker holds in the middle of a write.
-        with exporter_store._write_lock, exporter_store._lock:  # noqa: SLF001
-            conn = exporter_store._connection(create=True)  # noqa: SLF001
+        engine = exporter_store.engine
+        with engine._write_lock, engine._lock:  # type: ignore[attr-defined]  # noqa: SLF001
+            conn = engine._connection(create=True)  # type: ignore[attr-defined]  # noqa: SLF001
             conn.execute("BEGIN IMMEDIATE")
             holding.set()
             time.sleep(0.5)

@@ -6,6 +6,7 @@ import logging
 import os
 import sqlite3
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,8 +30,10 @@ from runnertrace.exporters.local_store import (
     TraceNotFoundError,
     span_tree,
 )
+from runnertrace.store import StoreUrl
 from runnertrace.tracing.config import TraceConfig, load_settings
 from runnertrace.tracing.export import BoundedBatchSpanProcessor
+from store_engines import ENGINES, new_location
 
 MS = 1_000_000
 T0 = 1_700_000_000_000 * MS
@@ -125,8 +128,31 @@ def record_run(
     root.end(end_time=t)
 
 
+@pytest.fixture(params=ENGINES)
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """A new store, once per engine: every test on it runs on SQLite and PostgreSQL."""
+    return new_location(request.param, request, tmp_path / "nested" / "dir")  # type: ignore[return-value]
+
+
+def other_store(db: Path | str, name: str) -> Path | str:
+    """Another new store of ``db``'s engine: a file beside it, or a database beside it."""
+    if isinstance(db, Path):
+        return db.with_name(f"{name}.db")
+    return db.rsplit("/", 1)[0] + "/" + new_database(db)
+
+
+def new_database(url: str) -> str:
+    import psycopg
+
+    name = f"other_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return name
+
+
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
+def sqlite_db(tmp_path: Path) -> Path:
+    """A SQLite file, for what only that engine has (its file, WAL, statement limits)."""
     return tmp_path / "nested" / "dir" / "traces.db"
 
 
@@ -235,7 +261,8 @@ def test_last_full_ids_and_prefixes_resolve(db: Path) -> None:
         store.get_trace("f" * 32)
 
 
-def test_store_is_created_on_first_export_in_wal_mode(db: Path) -> None:
+def test_store_is_created_on_first_export_in_wal_mode(sqlite_db: Path) -> None:
+    db = sqlite_db
     provider, backend = local_pipeline(db)
     [check] = backend.check()
     assert check.status == "ok" and "will be created" in check.detail
@@ -261,7 +288,7 @@ def test_queue_size_comes_from_config(db: Path) -> None:
     assert isinstance(processor, BoundedBatchSpanProcessor)
     assert processor.max_queue_size == 7
     assert isinstance(processor.exporter, SqliteSpanExporter)
-    assert processor.exporter.store.path == db
+    assert processor.exporter.store.url == StoreUrl.parse(db)
     processor.shutdown(0.5)
 
 
@@ -316,12 +343,13 @@ def test_concurrent_writers_lose_nothing(db: Path) -> None:
     assert span.attributes["blob"] == "<10 bytes>"
 
 
-def test_a_batch_is_stored_with_a_few_statements_not_one_per_span(db: Path) -> None:
+def test_a_batch_is_stored_with_a_few_statements_not_one_per_span(sqlite_db: Path) -> None:
     """One statement per span would hand the GIL back and forth once per span."""
+    db = sqlite_db
     store = SpanStore(db)
     store.write([_span(1, 1)])  # creates the file and schema
     statements: list[str] = []
-    conn = store._connection(create=False)  # noqa: SLF001 - to watch the statements sent
+    conn = store.engine._connection(create=False)  # type: ignore[attr-defined]  # noqa: SLF001 - to watch the statements sent
     conn.set_trace_callback(statements.append)
     spans = [_span(2, i + 1) for i in range(1200)]
     assert store.write(spans) == 1200
@@ -386,7 +414,8 @@ def test_unwritable_location_fails_the_check_and_the_export_without_raising(
     assert all(str(db) in m and "trace.local.path" in m for m in messages)
 
 
-def test_a_store_from_a_newer_version_is_refused(db: Path) -> None:
+def test_a_store_from_a_newer_version_is_refused(sqlite_db: Path) -> None:
+    db = sqlite_db
     SqliteSpanExporter(db).export([_span(1, 1)])
     with sqlite3.connect(db) as conn:
         conn.execute("PRAGMA user_version=99")
@@ -524,7 +553,7 @@ def test_the_per_agent_rows_agree_with_the_spans(db: Path) -> None:
     from ui_fixtures import agent_figures, check_store_rows
 
     spans = _team_spans()
-    check_store_rows(spans, db.with_name("checked.db"))  # the check composition tests apply
+    check_store_rows(spans, other_store(db, "checked"))  # the check composition tests apply
     store = SpanStore(db)
     store.write(spans)
     expected = agent_figures(spans)
@@ -591,7 +620,7 @@ def test_a_trace_without_run_totals_is_summed_from_its_calls_and_marked_derived(
     store = SpanStore(db)
     store.write(spans)
     ours = {name: (r, store.agents(r.trace_id)) for name, r in _runs_by_agent(store).items()}
-    foreign = SpanStore(db.with_name("foreign.db"))
+    foreign = SpanStore(other_store(db, "foreign"))
     foreign.write([_strip_totals(s) for s in spans])
     for name, run in _runs_by_agent(foreign).items():
         mine, accounts = ours[name]
@@ -637,8 +666,9 @@ SCHEMA_2_COLUMNS = (
 )
 
 
-def test_a_schema_2_store_is_upgraded_and_back_filled(db: Path) -> None:
+def test_a_schema_2_store_is_upgraded_and_back_filled(sqlite_db: Path) -> None:
     """A store from before the totals: the new columns and table are added and filled."""
+    db = sqlite_db
     from runnertrace.exporters.local_store import SCHEMA_VERSION
 
     spans = _team_spans()

@@ -23,14 +23,16 @@ from starlette.testclient import TestClient
 from runnertrace.cli import main
 from runnertrace.exporters.local_store import SCHEMA_VERSION, SpanStore, StoreError
 from runnertrace.ui import create_app, is_loopback
+from store_engines import ENGINES, new_location
 from ui_fixtures import MS, PRICEY_SESSION, build_store, hand_made_runs
 
 BASE = "http://127.0.0.1"
 
 
-@pytest.fixture(scope="module")
-def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_store(tmp_path_factory.mktemp("ui") / "traces.db")
+@pytest.fixture(scope="module", params=ENGINES)
+def db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test store, once per engine: every test on it runs on SQLite and PostgreSQL."""
+    return build_store(new_location(request.param, request, tmp_path_factory.mktemp("ui")))
 
 
 @pytest.fixture(scope="module")
@@ -189,8 +191,8 @@ def test_metrics_per_agent_model_and_tool(client: TestClient) -> None:
     assert client.get("/api/metrics", params={"by": "planet"}).status_code == 400
 
 
-def test_live_feed_streams_runs_as_they_arrive(tmp_path: Path) -> None:
-    db = tmp_path / "live.db"
+def test_live_feed_streams_runs_as_they_arrive(store_location: Path) -> None:
+    db = store_location
     hand_made_runs(db, time.time_ns(), count=1)
     app = create_app(db)
     with TestClient(app, base_url=BASE) as client:
@@ -220,11 +222,12 @@ def test_host_header_must_be_loopback(db: Path) -> None:
     assert not is_loopback("0.0.0.0") and not is_loopback("example.com")
 
 
-def test_a_missing_store_shows_an_empty_dashboard(tmp_path: Path) -> None:
-    with TestClient(create_app(tmp_path / "none.db"), base_url=BASE) as client:
+def test_a_missing_store_shows_an_empty_dashboard(store_location: Path) -> None:
+    with TestClient(create_app(store_location), base_url=BASE) as client:
         assert get(client, "/api/runs") == {"runs": [], "next": None, "store": False}
         assert get(client, "/api/sessions") == {"sessions": []}
-    assert not (tmp_path / "none.db").exists()  # reading never creates the store
+    # reading never creates the store (a file, or the schema in an empty database)
+    assert not SpanStore(store_location).exists()
 
 
 def test_static_assets_and_the_page_policy(client: TestClient) -> None:
@@ -236,7 +239,7 @@ def test_static_assets_and_the_page_policy(client: TestClient) -> None:
 
 
 # -- the store's runs table ---------------------------------------------------------------------
-def test_a_schema_1_store_is_upgraded_and_back_filled_once(tmp_path: Path) -> None:
+def test_a_schema_1_store_is_upgraded_and_back_filled_once_by_migrate(tmp_path: Path) -> None:
     db = tmp_path / "old.db"
     hand_made_runs(db, time.time_ns(), count=2)
     with sqlite3.connect(db) as conn:  # make it look like a store from before the runs table
@@ -244,7 +247,11 @@ def test_a_schema_1_store_is_upgraded_and_back_filled_once(tmp_path: Path) -> No
         conn.execute("PRAGMA user_version=1")
     with pytest.raises(StoreError, match="schema version 1"):
         SpanStore(db, read_only=True).list_runs()
-    with TestClient(create_app(db), base_url=BASE) as client:  # the app upgrades it at start
+    with TestClient(create_app(db), base_url=BASE) as client:  # a viewer never upgrades it
+        refused = client.get("/api/runs")
+        assert refused.status_code == 503 and "runnertrace migrate" in refused.json()["error"]
+    assert main(["migrate", "--store", str(db)]) == 0
+    with TestClient(create_app(db), base_url=BASE) as client:
         runs = get(client, "/api/runs")["runs"]
     assert len(runs) == 2 and {r["agent"] for r in runs} == {"pricey"}
     with sqlite3.connect(db) as conn:
@@ -254,7 +261,7 @@ def test_a_schema_1_store_is_upgraded_and_back_filled_once(tmp_path: Path) -> No
 def test_a_read_only_store_cannot_write(db: Path) -> None:
     store = SpanStore(db, read_only=True)
     assert len(store.list_runs(100)) == 7
-    with pytest.raises(StoreError, match="readonly"):
+    with pytest.raises(StoreError, match=r"readonly|read-only"):
         store.read("DELETE FROM runs")
     store.close()
 
@@ -417,13 +424,13 @@ def test_input_and_output_previews(client: TestClient) -> None:
     assert runs[0]["output_preview"] == "The answer is 7006669."
 
 
-def test_a_tag_filter_reads_the_run_spans_tags(tmp_path: Path) -> None:
+def test_a_tag_filter_reads_the_run_spans_tags(store_location: Path) -> None:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
     from runnertrace.exporters.local_store import SqliteSpanExporter
 
-    db = tmp_path / "tags.db"
+    db = store_location
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(SqliteSpanExporter(db)))
     tracer = provider.get_tracer("tags")
@@ -469,18 +476,25 @@ def test_chart_summary_tiles_and_error_rate_over_time(client: TestClient) -> Non
 
 
 def test_content_search_through_the_index_finds_what_the_scan_finds(
-    db: Path, tmp_path: Path
+    store_location: Path, engine: str
 ) -> None:
+    """SQLite: the FTS5 side file and the scan of what it has not reached; PostgreSQL: the
+    trigram index in the database. The same answers."""
     from runnertrace.ui.queries import Dashboard, RunFilter
 
-    copy = tmp_path / "copy.db"  # this test adds a run: not to the module's store
-    with sqlite3.connect(db) as source, sqlite3.connect(copy) as target:
-        source.backup(target)
-    db = copy
+    db = build_store(store_location)  # this test adds a run: not to the module's store
     dashboard = Dashboard(db)
     dashboard.prepare()
     dashboard.start()
     try:
+        if engine == "postgresql":
+            assert dashboard.search is None
+            for text, expected in (("zebras", 3), ("divided by 0", 2), ("DIVIDED BY", 2)):
+                assert len(dashboard.runs(RunFilter(search=text))["runs"]) == expected, text
+            assert len(dashboard.runs(RunFilter(search="100%"))["runs"]) == 0
+            hand_made_runs(db, time.time_ns(), count=1)
+            assert len(dashboard.runs(RunFilter(search="zebras"))["runs"]) == 4
+            return
         assert dashboard.search is not None and dashboard.search.caught_up.wait(30)
         assert Path(str(db) + ".search").is_file()
         for text, expected in (
@@ -507,11 +521,11 @@ def test_content_search_through_the_index_finds_what_the_scan_finds(
 
 
 # -- one definition of a run's numbers; honest cost; accounting per agent (issue 28) ----------
-@pytest.fixture(scope="module")
-def team_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="module", params=ENGINES)
+def team_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from ui_fixtures import build_team_store
 
-    return build_team_store(tmp_path_factory.mktemp("team") / "traces.db")
+    return build_team_store(new_location(request.param, request, tmp_path_factory.mktemp("team")))
 
 
 @pytest.fixture(scope="module")

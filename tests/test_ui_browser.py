@@ -25,6 +25,7 @@ import uvicorn
 from tests.browser import chromium
 
 from runnertrace.ui import create_app
+from store_engines import ENGINES, new_location
 from ui_fixtures import build_store, hand_made_runs
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -72,9 +73,10 @@ class Server:
         self.thread.join(10)
 
 
-@pytest.fixture(scope="module")
-def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_store(tmp_path_factory.mktemp("ui-browser") / "traces.db")
+@pytest.fixture(scope="module", params=ENGINES)
+def db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The main pages, once over each engine's store."""
+    return build_store(new_location(request.param, request, tmp_path_factory.mktemp("ui-browser")))
 
 
 @pytest.fixture(scope="module")

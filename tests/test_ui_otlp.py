@@ -62,8 +62,9 @@ class Server:
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    db = tmp_path / "traces.db"
+def served(store_location: Path) -> Iterator[tuple[str, Path]]:
+    """The dashboard with OTLP ingest, over a new store of each engine."""
+    db = store_location
     with Server(db) as url:
         yield url, db
 
@@ -75,9 +76,9 @@ def api(url: str, path: str, **params: object) -> dict:
 
 
 def span_count(db: Path) -> int:
-    if not db.exists():
-        return 0
     store = SpanStore(db, read_only=True)
+    if not store.exists():
+        return 0
     try:
         return store.count()[1]
     finally:
@@ -417,12 +418,13 @@ def test_our_otlp_backend_pointed_at_the_ui_stores_our_runs(served: tuple[str, P
     assert api(url, "/api/sessions/otlp-s")["turns"][0]["input"] == "What is 6 * 7?"
 
 
-def test_an_exported_trace_goes_back_in_unchanged(tmp_path: Path) -> None:
-    """Export as OTLP/JSON from one dashboard, POST it to another: the same spans come out."""
+def test_an_exported_trace_goes_back_in_unchanged(tmp_path: Path, store_location: Path) -> None:
+    """Export as OTLP/JSON from one dashboard, POST it to another (of each engine): the same
+    spans come out."""
     from ui_fixtures import build_store
 
     source = build_store(tmp_path / "source.db")
-    target = tmp_path / "target.db"
+    target = store_location
     with Server(source) as one, Server(target) as two:
         runs = api(one, "/api/runs")["runs"]
         for run in runs:
@@ -448,13 +450,13 @@ def test_an_exported_trace_goes_back_in_unchanged(tmp_path: Path) -> None:
         after.close()
 
 
-def test_the_runs_list_as_csv(tmp_path: Path) -> None:
+def test_the_runs_list_as_csv(store_location: Path) -> None:
     import csv
     import io
 
     from ui_fixtures import hand_made_runs
 
-    db = tmp_path / "csv.db"
+    db = store_location
     hand_made_runs(db, time.time_ns(), count=3)
     with Server(db) as url:
         response = requests.get(url + "/api/runs.csv", params={"errors": "any"}, timeout=10)

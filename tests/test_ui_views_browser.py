@@ -27,6 +27,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from tests.browser import chromium  # one Chromium lookup for every browser test
 
 from runnertrace.exporters.local_store import SqliteSpanExporter
+from store_engines import ENGINES, new_location
 from test_ui_browser import ARGS  # the same launch flags as every browser test
 from test_ui_otlp import Server
 from ui_fixtures import PRICEY_SESSION, hand_made_runs
@@ -182,9 +183,12 @@ def pydantic_ai_over_otlp(url: str) -> None:
     provider.shutdown()
 
 
-@pytest.fixture(scope="module")
-def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    db = tmp_path_factory.mktemp("ui-views") / "traces.db"
+@pytest.fixture(scope="module", params=ENGINES)
+def base_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """Every view, once over each engine's store."""
+    db = new_location(request.param, request, tmp_path_factory.mktemp("ui-views"))
     rich_run(db)
     hand_made_runs(db, time.time_ns() - 3_600_000 * MS)  # 3 "pricey" runs: models, cost, user
     with Server(db) as url:

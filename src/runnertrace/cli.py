@@ -5,8 +5,13 @@ Subcommands:
 * ``demo [--stream] [--db PATH]``: runs the native agent on a few tasks, offline,
   traced to the configured backends (``local`` by default, into ``--db`` when
   given), then shows each run's span tree and writes an HTML report.
-* ``traces``, ``show``, ``report``: read the ``local`` backend's SQLite store,
-  opened read-only: a viewer never creates, upgrades or rewrites a file.
+* ``traces``, ``show``, ``report``: read the ``local`` backend's store (a SQLite
+  file, or a PostgreSQL database), opened read-only: a viewer never creates,
+  upgrades or rewrites a store. ``--store`` (or ``--db``) names another one.
+* ``migrate``: creates or upgrades a store's schema, the one command that does.
+* ``prune --older-than 30d``: removes old runs, in bounded steps.
+* ``copy FILE --store postgresql://...``: copies a SQLite store into PostgreSQL,
+  resumable (an interrupted copy goes on where it stopped) and idempotent.
 * ``doctor``: builds the configured backends and prints their ``check()`` findings.
 * ``dashboards cloudwatch``: deploys the CloudWatch dashboard.
 * ``ui``: serves the local dashboard over the store (the ``ui`` extra).
@@ -38,7 +43,7 @@ from runnertrace.tracing import drops
 from runnertrace.tracing.config import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE, ConfigError
 
 if TYPE_CHECKING:
-    from runnertrace.exporters.local_store import AgentAccount, RunSummary, SpanStore
+    from runnertrace.store import AgentAccount, RunSummary, SpanStore
     from runnertrace.tracing.backend import Check
     from runnertrace.tracing.config import Settings
 
@@ -84,12 +89,13 @@ def load_cli_settings() -> Settings:
 
 
 def _open_store(db: str | None) -> SpanStore:
-    """The store ``--db`` names, else ``trace.local.path``; a broken config is a warning here.
+    """The store ``--store``/``--db`` names, else ``trace.local.path``; a broken config is a
+    warning here.
 
     Reading traces must keep working while the configuration is being fixed. The
-    store is opened read-only: a viewer never creates, upgrades or rewrites a file.
+    store is opened read-only: a viewer never creates, upgrades or rewrites a store.
     """
-    from runnertrace.exporters.local_store import SpanStore
+    from runnertrace.store import SpanStore
 
     return SpanStore(_store_path(db), read_only=True)
 
@@ -104,7 +110,10 @@ def _store_path(db: str | None) -> str:
     except ConfigError as exc:
         path = default_store_path()
         _console(stderr=True).print(
-            Text(f"warning: {exc}\nreading the default store {path} (choose one with --db)"),
+            Text(
+                f"warning: {exc}\nreading the default store {path} "
+                "(choose one with --store or --db)"
+            ),
             style="yellow",
             soft_wrap=True,
         )
@@ -112,33 +121,40 @@ def _store_path(db: str | None) -> str:
 
 
 @contextmanager
-def _reading(path: Path) -> Iterator[None]:
+def _reading(store: SpanStore) -> Iterator[None]:
     """A store that turns out unreadable while a viewer reads it: doctor's message and fix."""
     from runnertrace.exporters.local import is_busy, unreadable_fix
-    from runnertrace.exporters.local_store import (
-        StoreError,
-        StoreNotFoundError,
-        StoreVersionError,
-    )
+    from runnertrace.store import StoreError, StoreNotFoundError, StoreVersionError
 
     try:
         yield
     except (StoreNotFoundError, StoreVersionError):
         raise  # their messages say what to do
     except StoreError as exc:
-        if is_busy(exc.__cause__):
-            raise
-        raise CommandError(f"{exc}; {unreadable_fix(path)}") from None
+        if is_busy(exc.__cause__) or not store.is_file:
+            raise  # a database's message names its cause and fix already
+        raise CommandError(f"{exc}; {unreadable_fix(store.path)}") from None
 
 
-def _check_readable(path: Path) -> None:
-    """Refuse an existing store that cannot be read, with ``doctor``'s message and fix."""
-    from runnertrace.exporters.local import readable
+def _check_readable(store: SpanStore) -> None:
+    """Refuse a store that cannot be read, with ``doctor``'s message and fix."""
+    from runnertrace.exporters.local import reachable, readable
 
-    if path.is_file():
-        check = readable(path)
-        if check.status == "fail":
-            raise CommandError(f"{check.detail}; {check.fix}")
+    if not store.is_file:
+        check = reachable(store.url)
+    elif store.path.is_file():
+        check = readable(store.path)
+    else:
+        return
+    if check.status == "fail":
+        raise CommandError(
+            check.detail if check.fix == "see the message" else f"{check.detail}; {check.fix}"
+        )
+
+
+def _shown(store: SpanStore) -> str:
+    """Where ``store`` is, as the viewers print it."""
+    return _display_path(store.path) if store.is_file else store.location
 
 
 def _display_path(path: Path) -> str:
@@ -245,18 +261,18 @@ def _agents_table(accounts: Sequence[AgentAccount]) -> Table:
 # -- traces / show / report ------------------------------------------------------------------
 def cmd_traces(args: argparse.Namespace, out: Console) -> int:
     store = _open_store(args.db)
-    with _reading(store.path):
+    with _reading(store):
         runs = store.list_runs(args.n)
     if not runs:
-        out.print(Text(f"No traces in {_display_path(store.path)} yet."))
+        out.print(Text(f"No traces in {_shown(store)} yet."))
         return 0
-    out.print(_runs_table(runs, f"Recent runs in {_display_path(store.path)}"))
+    out.print(_runs_table(runs, f"Recent runs in {_shown(store)}"))
     return 0
 
 
 def cmd_show(args: argparse.Namespace, out: Console) -> int:
     store = _open_store(args.db)
-    with _reading(store.path):
+    with _reading(store):
         trace_id = store.resolve(args.trace)
         run = store.get_run(trace_id)
         tree = render_trace_tree(store.get_trace(trace_id), run)
@@ -272,7 +288,7 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
     from runnertrace.report import write_report
 
     store = _open_store(args.db)
-    with _reading(store.path):
+    with _reading(store):
         trace_id = store.resolve(args.trace)
     target = Path(args.output or f"report-{trace_id[:8]}.html")
     if not target.parent.is_dir():  # a typo in -o must not create directories
@@ -280,9 +296,101 @@ def cmd_report(args: argparse.Namespace, out: Console) -> int:
             f"cannot write {target}: the directory {target.parent} does not exist; "
             "create it first, or choose another -o"
         )
-    with _reading(store.path):
+    with _reading(store):
         path = write_report(store, trace_id, target)
     out.print(Text(f"Wrote {path.resolve()}"))
+    return 0
+
+
+# -- migrate -----------------------------------------------------------------------------------
+def cmd_migrate(args: argparse.Namespace, out: Console) -> int:
+    """Create or upgrade the store's schema: the one command that does (viewers never do)."""
+    from runnertrace.store import SpanStore
+
+    store = SpanStore(_store_path(args.db))
+    try:
+        before, after = store.migrate()
+    finally:
+        store.close()
+    if before == after:
+        out.print(Text(f"{_shown(store)} is at schema version {after}: nothing to do."))
+    elif before == 0:
+        out.print(Text(f"Created the trace store schema (version {after}) in {_shown(store)}."))
+    else:
+        out.print(Text(f"Upgraded {_shown(store)} from schema version {before} to {after}."))
+    return 0
+
+
+# -- prune / copy ------------------------------------------------------------------------------
+def cmd_prune(args: argparse.Namespace, out: Console) -> int:
+    """Remove the runs older than ``--older-than``, in bounded steps (either engine)."""
+    from runnertrace.store import SpanStore
+    from runnertrace.store.retention import parse_age, prune
+
+    try:
+        age = parse_age(args.older_than)
+    except ValueError as exc:
+        raise CommandError(f"--older-than: {exc}") from None
+    store = SpanStore(_store_path(args.db))
+    try:
+        if not store.exists():
+            raise CommandError(f"no trace store at {_shown(store)}: nothing to prune")
+        result = prune(store, age, vacuum=not args.no_vacuum)
+    finally:
+        store.close()
+    if result.busy:
+        out.print(Text(f"Another process is pruning {_shown(store)}; left to it."))
+        return 0
+    out.print(
+        Text(
+            f"Pruned {_many(result.runs, 'run')} ({_many(result.spans, 'span')}, "
+            f"{_many(result.metric_points, 'metric point')}) older than {args.older_than} "
+            f"from {_shown(store)}."
+        )
+    )
+    return 0
+
+
+def cmd_copy(args: argparse.Namespace, out: Console) -> int:
+    """Copy a SQLite store into the PostgreSQL store ``--store`` names; resumable."""
+    from runnertrace.store import SpanStore
+    from runnertrace.store.copy import CopyResult, copy_store
+
+    source = SpanStore(args.source, read_only=True)
+    target = SpanStore(_store_path(args.db))
+
+    def progress(result: CopyResult) -> None:
+        out.print(Text(f"copied {result.traces} traces ({result.spans} spans)"))
+        out.file.flush()
+
+    try:
+        if not source.is_file:
+            raise CommandError(f"copy reads a SQLite file; {source.location} is not one")
+        if target.is_file:
+            raise CommandError(
+                f"copy writes to a PostgreSQL store: name it with --store postgresql://...; "
+                f"{target.location} is a file"
+            )
+        with _reading(source):
+            result = copy_store(
+                source,
+                target,
+                batch=args.batch,
+                max_batches=args.max_batches,
+                progress=progress if args.progress else None,
+            )
+    finally:
+        source.close()
+        target.close()
+    resumed = f" (resumed after trace {result.resumed_after})" if result.resumed_after else ""
+    state = "done" if result.done else "stopped early: run the same command again to go on"
+    out.print(
+        Text(
+            f"Copied {_many(result.traces, 'trace')} ({_many(result.spans, 'span')}, "
+            f"{_many(result.metric_points, 'metric point')}) from {_shown(source)} to "
+            f"{_shown(target)}{resumed}; {state}."
+        )
+    )
     return 0
 
 
@@ -305,7 +413,6 @@ def cmd_demo(args: argparse.Namespace, out: Console) -> int:
 async def _demo(settings: Settings, *, stream: bool, out: Console) -> int:
     from runnertrace.core import Runtime, Session
     from runnertrace.core.models import AgentRequestText
-    from runnertrace.exporters.local_store import SpanStore
     from runnertrace.report import write_report
     from runnertrace.runners.native import Agent, NativeModule, ScriptedLlm, calculator
     from runnertrace.tracing import get_tracing_setup
@@ -321,15 +428,18 @@ async def _demo(settings: Settings, *, stream: bool, out: Console) -> int:
     )
     agent = NativeModule([native], runtime=runtime).get(native)
     setup = get_tracing_setup(trace)
+    from runnertrace.store import SpanStore
+
     store = SpanStore(trace.local.path) if "local" in trace.types else None
     if store is not None:
-        _check_writable(store.path)
-        _check_readable(store.path)
+        if store.is_file:
+            _check_writable(store.path)
+        _check_readable(store)
     session_id = f"demo-{uuid.uuid4().hex[:8]}"
     mode = "stream" if stream else "run"
     destination = ", ".join(trace.types)
     if store is not None:
-        destination = destination.replace("local", f"local ({_display_path(store.path)})", 1)
+        destination = destination.replace("local", f"local ({_shown(store)})", 1)
     out.print(
         Text.assemble(
             ("runnertrace demo", "bold"),
@@ -359,15 +469,14 @@ async def _demo(settings: Settings, *, stream: bool, out: Console) -> int:
         runs = [r for r in store.list_runs(50) if r.session_id == session_id]
         if len(runs) < number:
             out.print(
-                f"[yellow]The run's spans have not reached {_display_path(store.path)} within "
+                f"[yellow]The run's spans have not reached {_shown(store)} within "
                 f"trace.flush_timeout_s ({trace.flush_timeout_s:g}s).[/]"
             )
             continue
         run = runs[0]  # newest first: this task's run
         out.print(render_trace_tree(store.get_trace(run.trace_id), run))
-        report = write_report(
-            store, run.trace_id, store.path.parent / f"report-{run.trace_id[:8]}.html"
-        )
+        folder = store.path.parent if store.is_file else Path()
+        report = write_report(store, run.trace_id, folder / f"report-{run.trace_id[:8]}.html")
         out.print(Text.assemble(("report ", "dim"), _display_path(report)))
     out.rule(style="dim")
     if store is not None and not setup.disabled:
@@ -463,6 +572,8 @@ def cmd_doctor(args: argparse.Namespace, out: Console) -> int:
 
     settings = load_cli_settings()
     trace = settings.trace
+    if args.db is not None:
+        trace.local.path = args.db
     source = os.environ.get(CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE)
     config_line = source if Path(source).is_file() else "none found (using defaults and env vars)"
     out.print(Text.assemble(("config file  ", "bold"), config_line))
@@ -476,7 +587,11 @@ def cmd_doctor(args: argparse.Namespace, out: Console) -> int:
         )
     )
     out.print(Text.assemble(("trace.type   ", "bold"), ", ".join(trace.types)))
-    out.print(Text.assemble(("trace store  ", "bold"), trace.local.path, " (trace.local.path)"))
+    out.print(
+        Text.assemble(
+            ("trace store  ", "bold"), _shown_setting(trace.local.path), " (trace.local.path)"
+        )
+    )
     checks: list[Check] = []
     for name in trace.types:
         checks.extend(_backend_checks(name, trace))
@@ -508,6 +623,16 @@ def cmd_doctor(args: argparse.Namespace, out: Console) -> int:
         return 1
     out.print("[green]All checks passed.[/]")
     return 0
+
+
+def _shown_setting(location: str) -> str:
+    """A store setting as printed: a URL without its password."""
+    from runnertrace.store import StoreError, StoreUrl
+
+    try:
+        return StoreUrl.parse(location).shown
+    except StoreError:
+        return location
 
 
 def _backend_checks(name: str, trace: Any) -> list[Check]:
@@ -583,18 +708,20 @@ def cmd_ui(args: argparse.Namespace, out: Console) -> int:
     from runnertrace._internal.imports import MissingExtraError
     from runnertrace.ui import serve
 
-    if not 0 <= args.port <= 65535:
-        raise CommandError(f"--port {args.port} is out of range: 0 to 65535")
-    path = _open_store(args.db).path
-    _check_readable(path)  # before a URL is printed or a server started
+    for flag, value in (("--port", args.port), ("--otlp-grpc-port", args.otlp_grpc_port or 0)):
+        if not 0 <= value <= 65535:
+            raise CommandError(f"{flag} {value} is out of range: 0 to 65535")
+    store = _open_store(args.db)
+    _check_readable(store)  # before a URL is printed or a server started
     try:
         return serve(
-            path,
+            store.url,
             host=args.host,
             port=args.port,
             open_browser=not args.no_open,
             out=out.file,
             allow_hosts=args.allow_host,
+            grpc_port=args.otlp_grpc_port,
         )
     except (MissingExtraError, ValueError) as exc:  # a missing extra; a bad token setting
         raise CommandError(str(exc)) from None
@@ -613,21 +740,27 @@ def build_parser() -> argparse.ArgumentParser:
         # The same line in `runnertrace --help` and as the command's own description.
         return sub.add_parser(name, help=summary, description=summary + ".", **kwargs)
 
-    # One --db for every command that reads the store.
+    # One --store (alias --db) for every command that reads the store.
     store_parent = argparse.ArgumentParser(add_help=False)
     store_parent.add_argument(
+        "--store",
         "--db",
-        metavar="PATH",
-        help="the SQLite store to read (default: trace.local.path, a per-user store)",
+        dest="db",
+        metavar="PATH|URL",
+        help="the store to read: a SQLite file or a postgresql:// URL (default: "
+        "trace.local.path, a per-user SQLite file)",
     )
     trace_help = "'last' (the default), a trace id, or a unique prefix of one"
 
     demo = command("demo", "run the native agent offline, traced, and show its spans")
     demo.add_argument("--stream", action="store_true", help="run in stream mode")
     demo.add_argument(
+        "--store",
         "--db",
-        metavar="PATH",
-        help="the SQLite store to trace into (default: trace.local.path, a per-user store)",
+        dest="db",
+        metavar="PATH|URL",
+        help="the store to trace into: a SQLite file or a postgresql:// URL (default: "
+        "trace.local.path, a per-user SQLite file)",
     )
     demo.set_defaults(func=cmd_demo)
 
@@ -648,7 +781,38 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("-o", "--output", help="the HTML file (default report-<id>.html)")
     report.set_defaults(func=cmd_report)
 
-    doctor = command("doctor", "check the configuration and each backend")
+    migrate = command(
+        "migrate",
+        "create or upgrade the store's schema (the viewers never do)",
+        parents=[store_parent],
+    )
+    migrate.set_defaults(func=cmd_migrate)
+
+    prune_ = command(
+        "prune", "remove the runs older than an age from the store", parents=[store_parent]
+    )
+    prune_.add_argument(
+        "--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 2w (s m h d w)"
+    )
+    prune_.add_argument(
+        "--no-vacuum", action="store_true", help="leave reclaiming the room to the database"
+    )
+    prune_.set_defaults(func=cmd_prune)
+
+    copy = command(
+        "copy",
+        "copy a SQLite store into the PostgreSQL store --store names (resumable)",
+        parents=[store_parent],
+    )
+    copy.add_argument("source", metavar="SQLITE_FILE", help="the SQLite store to copy")
+    copy.add_argument(
+        "--batch", type=_positive_int, default=200, metavar="N", help="traces per step"
+    )
+    copy.add_argument("--max-batches", type=_positive_int, metavar="N", help="stop after N steps")
+    copy.add_argument("--progress", action="store_true", help="a line per step")
+    copy.set_defaults(func=cmd_copy)
+
+    doctor = command("doctor", "check the configuration and each backend", parents=[store_parent])
     doctor.set_defaults(func=cmd_doctor)
 
     dashboards = command("dashboards", "deploy a dashboard to a backend")
@@ -667,13 +831,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="a further Host name the dashboard answers to (repeatable)",
     )
+    ui.add_argument(
+        "--otlp-grpc-port",
+        type=int,
+        metavar="PORT",
+        help="also take OTLP over gRPC on this port (e.g. 4317; the grpc extra)",
+    )
     ui.set_defaults(func=cmd_ui)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from runnertrace._internal.imports import MissingExtraError
-    from runnertrace.exporters.local_store import StoreError, TraceNotFoundError
+    from runnertrace.store import StoreError, TraceNotFoundError
 
     args = build_parser().parse_args(argv)
     out, err = _console(), _console(stderr=True)

@@ -22,13 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from runnertrace._internal.version import __version__
-from runnertrace.exporters.local_store import (
-    RunSummary,
-    SpanStore,
-    StoredSpan,
-    agent_accounts,
-    span_tree,
-)
+from runnertrace.store import RunSummary, SpanStore, StoredSpan, agent_accounts, span_tree
 
 __all__ = ["FORMAT_SCRIPT", "render_report", "write_report"]
 

@@ -712,7 +712,7 @@ def test_a_wrong_key_or_value_at_any_level_gets_the_nearest_one(clean_env: Path)
 
     assert problem(trace={"local": {"pth": "x.db"}}) == (
         "trace.local.pth: unknown key (value 'x.db'); did you mean 'path'? "
-        "expected one of path, max_queue_size"
+        "expected one of path, retention, max_queue_size"
     )
     assert problem(trace={"deltas": "event"}) == (
         "trace.deltas: invalid value 'event'; did you mean 'events'? "

@@ -2,7 +2,8 @@
 
 From the bottom up: ``_internal``; ``core`` (the contract); ``runners`` and
 ``tracing``, side by side and blind to each other; ``exporters`` (the
-backends), which see tracing but no runner; ``report``; ``ui``; the tools
+backends), which see tracing and ``store`` (the span store, which sees tracing) but no
+runner; ``report``; ``ui``; the tools
 (``cli``, ``testing``); and the package root, a facade over them. A module may
 import its own layer and those :data:`LAYERS` lists for it, with two exceptions:
 
@@ -34,13 +35,15 @@ LAYERS: dict[str, frozenset[str]] = {
     "core": frozenset({"_internal"}),
     "runners": _BASE,
     "tracing": _BASE,
-    "exporters": _BASE | {"tracing"},
-    "report": _BASE | {"tracing", "exporters"},
-    "ui": _BASE | {"tracing", "exporters", "report"},
+    "store": _BASE | {"tracing"},
+    "exporters": _BASE | {"tracing", "store"},
+    "report": _BASE | {"tracing", "store", "exporters"},
+    "ui": _BASE | {"tracing", "store", "exporters", "report"},
     "serve": _BASE | {"tracing"},
-    "cli": _BASE | {"tracing", "exporters", "report", "ui", "runners", "serve"},
-    "testing": _BASE | {"tracing", "exporters"},
-    ROOT: _BASE | {"tracing", "exporters", "report", "ui", "runners", "serve", "cli", "testing"},
+    "cli": _BASE | {"tracing", "store", "exporters", "report", "ui", "runners", "serve"},
+    "testing": _BASE | {"tracing", "store", "exporters"},
+    ROOT: _BASE
+    | {"tracing", "store", "exporters", "report", "ui", "runners", "serve", "cli", "testing"},
 }
 """Each top-level part of the package -> the parts it may import (besides itself)."""
 

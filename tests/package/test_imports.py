@@ -33,6 +33,8 @@ HEAVY = (
     "crewai",
     "google.adk",
     "google.genai",
+    "psycopg",  # the PostgreSQL store's driver: loaded when such a store is opened
+    "grpc",  # OTLP/gRPC ingest: loaded by `runnertrace ui --otlp-grpc-port`
 )
 
 PROBE = """
@@ -79,3 +81,15 @@ def test_the_probe_notices_a_heavy_import() -> None:
         "OpenAICompatibleLlm('m', base_url='http://127.0.0.1:9/v1').client"
     )
     assert "openai" in loaded_after(extra)
+
+
+def test_the_store_and_the_ui_load_no_database_driver_until_a_postgresql_store_is_opened() -> None:
+    """SQLite users never load psycopg or grpc; opening a PostgreSQL store loads psycopg."""
+    pytest.importorskip("psycopg")
+    sqlite = (
+        "import runnertrace.store, runnertrace.exporters.local, runnertrace.cli\n"
+        "from runnertrace.store import SpanStore\n"
+        "SpanStore('/nonexistent/traces.db', read_only=True)\n"
+    )
+    assert loaded_after(sqlite) == []
+    assert "psycopg" in loaded_after(sqlite + "SpanStore('postgresql://u@127.0.0.1:9/db')\n")

@@ -1,38 +1,66 @@
-"""``local``: the default backend, a SQLite file read by ``runnertrace traces/show/report``.
+"""``local``: the default backend, the span store read by ``runnertrace traces/show/report/ui``.
 
-It needs no account and no network, so tracing works on a fresh clone. Spans
-reach the file through the standard bounded batch processor, so a slow disk
-adds no latency to runs and a full queue drops (and counts) spans instead of
-growing without bound.
+By default a SQLite file: it needs no account and no network, so tracing works
+on a fresh clone. ``trace.local.path`` may instead be a ``postgresql://`` URL
+(the ``postgres`` extra): one database that a team's processes write to and its
+dashboards read. Spans reach the store through the standard bounded batch
+processor, so a slow disk or database adds no latency to runs and a full queue
+drops (and counts) spans instead of growing without bound.
 """
 
 from __future__ import annotations
 
 import os
-import sqlite3
 from pathlib import Path
 
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace.export import SpanExporter
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from runnertrace.exporters.local_store import (
+from runnertrace.store import (
     SpanStore,
-    SqliteSpanExporter,
     StoreError,
+    StoreNotFoundError,
+    StoreSpanExporter,
+    StoreUrl,
     StoreVersionError,
 )
+from runnertrace.store.retention import parse_age
+from runnertrace.store.sqlite import is_busy
 from runnertrace.tracing.backend import Backend, BackendSettings, Check
 from runnertrace.tracing.config_env import default_store_path
 
-__all__ = ["LocalBackend", "LocalConfig", "is_busy", "readable", "unreadable_fix", "writable"]
+__all__ = [
+    "LocalBackend",
+    "LocalConfig",
+    "is_busy",
+    "reachable",
+    "readable",
+    "unreadable_fix",
+    "writable",
+]
 
 
 class LocalConfig(BackendSettings):
-    """``trace.local``: the embedded store."""
+    """``trace.local``: the span store (a SQLite file, or a PostgreSQL database)."""
+
+    @field_validator("retention")
+    @classmethod
+    def _age(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_age(value)  # ValueError: pydantic names the key and says the form
+        return value
 
     path: str = Field(default_factory=default_store_path)
-    """Default: one store per user in the platform's data directory (see ``doctor``)."""
+    """Where the store is: a SQLite file (default: one per user in the platform's data
+    directory, see ``doctor``), or a PostgreSQL URL such as
+    ``postgresql://user@host:5432/traces`` (the ``postgres`` extra). The viewers
+    (``traces``, ``show``, ``report``, ``ui``, ``doctor``) read the same store; their
+    ``--store`` (or ``--db``) names another."""
+    retention: str | None = None
+    """Keep runs this long, then prune them: ``30d``, ``12h``, ``2w`` (default: keep all).
+    The writer prunes a bounded step now and then; ``runnertrace prune --older-than``
+    does it at once."""
     max_queue_size: int = Field(8192, ge=1)
     """Finished spans that may wait for the file. A disk stall (another program's
     fsync, a checkpoint) holds the writer for a moment; at a tight loop's
@@ -51,29 +79,66 @@ class LocalBackend(Backend):
         return self.trace_config.section(self.name, LocalConfig)
 
     @property
+    def url(self) -> StoreUrl:
+        """The store, a relative file path resolved against the working directory now."""
+        return StoreUrl.parse(self.settings.path)
+
+    @property
     def path(self) -> Path:
-        """The store file, resolved against the working directory now."""
-        return SpanStore(self.settings.path).path
+        """The store file (a PostgreSQL store has none: see :attr:`url`)."""
+        url = self.url
+        if url.path is None:
+            raise StoreError(f"{url.shown} is a PostgreSQL store, not a file")
+        return url.path
 
     def exporter(self) -> SpanExporter:
-        # Half the flush budget: a locked store fails the batch (counted, explained)
-        # before a flush that waits for it gives up.
-        return SqliteSpanExporter(self.path, busy_timeout_s=self.trace_config.flush_timeout_s / 2)
+        # Half the flush budget: a locked store (or a database that does not answer)
+        # fails the batch (counted, explained) before a flush that waits for it gives up.
+        retention = self.settings.retention
+        return StoreSpanExporter(
+            self.url,
+            busy_timeout_s=self.trace_config.flush_timeout_s / 2,
+            retention_s=parse_age(retention) if retention else None,
+        )
 
     def max_queue_size(self) -> int:
         return self.settings.max_queue_size
 
     def metric_exporter(self) -> MetricExporter:
-        from runnertrace.exporters.local_metrics import SqliteMetricExporter
+        from runnertrace.exporters.local_metrics import StoreMetricExporter
 
-        return SqliteMetricExporter(self.path, busy_timeout_s=self.trace_config.flush_timeout_s / 4)
+        return StoreMetricExporter(self.url, busy_timeout_s=self.trace_config.flush_timeout_s / 4)
 
     def check(self) -> list[Check]:
-        path = self.path
+        url = self.url
+        if url.path is None:
+            return [reachable(url)]
+        path = url.path
         checks = [writable(path)]
         if path.is_file():
             checks.append(readable(path))
         return checks
+
+
+def reachable(url: StoreUrl) -> Check:
+    """Can the PostgreSQL store be reached and read? A viewer's connection: nothing is written.
+
+    An empty database is fine (the first traced run creates the schema in it); a
+    refused login, a missing database or a server that is down is a failure whose
+    message names the cause and the fix.
+    """
+    store = SpanStore(url, read_only=True, busy_timeout_s=5.0)
+    try:
+        spans, traces = store.count()
+    except StoreNotFoundError:
+        return Check(
+            "local", "store", "ok", f"{url.shown} is reachable; the first traced run creates it"
+        )
+    except (StoreError, ImportError) as exc:  # ImportError: the postgres extra is missing
+        return Check("local", "store", "fail", str(exc), fix="see the message")
+    finally:
+        store.close()
+    return Check("local", "store", "ok", f"{traces} traces, {spans} spans in {url.shown}")
 
 
 def readable(path: Path) -> Check:
@@ -106,14 +171,6 @@ def readable(path: Path) -> Check:
 def unreadable_fix(path: Path) -> str:
     """What to do with a file that is not a readable store (``doctor`` and the CLI say the same)."""
     return f"move {path} aside; runnertrace creates a new store on the next run"
-
-
-def is_busy(error: BaseException | None) -> bool:
-    """Is this SQLite error another connection holding the file (not a fault of the file)?"""
-    return isinstance(error, sqlite3.Error) and getattr(error, "sqlite_errorname", "") in {
-        "SQLITE_BUSY",
-        "SQLITE_LOCKED",
-    }
 
 
 def writable(path: Path) -> Check:

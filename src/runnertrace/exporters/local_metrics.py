@@ -18,11 +18,11 @@ from opentelemetry.sdk.metrics.export import (
     MetricsData,
 )
 
-from runnertrace.exporters.local_store import SpanStore, StoredMetricPoint, StoreError
+from runnertrace.store import SpanStore, StoredMetricPoint, StoreError, StoreUrl
 from runnertrace.tracing.drops import metric_export_failed
 from runnertrace.tracing.metrics import delta_temporality, our_points
 
-__all__ = ["SqliteMetricExporter", "stored_points"]
+__all__ = ["SqliteMetricExporter", "StoreMetricExporter", "stored_points"]
 
 
 def stored_points(data: MetricsData) -> list[StoredMetricPoint]:
@@ -54,10 +54,13 @@ def stored_points(data: MetricsData) -> list[StoredMetricPoint]:
     return points
 
 
-class SqliteMetricExporter(MetricExporter):
-    """Appends our metric points to the store's ``metric_points`` table; never raises."""
+class StoreMetricExporter(MetricExporter):
+    """Appends our metric points to the store's ``metric_points`` table (either engine);
+    never raises."""
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str] | StoreUrl, *, busy_timeout_s: float = 10.0
+    ) -> None:
         super().__init__(preferred_temporality=delta_temporality())
         self.store = SpanStore(path, busy_timeout_s=busy_timeout_s)
 
@@ -68,7 +71,7 @@ class SqliteMetricExporter(MetricExporter):
             self.store.write_metric_points(stored_points(metrics_data))
         except (sqlite3.Error, StoreError, OSError) as exc:
             # Said in the local backend's loss report, not on a line of its own.
-            metric_export_failed("local", f"cannot write metrics to {self.store.path}: {exc}")
+            metric_export_failed("local", f"cannot write metrics to {self.store.location}: {exc}")
             return MetricExportResult.FAILURE
         return MetricExportResult.SUCCESS
 
@@ -77,3 +80,7 @@ class SqliteMetricExporter(MetricExporter):
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
         self.store.close()
+
+
+SqliteMetricExporter = StoreMetricExporter
+"""The exporter's name from when SQLite was the only engine."""

@@ -39,7 +39,9 @@ __all__ = [
 logger = logging.getLogger("runnertrace")
 
 ENV_PREFIX = "RUNNERTRACE_"
-_NOT_KEYS = frozenset({"RUNNERTRACE_CONFIG"})
+# Variables read by other parts than the configuration: the file's location, and the
+# dashboard's token and ingest keys (runnertrace.ui.auth).
+_NOT_KEYS = frozenset({"RUNNERTRACE_CONFIG", "RUNNERTRACE_UI_TOKEN", "RUNNERTRACE_INGEST_KEY"})
 _warned: set[str] = set()
 
 

@@ -24,12 +24,14 @@ from runnertrace._internal.imports import require
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
+    from runnertrace.store import StoreUrl
+
 __all__ = ["create_app", "host_names", "is_loopback", "serve"]
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def create_app(db: str | Path, **kwargs: Any) -> Starlette:
+def create_app(db: str | Path | StoreUrl, **kwargs: Any) -> Starlette:
     """The dashboard's ASGI app over the store at ``db`` (see :mod:`runnertrace.ui.app`)."""
     require("starlette", "ui")
     from runnertrace.ui.app import create_app as build
@@ -69,21 +71,25 @@ def host_names(host: str, extra: Sequence[str] = ()) -> list[str]:
 
 
 def serve(
-    db: str | Path,
+    db: str | Path | StoreUrl,
     *,
     host: str = "127.0.0.1",
     port: int = 0,
     open_browser: bool = True,
     out: IO[str],
     allow_hosts: Sequence[str] = (),
+    grpc_port: int | None = None,
 ) -> int:
-    """Serve the dashboard until interrupted; ``port=0`` picks a free port."""
+    """Serve the dashboard until interrupted; ``port=0`` picks a free port. ``grpc_port``:
+    OTLP/gRPC ingest on that port too (0: a free one; the ``grpc`` extra)."""
     uvicorn = require("uvicorn", "ui")
+    from runnertrace.store import StoreUrl
     from runnertrace.ui.app import LOOPBACK_HOSTS
-    from runnertrace.ui.auth import TOKEN_ENV, ui_token
+    from runnertrace.ui.auth import INGEST_KEY_ENV, TOKEN_ENV, ingest_keys, ui_token
 
     loopback = is_loopback(host)
     token = ui_token() if not loopback or os.environ.get(TOKEN_ENV) else None
+    keys = ingest_keys()
     if not loopback:
         out.write(
             f"warning: --host {host} is not a loopback address: whoever can reach it and has "
@@ -105,18 +111,37 @@ def serve(
         shown = socket.gethostname()
     url = f"http://{shown}:{bound}/"
     allowed = [*LOOPBACK_HOSTS, *allow_hosts] if loopback else host_names(host, allow_hosts)
-    app = create_app(db, allowed_hosts=allowed, token=token)
+    app = create_app(db, allowed_hosts=allowed, token=token, ingest_keys=keys)
+    grpc_server = None
+    if grpc_port is not None:
+        from runnertrace.ui.grpc_ingest import start_grpc
+
+        try:
+            grpc_server, bound_grpc = start_grpc(
+                app.state.ingest,
+                host=host.strip("[]"),
+                port=grpc_port,
+                token=token,
+                ingest_keys=keys,
+            )
+        except BaseException:
+            sock.close()
+            raise
     config = uvicorn.Config(
         app, log_level="warning", timeout_graceful_shutdown=2, lifespan="on", access_log=False
     )
     server = uvicorn.Server(config)
     entry = f"{url}?token={token}" if token else url
-    out.write(f"runnertrace ui: {entry}  (store {Path(db)}; Ctrl-C to stop)\n")
+    out.write(f"runnertrace ui: {entry}  (store {StoreUrl.parse(db).shown}; Ctrl-C to stop)\n")
     if token:
         out.write(
             f"  a token is required (from {TOKEN_ENV} or generated): open the URL above once, "
             f"or send Authorization: Bearer <token>; OTLP in: {url}v1/traces\n"
         )
+    if keys:
+        out.write(f"  OTLP in also takes the ingest key(s) in {INGEST_KEY_ENV} (write only)\n")
+    if grpc_server is not None:
+        out.write(f"  OTLP/gRPC in: {shown}:{bound_grpc}\n")
     out.flush()
     if open_browser:
         threading.Timer(0.5, webbrowser.open, args=(entry,)).start()
@@ -124,4 +149,6 @@ def serve(
         server.run(sockets=[sock])
     finally:
         sock.close()
+        if grpc_server is not None:
+            grpc_server.stop(grace=2).wait()
     return 0

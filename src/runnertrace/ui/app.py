@@ -17,7 +17,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -34,8 +34,13 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from runnertrace.exporters.local_store import SpanStore, StoreError, TraceNotFoundError
-from runnertrace.report import FORMAT_SCRIPT
+if TYPE_CHECKING:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+from runnertrace.report import FORMAT_SCRIPT, render_report
+from runnertrace.store import SpanStore, StoreError, StoreUrl, TraceNotFoundError
 from runnertrace.ui.auth import TokenMiddleware
 from runnertrace.ui.ingest import (
     MAX_BODY,
@@ -127,17 +132,19 @@ def _int(request: Request, key: str, default: int, low: int = 0, high: int = MAX
 
 
 def create_app(
-    db: str | Path,
+    db: str | Path | StoreUrl,
     *,
     allowed_hosts: Sequence[str] | None = LOOPBACK_HOSTS,
     token: str | None = None,
+    ingest_keys: Sequence[str] = (),
 ) -> Starlette:
-    """The dashboard over the store at ``db``.
+    """The dashboard over the store at ``db`` (a SQLite file or a PostgreSQL URL).
 
     ``allowed_hosts`` checks the Host header, so a web page elsewhere cannot
     reach this server through DNS rebinding; ``None`` accepts any host.
     ``token``, when given, is required on every request, OTLP included (see
-    :mod:`runnertrace.ui.auth`).
+    :mod:`runnertrace.ui.auth`). ``ingest_keys`` open the OTLP endpoints only.
+    ``app.state.ingest`` stores one decoded OTLP request (the gRPC service's way in).
     """
     dashboard = Dashboard(db)
 
@@ -214,9 +221,11 @@ def create_app(
         return _json(dashboard.compare(first, second))
 
     def trace_page(request: Request) -> Response:
-        trace_id = dashboard.store().resolve(request.path_params["trace_id"])
+        store = dashboard.store()
+        trace_id = store.resolve(request.path_params["trace_id"])
+        # The trace's waterfall page: the HTML report's own renderer.
         return HTMLResponse(
-            dashboard.trace_page(trace_id),
+            render_report(store.get_trace(trace_id), store.get_run(trace_id)),
             headers={**_HEADERS, "Content-Security-Policy": _REPORT_CSP},
         )
 
@@ -259,10 +268,14 @@ def create_app(
     writer_lock = threading.Lock()
 
     def store_spans(body: bytes, content_type: str, encoding: str) -> int:
-        spans = readable_spans(decode(body, content_type, encoding))
+        return ingest(decode(body, content_type, encoding))
+
+    def ingest(request: ExportTraceServiceRequest) -> int:
+        """Store one OTLP request's spans through the store's writer (either engine)."""
+        spans = readable_spans(request)
         with writer_lock:
             if not writer:
-                writer.append(SpanStore(dashboard.path))
+                writer.append(SpanStore(dashboard.url))
             store = writer[0]
         return store.write(spans)
 
@@ -389,8 +402,9 @@ def create_app(
     middleware = []
     if allowed_hosts is not None:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
-    if token is not None:
-        middleware.append(Middleware(TokenMiddleware, token=token))
+    if token is not None or ingest_keys:
+        middleware.append(Middleware(TokenMiddleware, token=token, ingest_keys=tuple(ingest_keys)))
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.dashboard = dashboard
+    app.state.ingest = ingest
     return app

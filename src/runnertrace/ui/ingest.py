@@ -36,7 +36,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from runnertrace.exporters.local_store import StoredSpan
+from runnertrace.store import StoredSpan
 from runnertrace.ui.dialects import normalise
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "export_json",
     "metrics_refusal",
     "readable_spans",
+    "refuse_metrics",
     "response_body",
 ]
 
@@ -166,6 +167,16 @@ def metrics_refusal(
     except (DecodeError, json_format.ParseError, ValueError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else "malformed"
         raise IngestError(f"the body is not an OTLP metrics request: {reason}") from None
+    refuse_metrics(request, response)
+    if media == JSON:
+        return json_format.MessageToJson(response).encode(), JSON
+    return response.SerializeToString(), PROTOBUF
+
+
+def refuse_metrics(
+    request: ExportMetricsServiceRequest, response: ExportMetricsServiceResponse
+) -> None:
+    """Mark every data point of ``request`` rejected in ``response``, saying why (HTTP, gRPC)."""
     points = 0
     for resource_metrics in request.resource_metrics:
         for scope_metrics in resource_metrics.scope_metrics:
@@ -177,9 +188,6 @@ def metrics_refusal(
         response.partial_success.error_message = (
             "runnertrace ui keeps traces only; its charts are computed from the spans"
         )
-    if media == JSON:
-        return json_format.MessageToJson(response).encode(), JSON
-    return response.SerializeToString(), PROTOBUF
 
 
 def _value(value: AnyValue) -> Any:

@@ -1,4 +1,4 @@
-"""Content search for the dashboard: a trigram FTS5 index kept beside the store.
+"""Content search on SQLite: a trigram FTS5 index kept beside the store file.
 
 Why: a search is a substring match over every span's name and attributes.
 Without an index, a word that only one run in 100k holds means reading every
@@ -13,6 +13,9 @@ table's ``seq`` (every run written or updated bumps it), so a new run is
 indexed a moment after it is stored. Until then, and for any run the index
 has not reached yet, the query falls back to the scan for those runs only:
 a result is never missing a run because the index was behind.
+
+A PostgreSQL store needs none of this: a trigram index inside the database,
+kept by the writers' own inserts and deletes, answers the same ``ILIKE``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from runnertrace.exporters.local_store import SpanStore, StoreError, StoreNotFoundError
+from runnertrace.store.errors import StoreError, StoreNotFoundError
+from runnertrace.store.store import SpanStore
 
 __all__ = ["FEW", "SearchIndex"]
 
