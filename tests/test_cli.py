@@ -98,6 +98,23 @@ def test_demo_prints_each_answer_then_its_tree_then_its_report(demo: Demo) -> No
     assert not (demo.cwd / ".runnertrace").exists()
 
 
+def test_demo_captures_its_scripted_content_says_so_and_says_what_next(demo: Demo) -> None:
+    """A first dashboard with content: the demo's data is scripted, there is nothing to hide."""
+    out = demo.result.stdout
+    header = " ".join(out.split("\u2500")[0].split())  # the line(s) before the first rule
+    assert "content captured" in header
+    store = SpanStore(demo.db)
+    try:
+        run = store.list_runs(1)[0]
+        chats = [s for s in store.get_trace(run.trace_id) if s.span_type == "message"]
+    finally:
+        store.close()
+    assert chats and all("gen_ai.input.messages" in s.attributes for s in chats)
+    assert "runnertrace[ui]" in out and "runnertrace ui" in out
+    assert "http://127.0.0.1:7341/" in out
+    assert "RUNNERTRACE_TRACE__CAPTURE_CONTENT=true" in out
+
+
 def test_demo_stream_mode(tmp_path: Path) -> None:
     result = cli("demo", "--stream", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
