@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import html
 import io
 import json
 import threading
@@ -37,6 +38,7 @@ from starlette.staticfiles import StaticFiles
 from runnertrace.exporters.local_store import SpanStore, StoreError, TraceNotFoundError
 from runnertrace.report import FORMAT_SCRIPT
 from runnertrace.ui.auth import TokenMiddleware
+from runnertrace.ui.compare import by_position
 from runnertrace.ui.ingest import (
     MAX_BODY,
     IngestError,
@@ -120,6 +122,17 @@ def _csv_cell(value: object) -> object:
     if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
         return "'" + value
     return "" if value is None else value
+
+
+def _not_found_page(reason: str) -> str:
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        "<title>trace not found · runnertrace</title></head>"
+        '<body style="font: 14px system-ui, sans-serif; padding: 24px">'
+        f'<h1 id="not-found">No such trace in this store</h1><p>{html.escape(reason)}.</p>'
+        "<p>A trace id (or a unique prefix of one) comes from the runs list, "
+        "<code>runnertrace traces</code>, or an app's logs.</p></body></html>"
+    )
 
 
 def _int(request: Request, key: str, default: int, low: int = 0, high: int = MAX_NS) -> int:
@@ -211,14 +224,16 @@ def create_app(
         second = text_param(request.query_params, "b")
         if not first or not second:
             raise QueryError("a and b are required: the two trace ids (or prefixes) to compare")
-        return _json(dashboard.compare(first, second))
+        return _json(by_position(dashboard.compare(first, second), dashboard.store()))
 
     def trace_page(request: Request) -> Response:
-        trace_id = dashboard.store().resolve(request.path_params["trace_id"])
-        return HTMLResponse(
-            dashboard.trace_page(trace_id),
-            headers={**_HEADERS, "Content-Security-Policy": _REPORT_CSP},
-        )
+        headers = {**_HEADERS, "Content-Security-Policy": _REPORT_CSP}
+        try:
+            trace_id = dashboard.store().resolve(request.path_params["trace_id"])
+        except TraceNotFoundError as exc:
+            # A page is what a browser opened: a page that says so, not raw JSON.
+            return HTMLResponse(_not_found_page(str(exc)), status_code=404, headers=headers)
+        return HTMLResponse(dashboard.trace_page(trace_id), headers=headers)
 
     def sessions(request: Request) -> Response:
         return _json({"sessions": dashboard.sessions(_int(request, "limit", 100, 1, 500))})
