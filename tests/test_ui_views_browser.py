@@ -402,6 +402,7 @@ def test_compare_two_runs(pg: object, base_url: str, tmp_path: Path) -> None:
     tool = pg.locator('#cmp-timeline .cmp-row:has-text("execute_tool lookup") .cmp-bar')  # type: ignore[attr-defined]
     lefts = tool.evaluate_all("bs => bs.map(b => b.style.left)")
     assert len(lefts) == 2 and lefts[0] == lefts[1]
+    pg.locator("#cmp-timeline").scroll_into_view_if_needed()  # type: ignore[attr-defined]
     shot(pg, "ui-compare.png", tmp_path)
 
 

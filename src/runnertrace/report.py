@@ -322,6 +322,7 @@ main { flex: 1; display: grid; grid-template-columns: minmax(0, 1fr) minmax(440p
   z-index: 3; border-right: 2px solid var(--line); }
 .resizer:hover, .resizer.dragging { border-right-color: var(--sel-line); }
 .row.fail-path .label .name { color: var(--error); }
+#axis.narrow .tick:not(:first-child):not(:last-child) { display: none; }
 .row.fail-path .dot { box-shadow: 0 0 0 2px var(--error); }
 #axis { position: sticky; top: 0; z-index: 2; background: var(--bg); height: 28px;
   border-bottom: 1px solid var(--line); color: var(--muted); font-size: 11px; }
@@ -558,8 +559,12 @@ _SCRIPT = r"""
       handle.classList.add("dragging");
       var left = waterfall.getBoundingClientRect().left;
       function drag(m) {
-        var width = Math.max(160, Math.min(m.clientX - left, waterfall.clientWidth - 220));
+        // the token column (150 px) and a timeline of 200 px always stay
+        var width = Math.max(160, Math.min(m.clientX - left, waterfall.clientWidth - 350));
         waterfall.style.setProperty("--name-col", width + "px");
+        // a narrow timeline keeps its first and last tick only, so no labels overlap
+        var scale = document.querySelector("#axis .scale");
+        document.getElementById("axis").classList.toggle("narrow", scale.clientWidth < 300);
       }
       function drop() {
         handle.classList.remove("dragging");
@@ -571,6 +576,7 @@ _SCRIPT = r"""
     });
     handle.addEventListener("dblclick", function () {
       waterfall.style.removeProperty("--name-col");
+      document.getElementById("axis").classList.remove("narrow");
     });
     return handle;
   }
