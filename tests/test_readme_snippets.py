@@ -166,3 +166,24 @@ def test_a_shell_block_parses_and_a_runnertrace_one_runs(block: Block, filled_ho
         check=False,
     )
     assert done.returncode == 0, f"{block.name}:\n{done.stdout}\n{done.stderr}"
+
+
+SNIPPETS_JS = ROOT / "src" / "runnertrace" / "ui" / "static" / "snippets.js"
+FRAMEWORK_ROW = re.compile(r'\["[^"]+", "(\w+)", "(\w+Module)", "(\w+)"')
+
+
+def test_the_empty_dashboards_snippets_name_modules_and_examples_that_exist() -> None:
+    """The code an empty dashboard offers per framework imports what it says, where installed."""
+    import importlib
+
+    rows = FRAMEWORK_ROW.findall(SNIPPETS_JS.read_text(encoding="utf-8"))
+    assert len(rows) == 7, rows
+    for package, module_class, _ in rows:
+        assert (ROOT / "examples" / f"{package}_agent.py").is_file(), package
+        module = f"runnertrace.runners.{package}"
+        try:
+            loaded = importlib.import_module(module)
+        except ImportError as exc:  # the framework's extra is not installed here (CrewAI)
+            assert "pip install" in str(exc), exc
+            continue
+        assert hasattr(loaded, module_class), f"{module} has no {module_class}"

@@ -397,6 +397,11 @@ def _next_lines(command: str) -> list[Text]:
     Why spelled out here: the demo is the first thing run on a fresh machine, and
     its last lines are the only documentation sure to be read.
     """
+    import importlib.util
+
+    # The install step only where the dashboard is missing (the README's first command has it).
+    has_ui = all(importlib.util.find_spec(name) for name in ("starlette", "uvicorn"))
+    install = () if has_ui else (("pip install 'runnertrace[ui]'", "bold"), ", then ")
     return [
         Text.assemble(
             "Next: ",
@@ -407,8 +412,7 @@ def _next_lines(command: str) -> list[Text]:
         ),
         Text.assemble(
             "Dashboard: ",
-            ("pip install 'runnertrace[ui]'", "bold"),
-            ", then ",
+            *install,
             (f"{command} ui", "bold"),
             f" (http://127.0.0.1:{DEFAULT_UI_PORT}/).",
         ),
