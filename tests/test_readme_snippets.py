@@ -4,9 +4,10 @@ Why: a snippet a reader copies must be a whole program, with its imports, its
 provider and its flush. Each ``python`` block runs in a fresh interpreter, in a
 directory of its own, offline: the dashboard's OTLP address in it
 (``http://127.0.0.1:7341``) is pointed at a loopback receiver, and a block that
-exports there must deliver spans. Each ``bash`` block is parsed with
-``bash -n``; one made only of ``runnertrace`` commands (and ``export
-RUNNERTRACE_...`` lines) runs, after a demo filled the store. Before a block, a
+exports there must deliver spans. Each ``yaml`` block is a ``runnertrace.yaml``
+the settings model takes. Each ``bash`` block is parsed with ``bash -n``; one
+made only of ``runnertrace`` commands (and ``export RUNNERTRACE_...`` lines)
+runs, after a demo filled the store. Before a block, a
 line ``<!-- snippet: parse-only: <why> -->`` (a shell block: it installs, or
 serves until stopped) or ``<!-- snippet: skip: <why> -->`` (a python block that
 cannot run offline) is honoured; a marker without a reason is refused.
@@ -29,7 +30,7 @@ DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 DASHBOARD = "http://127.0.0.1:7341"
 FENCE = re.compile(
     r"(?:^<!-- snippet: (?P<marker>[\w-]+)(?P<reason>: [^\n]*?)? -->\n)?"
-    r"^```(?P<lang>python|bash)\n(?P<code>.*?)^```$",
+    r"^```(?P<lang>python|bash|yaml)\n(?P<code>.*?)^```$",
     re.MULTILINE | re.DOTALL,
 )
 CLI_LINE = re.compile(r"^(?:\.venv/bin/)?runnertrace\s|^export\s+RUNNERTRACE_\w+=")
@@ -70,6 +71,7 @@ def blocks() -> list[Block]:
 BLOCKS = blocks()
 PYTHON = [b for b in BLOCKS if b.lang == "python"]
 SHELL = [b for b in BLOCKS if b.lang == "bash"]
+YAML = [b for b in BLOCKS if b.lang == "yaml"]
 
 
 def _commands(block: Block) -> list[str]:
@@ -105,6 +107,17 @@ def test_the_documents_hold_blocks_of_both_kinds_and_every_marker_says_why() -> 
             assert block.marker in ("parse-only", "skip"), block.name
             assert block.reason, f"{block.name}: a {block.marker} marker must say why"
             assert (block.marker == "skip") == (block.lang == "python"), block.name
+    assert YAML, "the configuration examples are yaml blocks"
+
+
+@pytest.mark.parametrize("block", YAML, ids=lambda b: b.name)
+def test_a_configuration_block_is_a_valid_runnertrace_yaml(block: Block) -> None:
+    """A ``runnertrace.yaml`` shown is one the settings model takes as it is."""
+    import yaml
+
+    from runnertrace.tracing.config import Settings
+
+    Settings(**yaml.safe_load(block.code))
 
 
 @pytest.mark.parametrize("block", PYTHON, ids=lambda b: b.name)
