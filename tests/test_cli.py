@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -96,6 +97,26 @@ def test_demo_prints_each_answer_then_its_tree_then_its_report(demo: Demo) -> No
     assert "✗ error" in out  # the division by zero shows as a failed tool span
     assert demo.db.is_file()  # the per-user store, not one per working directory
     assert not (demo.cwd / ".runnertrace").exists()
+
+
+def test_demo_captures_its_scripted_content_says_so_and_says_what_next(demo: Demo) -> None:
+    """A first dashboard with content: the demo's data is scripted, there is nothing to hide."""
+    out = demo.result.stdout
+    header = " ".join(out.split("\u2500")[0].split())  # the line(s) before the first rule
+    assert "content captured" in header
+    store = SpanStore(demo.db)
+    try:
+        run = store.list_runs(1)[0]
+        chats = [s for s in store.get_trace(run.trace_id) if s.span_type == "message"]
+    finally:
+        store.close()
+    assert chats and all("gen_ai.input.messages" in s.attributes for s in chats)
+    assert "runnertrace ui" in out
+    # the install step only where the dashboard is not installed
+    has_ui = all(importlib.util.find_spec(name) for name in ("starlette", "uvicorn"))
+    assert ("pip install 'runnertrace[ui]'" in out) is not has_ui
+    assert "http://127.0.0.1:7341/" in out
+    assert "RUNNERTRACE_TRACE__CAPTURE_CONTENT=true" in out
 
 
 def test_demo_stream_mode(tmp_path: Path) -> None:

@@ -409,3 +409,18 @@ def test_every_example_prints_what_its_spans_hold(
         if isinstance(session, str):
             owner = _SESSIONS.setdefault(session, example.name)
             assert owner == example.name, f"{example.name} reuses {owner}'s session {session!r}"
+
+
+# -- the README's "wrap your agent" table (issue 30) -------------------------------------------
+README = EXAMPLES.parent / "README.md"
+TABLE_LINK = re.compile(r"\[`examples/(\w+_agent\.py)`\]\(examples/\1\)")
+
+
+def test_the_readme_table_links_every_framework_example_and_each_is_run_here() -> None:
+    """A framework user finds their "wrap your agent" example, and the test above runs it."""
+    section = README.read_text(encoding="utf-8").split("## Wrap your agent", 1)[1]
+    table = "\n".join(line for line in section.split("\n## ", 1)[0].splitlines() if line[:1] == "|")
+    linked = {m.group(1) for m in TABLE_LINK.finditer(table)}
+    on_disk = {path.name for path in EXAMPLES.glob("*_agent.py")}
+    assert linked == on_disk and len(linked) == 7, (linked, on_disk)
+    assert {EXAMPLES / name for name in linked} <= set(ALL_EXAMPLES)

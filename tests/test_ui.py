@@ -277,7 +277,19 @@ def test_the_ui_command_reports_a_bad_or_busy_port(
         busy.listen(1)
         port = busy.getsockname()[1]
         assert main(["ui", "--db", db, "--port", str(port), "--no-open"]) == 1
-    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines  # one line, naming the flag that chooses another port
+    assert f"cannot listen on 127.0.0.1:{port}" in lines[0]
+    assert lines[0].endswith("choose another port with --port N (0: any free one)")
+
+
+def test_the_ui_port_is_fixed_by_default() -> None:
+    """A bookmark and an app's OTLP endpoint survive a restart: the default is no free port."""
+    from runnertrace.cli import DEFAULT_UI_PORT, build_parser
+
+    args = build_parser().parse_args(["ui"])
+    assert args.port == DEFAULT_UI_PORT != 0
+    assert DEFAULT_UI_PORT not in (6006, 4317, 4318, 16686, 9411, 3000, 5000)
 
 
 def test_without_the_ui_extra_the_command_names_it(tmp_path: Path) -> None:

@@ -96,7 +96,9 @@ def test_serving_on_all_addresses_prints_a_token_url_and_keeps_the_host_check(
     tmp_path: Path,
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
-    process = _serve(tmp_path, {**env}, "--host", "0.0.0.0", "--allow-host", "dash.example")
+    process = _serve(
+        tmp_path, {**env}, "--host", "0.0.0.0", "--allow-host", "dash.example", "--port", "0"
+    )
     try:
         assert process.stdout is not None
         lines = [process.stdout.readline() for _ in range(3)]

@@ -40,7 +40,7 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-README_SHOT = Path(__file__).resolve().parent.parent / "docs" / "ui.png"
+README_SHOT = Path(__file__).resolve().parent.parent / "docs" / "ui-runs.png"
 # Read at import: the suite's autouse fixture clears every RUNNERTRACE_* variable per test.
 UPDATE_SCREENSHOTS = bool(os.environ.get("RUNNERTRACE_UPDATE_SCREENSHOTS"))
 
@@ -199,7 +199,7 @@ def test_new_runs_appear_without_a_reload(page: tuple, base_url: str, db: Path) 
 
 
 def test_readme_screenshot(page: tuple, base_url: str, tmp_path: Path) -> None:
-    """The runs list as the README shows it (RUNNERTRACE_UPDATE_SCREENSHOTS=1: docs/ui.png)."""
+    """The runs list as docs/ui.md shows it (RUNNERTRACE_UPDATE_SCREENSHOTS=1: docs/ui-runs.png)."""
     pg, _ = page
     shot = README_SHOT if UPDATE_SCREENSHOTS else tmp_path / "ui.png"
     pg.set_viewport_size({"width": 1280, "height": 560})

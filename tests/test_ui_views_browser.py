@@ -391,15 +391,22 @@ def test_compare_two_runs(pg: object, base_url: str, tmp_path: Path) -> None:
     expect(cost.locator("td").nth(2)).to_have_text("$0.025")
     expect(differences.locator('tr[data-field="tools called"]')).to_have_class("same")
     expect(differences.locator('tr[data-field="latency_ns"] td').first).to_have_text("latency")
+    expect(differences.locator('tr[data-field="framework"]')).to_have_class("same")
+    expect(pg.locator("#matters")).to_contain_text("cost")  # type: ignore[attr-defined]
     timeline = pg.locator("#cmp-timeline .cmp-row")  # type: ignore[attr-defined]
-    keys = timeline.evaluate_all("rs => rs.map(r => r.dataset.key)")
-    assert keys[0] == "invoke_agent pricey #1" and "execute_tool lookup #1" in keys
-    mini = pg.locator('#cmp-timeline .cmp-row[data-key="chat gpt-test-mini #1"]')  # type: ignore[attr-defined]
-    expect(mini.locator(".cmp-track").nth(1)).to_have_text("(not in this run)")
+    labels = timeline.evaluate_all("rs => rs.map(r => r.firstChild.textContent)")
+    assert labels[0] == "invoke_agent pricey" and "execute_tool lookup" in labels
+    # lined up by place in the tree, not by name: the two models' calls share one row
+    chats = pg.locator('#cmp-timeline .cmp-row:has-text("chat gpt-test-mini")')  # type: ignore[attr-defined]
+    expect(chats).to_have_count(1)
+    expect(chats.locator(".cmp-label")).to_have_text("chat gpt-test-mini / chat gpt-test-large")
+    expect(chats.locator(".cmp-bar")).to_have_count(2)
+    assert "(not in this run)" not in pg.locator("#cmp-timeline").inner_text()  # type: ignore[attr-defined]
     # aligned: the same tool span, at the same offset in both runs, sits at the same x
-    tool = pg.locator('#cmp-timeline .cmp-row[data-key="execute_tool lookup #1"] .cmp-bar')  # type: ignore[attr-defined]
+    tool = pg.locator('#cmp-timeline .cmp-row:has-text("execute_tool lookup") .cmp-bar')  # type: ignore[attr-defined]
     lefts = tool.evaluate_all("bs => bs.map(b => b.style.left)")
     assert len(lefts) == 2 and lefts[0] == lefts[1]
+    pg.locator("#cmp-timeline").scroll_into_view_if_needed()  # type: ignore[attr-defined]
     shot(pg, "ui-compare.png", tmp_path)
 
 

@@ -55,6 +55,12 @@ DEMO_TASKS = (
     "Hello! What can you do?",
 )
 
+DEFAULT_UI_PORT = 7341
+"""``runnertrace ui``'s port: fixed, so bookmarks and an app's OTLP endpoint
+(``http://127.0.0.1:7341/v1/traces``) survive a restart. Chosen apart from the
+ports a user of this tool is likely running beside it: Phoenix 6006, OTLP
+4317/4318, Jaeger 16686, Zipkin 9411, Langfuse and Grafana 3000, MLflow 5000."""
+
 _CHECK_STYLES = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 
 
@@ -401,6 +407,9 @@ def cmd_demo(args: argparse.Namespace, out: Console) -> int:
 
     settings = load_cli_settings()
     settings.trace.enabled = True  # the demo exists to show a traced run
+    # Its prompts and replies are scripted, so there is nothing to hide, and a first
+    # dashboard with the conversation in it shows what the product is for.
+    settings.trace.capture_content = True
     if args.db is not None:
         settings.trace.local.path = args.db
     try:  # what the run's tracing would only log: here it is the answer, in one line
@@ -445,6 +454,8 @@ async def _demo(settings: Settings, *, stream: bool, out: Console) -> int:
             ("runnertrace demo", "bold"),
             f": the native agent with an offline scripted model, {mode} mode, traced to ",
             (destination, "bold"),
+            ", content captured (the demo's data is scripted; your own runs capture none "
+            "unless trace.capture_content is true)",
         )
     )
     if setup.disabled:
@@ -481,19 +492,46 @@ async def _demo(settings: Settings, *, stream: bool, out: Console) -> int:
     out.rule(style="dim")
     if store is not None and not setup.disabled:
         command = _command_name()
-        out.print(
-            Text.assemble(
-                "Next: ",
-                (f"{command} traces", "bold"),
-                " lists the runs, ",
-                (f"{command} show last", "bold"),
-                " draws the latest one (from any directory).",
-            )
-        )
+        for line in _next_lines(command):
+            out.print(line, soft_wrap=True)
     elif not setup.disabled and not drops.lost_spans():
         out.print(Text(f"Spans went to {destination}; add local to trace.type to see trees here."))
     setup.flush()
     return 1 if drops.lost_spans() else 0
+
+
+def _next_lines(command: str) -> list[Text]:
+    """What a newcomer does after the demo: look at the runs, open the dashboard, trace their own.
+
+    Why spelled out here: the demo is the first thing run on a fresh machine, and
+    its last lines are the only documentation sure to be read.
+    """
+    import importlib.util
+
+    # The install step only where the dashboard is missing (the README's first command has it).
+    has_ui = all(importlib.util.find_spec(name) for name in ("starlette", "uvicorn"))
+    install = () if has_ui else (("pip install 'runnertrace[ui]'", "bold"), ", then ")
+    return [
+        Text.assemble(
+            "Next: ",
+            (f"{command} traces", "bold"),
+            " lists the runs, ",
+            (f"{command} show last", "bold"),
+            " draws the latest one (from any directory).",
+        ),
+        Text.assemble(
+            "Dashboard: ",
+            *install,
+            (f"{command} ui", "bold"),
+            f" (http://127.0.0.1:{DEFAULT_UI_PORT}/).",
+        ),
+        Text.assemble(
+            "Your own app: ",
+            ("RUNNERTRACE_TRACE__ENABLED=true RUNNERTRACE_TRACE__CAPTURE_CONTENT=true", "bold"),
+            " traces it with prompts and replies (or trace.enabled and trace.capture_content "
+            "in runnertrace.yaml).",
+        ),
+    ]
 
 
 _LOST_FIX = {"local": "or choose another store with trace.local.path (or --db)"}
@@ -725,6 +763,11 @@ def cmd_ui(args: argparse.Namespace, out: Console) -> int:
         )
     except (MissingExtraError, ValueError) as exc:  # a missing extra; a bad token setting
         raise CommandError(str(exc)) from None
+    except OSError as exc:
+        if not str(exc).startswith("cannot listen on"):
+            raise
+        # The port is taken (often by another dashboard): one line, naming the flag.
+        raise CommandError(f"{exc}; choose another port with --port N (0: any free one)") from None
 
 
 # -- entry point -------------------------------------------------------------------------------
@@ -822,7 +865,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     ui = command("ui", "open a local dashboard of the runs in the store", parents=[store_parent])
     ui.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    ui.add_argument("--port", type=int, default=0, help="port (default 0: a free one)")
+    ui.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_UI_PORT,
+        help=f"port (default {DEFAULT_UI_PORT}; 0: a free one)",
+    )
     ui.add_argument("--no-open", action="store_true", help="do not open a browser")
     ui.add_argument(
         "--allow-host",

@@ -309,7 +309,15 @@ header h1 .tid { font: 12px var(--mono); color: var(--muted); font-weight: 400; 
 main { flex: 1; display: grid; grid-template-columns: minmax(0, 1fr) minmax(440px, 44%);
   min-height: 0; }
 #waterfall { overflow: auto; min-width: 0; }
-#axis, .row { display: grid; grid-template-columns: minmax(240px, 34%) 150px 1fr; }
+#waterfall { --name-col: minmax(240px, 34%); }
+#axis, .row { display: grid; grid-template-columns: var(--name-col) 150px 1fr; }
+#axis .colname.span-col { position: relative; }
+.resizer { position: absolute; top: 0; right: -3px; width: 7px; height: 100%; cursor: col-resize;
+  z-index: 3; border-right: 2px solid var(--line); }
+.resizer:hover, .resizer.dragging { border-right-color: var(--sel-line); }
+.row.fail-path .label .name { color: var(--error); }
+#axis.narrow .tick:not(:first-child):not(:last-child) { display: none; }
+.row.fail-path .dot { box-shadow: 0 0 0 2px var(--error); }
 #axis { position: sticky; top: 0; z-index: 2; background: var(--bg); height: 28px;
   border-bottom: 1px solid var(--line); color: var(--muted); font-size: 11px; }
 #axis .scale { position: relative; margin-right: 70px; }
@@ -521,7 +529,9 @@ _SCRIPT = r"""
 
   function renderAxis() {
     var axis = document.getElementById("axis");
-    axis.appendChild(el("div", "colname", "span"));
+    var nameCol = el("div", "colname span-col", "span");
+    nameCol.appendChild(nameResizer());
+    axis.appendChild(nameCol);
     axis.appendChild(el("div", "colname", "tokens \u00b7 cost"));
     var scale = el("div", "scale");
     [0, 0.25, 0.5, 0.75, 1].forEach(function (f) {
@@ -530,6 +540,55 @@ _SCRIPT = r"""
       scale.appendChild(tick);
     });
     axis.appendChild(scale);
+  }
+
+  function nameResizer() {
+    // Deep trees cut long names: the name column is dragged wider (double-click: back to the
+    // default); every row follows, since all share the one custom property.
+    var handle = el("div", "resizer");
+    handle.title = "drag to resize the name column";
+    var waterfall = document.getElementById("waterfall");
+    handle.addEventListener("mousedown", function (e) {
+      e.preventDefault();
+      handle.classList.add("dragging");
+      var left = waterfall.getBoundingClientRect().left;
+      function drag(m) {
+        // the token column (150 px) and a timeline of 200 px always stay
+        var width = Math.max(160, Math.min(m.clientX - left, waterfall.clientWidth - 350));
+        waterfall.style.setProperty("--name-col", width + "px");
+        // a narrow timeline keeps its first and last tick only, so no labels overlap
+        var scale = document.querySelector("#axis .scale");
+        document.getElementById("axis").classList.toggle("narrow", scale.clientWidth < 300);
+      }
+      function drop() {
+        handle.classList.remove("dragging");
+        document.removeEventListener("mousemove", drag);
+        document.removeEventListener("mouseup", drop);
+      }
+      document.addEventListener("mousemove", drag);
+      document.addEventListener("mouseup", drop);
+    });
+    handle.addEventListener("dblclick", function () {
+      waterfall.style.removeProperty("--name-col");
+      document.getElementById("axis").classList.remove("narrow");
+    });
+    return handle;
+  }
+
+  function markFailingPaths() {
+    // Each failing span's ancestors, up to the root, are marked: a failure three levels down
+    // is seen from the top without opening anything.
+    spans.forEach(function (span) {
+      if (span.status_code !== "ERROR") return;
+      var parent = spanById[span.parent_span_id];
+      while (parent) {
+        var row = rowById[parent.span_id];
+        if (row.classList.contains("fail-path")) break;  // the rest of the way is marked
+        row.classList.add("fail-path");
+        row.title = "a span below this one failed";
+        parent = spanById[parent.parent_span_id];
+      }
+    });
   }
 
   function rowMeta(span) {
@@ -1031,6 +1090,7 @@ _SCRIPT = r"""
   renderSummary();
   renderAxis();
   renderRows();
+  markFailingPaths();
   document.addEventListener("keydown", function (e) {
     if (e.key === "ArrowDown" || e.key === "j") { move(1); e.preventDefault(); }
     else if (e.key === "ArrowUp" || e.key === "k") { move(-1); e.preventDefault(); }

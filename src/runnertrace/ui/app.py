@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import html
 import io
 import json
 import threading
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 from runnertrace.report import FORMAT_SCRIPT, render_report
 from runnertrace.store import SpanStore, StoreError, StoreUrl, TraceNotFoundError
 from runnertrace.ui.auth import TokenMiddleware
+from runnertrace.ui.compare import by_position
 from runnertrace.ui.ingest import (
     MAX_BODY,
     IngestError,
@@ -125,6 +127,17 @@ def _csv_cell(value: object) -> object:
     if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
         return "'" + value
     return "" if value is None else value
+
+
+def _not_found_page(reason: str) -> str:
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        "<title>trace not found · runnertrace</title></head>"
+        '<body style="font: 14px system-ui, sans-serif; padding: 24px">'
+        f'<h1 id="not-found">No such trace in this store</h1><p>{html.escape(reason)}.</p>'
+        "<p>A trace id (or a unique prefix of one) comes from the runs list, "
+        "<code>runnertrace traces</code>, or an app's logs.</p></body></html>"
+    )
 
 
 def _int(request: Request, key: str, default: int, low: int = 0, high: int = MAX_NS) -> int:
@@ -218,15 +231,19 @@ def create_app(
         second = text_param(request.query_params, "b")
         if not first or not second:
             raise QueryError("a and b are required: the two trace ids (or prefixes) to compare")
-        return _json(dashboard.compare(first, second))
+        return _json(by_position(dashboard.compare(first, second), dashboard.store()))
 
     def trace_page(request: Request) -> Response:
+        headers = {**_HEADERS, "Content-Security-Policy": _REPORT_CSP}
         store = dashboard.store()
-        trace_id = store.resolve(request.path_params["trace_id"])
+        try:
+            trace_id = store.resolve(request.path_params["trace_id"])
+        except TraceNotFoundError as exc:
+            # A page is what a browser opened: a page that says so, not raw JSON.
+            return HTMLResponse(_not_found_page(str(exc)), status_code=404, headers=headers)
         # The trace's waterfall page: the HTML report's own renderer.
         return HTMLResponse(
-            render_report(store.get_trace(trace_id), store.get_run(trace_id)),
-            headers={**_HEADERS, "Content-Security-Policy": _REPORT_CSP},
+            render_report(store.get_trace(trace_id), store.get_run(trace_id)), headers=headers
         )
 
     def sessions(request: Request) -> Response:

@@ -52,7 +52,11 @@
     var url = path + (query.toString() ? "?" + query.toString() : "");
     return fetch(url, { headers: { Accept: "application/json" } }).then(function (r) {
       return r.json().then(function (body) {
-        if (!r.ok) throw new Error(body.error || r.statusText);
+        if (!r.ok) {
+          var err = new Error(body.error || r.statusText);
+          err.status = r.status;
+          throw err;
+        }
         return body;
       });
     });
@@ -73,6 +77,83 @@
   function go(hash) { window.location.hash = hash; }
   function fail(err) {
     view.appendChild(el("p", "error-text", "error: " + err.message));
+  }
+  function errorText(error) {
+    // A message that already starts with its type (Python's "Type: message") says it once.
+    var type = error.type || "error", message = error.message || "";
+    var bare = type.split(".").pop();  // error.type may be qualified, the message's is not
+    var said = [type, bare].some(function (t) { return message.indexOf(t + ":") === 0; });
+    return said ? message : type + ": " + message;
+  }
+  function notFound(what, ref, message) {
+    // An id that names nothing is a page that says so (and how to find one), not raw JSON.
+    view.textContent = "";
+    view.classList.remove("full");
+    var box = el("div", "not-found");
+    box.id = "not-found";
+    box.appendChild(el("h1", null, "No " + what + " " + ref + " in this store"));
+    box.appendChild(el("p", "hint", message));
+    var back = el("a", null, "\u2190 all runs");
+    back.href = "#/runs";
+    box.appendChild(back);
+    view.appendChild(box);
+  }
+  function copyBlock(text) {
+    var wrap = el("div", "copy-block");
+    var pre = el("pre", "code", text);
+    var copy = el("button", "copy", "copy");
+    copy.type = "button";
+    copy.addEventListener("click", function () {
+      var done = function () { copy.textContent = "copied"; };
+      if (navigator.clipboard) navigator.clipboard.writeText(text).then(done, function () {});
+    });
+    wrap.appendChild(copy);
+    wrap.appendChild(pre);
+    return wrap;
+  }
+  function gettingStarted(hasStore) {
+    // What Phoenix shows on an empty project: where to send spans, and the code to paste.
+    var snippets = window.RT_SNIPPETS;
+    var endpoint = window.location.origin + "/v1/traces";
+    var box = el("section", "empty-state");
+    box.id = "getting-started";
+    box.appendChild(el("h2", null, hasStore ? "No runs yet" : "No trace store yet"));
+    var p = el("p", null, "Run ");
+    p.appendChild(el("code", null, "runnertrace demo"));
+    p.appendChild(document.createTextNode(" for a first traced conversation, or trace your " +
+      "own agent: its runs appear here as they arrive. OTLP/HTTP endpoint: "));
+    var ep = el("code", null, endpoint);
+    ep.id = "otlp-endpoint";
+    p.appendChild(ep);
+    box.appendChild(p);
+    box.appendChild(el("p", "hint", "1. Set these in the app's environment (on this machine " +
+      "the first line is enough: runs go to the store this dashboard reads):"));
+    box.appendChild(copyBlock(snippets.env.replace("__ENDPOINT__", endpoint)));
+    box.appendChild(el("p", "hint", "2. Wrap your agent:"));
+    var tabs = el("div", "tabs");
+    var code = el("div", "snippet");
+    box.appendChild(tabs);
+    box.appendChild(code);
+    function pick(i) {
+      var s = snippets.frameworks[i];
+      tabs.querySelectorAll("button").forEach(function (b, j) {
+        b.classList.toggle("active", i === j);
+      });
+      code.textContent = "";
+      code.setAttribute("data-framework", s.label);
+      code.appendChild(copyBlock(s.install));
+      code.appendChild(copyBlock(s.code));
+      code.appendChild(el("p", "hint", "The whole program, offline: " + s.example +
+        " in the runnertrace repository."));
+    }
+    snippets.frameworks.forEach(function (s, i) {
+      var b = el("button", null, s.label);
+      b.type = "button";
+      b.addEventListener("click", function () { pick(i); });
+      tabs.appendChild(b);
+    });
+    pick(0);
+    return box;
   }
   function parseHash() {
     var hash = window.location.hash.replace(/^#\/?/, "");
@@ -283,9 +364,14 @@
     var cursor = null;
     function load() {
       api("/api/runs", Object.assign({ cursor: cursor, limit: 50 }, query)).then(function (r) {
-        if (!r.store) tbody.appendChild(el("tr")).appendChild(el("td", "hint",
-          "No trace store yet: run `runnertrace demo`; runs appear here as they arrive."));
-        else if (!r.runs.length && !cursor) tbody.appendChild(el("tr")).appendChild(
+        var filtered = RUN_FILTERS.some(function (k) { return params.get(k); });
+        if (!r.runs.length && !cursor && !filtered) {
+          // nothing at all yet: say where to send spans and how, in place of an empty table
+          var hint = tbody.appendChild(el("tr")).appendChild(el("td", "hint",
+            "No runs yet: see below."));
+          hint.colSpan = RUN_COLUMNS.length;
+          view.appendChild(gettingStarted(!!r.store));
+        } else if (!r.runs.length && !cursor) tbody.appendChild(el("tr")).appendChild(
           el("td", "hint", "No runs match."));
         r.runs.forEach(function (run) { tbody.appendChild(runRow(run)); });
         cursor = r.next;
@@ -317,6 +403,8 @@
         }
         var hint = tbody.querySelector("td.hint");
         if (hint) hint.parentNode.remove();
+        var started = document.getElementById("getting-started");
+        if (started) started.remove();
         var added = runRow(run);
         added.classList.add("fresh");
         tbody.insertBefore(added, tbody.firstChild);
@@ -343,10 +431,14 @@
     view.appendChild(bar);
     var frame = el("iframe", "trace");
     frame.title = "trace waterfall";
-    frame.src = "/trace/" + encodeURIComponent(traceId);
-    view.appendChild(frame);
+    var framed = false;
     function summary() {
       api("/api/runs/" + encodeURIComponent(traceId)).then(function (run) {
+        if (!framed) {  // the frame only once the trace is known to exist
+          framed = true;
+          frame.src = "/trace/" + encodeURIComponent(traceId);
+          view.appendChild(frame);
+        }
         chips.textContent = "";
         function chip(label, value) {
           var c = el("span", null, label + " ");
@@ -366,7 +458,12 @@
           link.href = "#/sessions/" + encodeURIComponent(run.session_id);
           chips.appendChild(link);
         }
-      }).catch(fail);
+      }).catch(function (err) {
+        if (err.status === 404 && !framed) {
+          notFound("trace", traceId, err.message + ". A trace id (or a unique prefix of one) " +
+            "comes from the runs list, `runnertrace traces`, or an app's logs.");
+        } else fail(err);
+      });
     }
     summary();
     current.onRuns = function (runs) {
@@ -403,7 +500,8 @@
       var t = table(["", "A", "B"]);
       t.id = "differences";
       c.differences.forEach(function (d) {
-        var tr = el("tr", d.same ? "same" : "differs");
+        var tr = el("tr", (d.same ? "same" : "differs") +
+          (c.matters.indexOf(d.field) >= 0 ? " matters" : ""));
         tr.setAttribute("data-field", d.field);
         var f = formats[d.field] || function (v) {
           return v === null || v === undefined ? "-" : String(v);
@@ -414,15 +512,25 @@
         t.tBodies[0].appendChild(tr);
       });
       view.appendChild(el("h2", null, "Differences"));
+      // what a reader compares two runs for, first: tokens, cost, latency, errors, output
+      var labels = { latency_ns: "latency" };
+      var gist = el("p", c.matters.length ? "matters" : "hint", c.matters.length
+        ? "Differs where it matters: " + c.matters.map(function (f) {
+          return labels[f] || f;
+        }).join(", ") + "."
+        : "Same tokens, cost, latency, errors and output.");
+      gist.id = "matters";
+      view.appendChild(gist);
       view.appendChild(t);
-      view.appendChild(el("h2", null, "Timelines, on one scale"));
+      view.appendChild(el("h2", null, "Timelines, on one scale, lined up by place in the tree"));
       var tl = el("div", "cmp-timeline");
       tl.id = "cmp-timeline";
       c.timeline.forEach(function (row) {
         var line = el("div", "cmp-row");
         line.setAttribute("data-key", row.key);
         var any = row.a || row.b;
-        var label = el("div", "cmp-label", any.name);
+        var label = el("div", "cmp-label", row.label);
+        label.title = row.label;
         label.style.paddingLeft = (4 + any.depth * 14) + "px";
         line.appendChild(label);
         [row.a, row.b].forEach(function (side) {
@@ -431,7 +539,7 @@
             var bar = el("div", "cmp-bar t-" + (side.type || "other") + (side.error ? " err" : ""));
             bar.style.left = (100 * side.offset_ns / c.scale_ns) + "%";
             bar.style.width = Math.max(0.3, 100 * side.duration_ns / c.scale_ns) + "%";
-            bar.title = fmtNs(side.duration_ns);
+            bar.title = side.name + ": " + fmtNs(side.duration_ns);
             track.appendChild(bar);
             var figures = fmtNs(side.duration_ns) + (side.tokens ? " \u00b7 " +
               fmtTokens(side.tokens) + " tok" : "") + (side.cost !== null ? " \u00b7 " +
@@ -529,9 +637,8 @@
             if (missing && b[0] === "agent" && turn.error) {
               // a failed turn shows what failed, not an empty reply
               bubble.classList.add("failed");
-              bubble.appendChild(el("b", "error-text", (turn.error.type || "error") + ": "));
-              bubble.appendChild(document.createTextNode((turn.error.message || "") +
-                " (in " + turn.error.span + ")"));
+              bubble.appendChild(el("b", "error-text", errorText(turn.error)));
+              bubble.appendChild(document.createTextNode(" (in " + turn.error.span + ")"));
             } else {
               bubble.appendChild(document.createTextNode(missing
                 ? "(content not captured)" : String(b[2])));
@@ -539,8 +646,8 @@
             box.appendChild(bubble);
           });
         if (turn.output && turn.error) {
-          box.appendChild(el("div", "bubble agent failed error-text", (turn.error.type ||
-            "error") + ": " + (turn.error.message || "") + " (in " + turn.error.span + ")"));
+          box.appendChild(el("div", "bubble agent failed error-text", errorText(turn.error) +
+            " (in " + turn.error.span + ")"));
         }
         list.appendChild(box);
       });
@@ -608,15 +715,18 @@
   }
 
   // -- charts ----------------------------------------------------------------------------------
-  function niceTicks(max) {
-    // 0 up to a round number at or above max, in 3 to 6 round steps (1, 2, 2.5 or 5 x 10^k)
+  function niceTicks(max, whole) {
+    // 0 up to a round number at or above max, in 3 to 6 round steps (1, 2, 2.5 or 5 x 10^k);
+    // a count (whole) never steps by less than 1, so its labels never read "0 0 1 1 1"
     var raw = max / 4, power = Math.pow(10, Math.floor(Math.log10(raw)));
     var step = [1, 2, 2.5, 5, 10].map(function (m) { return m * power; })
-      .filter(function (c) { return c >= raw; })[0];
+      .filter(function (c) { return c >= raw && (!whole || (c >= 1 && c % 1 === 0)); })[0];
     var ticks = [];
     for (var v = 0; v < max + step * 0.999; v += step) ticks.push(Number(v.toPrecision(12)));
     return ticks;
   }
+
+  function whole(format) { format.whole = true; return format; }  // a format of counts
 
   function lineChart(title, data, lines, format, colorOf) {
     colorOf = colorOf || function (name, i) {
@@ -634,8 +744,10 @@
         lines.forEach(function (ln) { var v = p[ln.key]; if (v !== null && v > max) max = v; });
       });
     });
-    if (max <= 0) max = 1;
-    var ticks = niceTicks(max);
+    var empty = max <= 0;
+    if (empty) max = 1;
+    var ticks = empty ? [0] : niceTicks(max, !!format.whole);
+    if (empty) ticks.push(1);  // the frame's top: drawn as a gridline, unlabelled
     max = ticks[ticks.length - 1];
     function x(t) { return L + (W - L - R) * ((t - data.start) / (data.width * n)); }
     function y(v) { return T + (H - T - B) * (1 - v / max); }
@@ -643,6 +755,7 @@
     ticks.forEach(function (v) {
       // each label is centred on its own gridline (dominant-baseline), never offset by hand
       yAxis.appendChild(svg("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), "class": "gridline" }));
+      if (empty && v) return;  // no data: only 0 is a value worth a label
       var label = svg("text", { x: L - 6, y: y(v), "text-anchor": "end",
         "dominant-baseline": "middle", "data-value": v });
       label.textContent = format(v);
@@ -650,13 +763,19 @@
     });
     root.appendChild(yAxis);
     var xAxis = svg("g", { "class": "x-axis" });
-    var span = data.width * n, steps = 6;
+    // Dates ("MM-DD HH:MM") are twice as wide as times: half as many, so none overlap; a label
+    // that would repeat the one before it (a span of minutes) is left out.
+    var span = data.width * n, dated = span > 2 * 864e11, steps = dated ? 3 : 6, shown = null;
     for (var k = 0; k <= steps; k++) {
       var at = data.start + span * k / steps;
-      var label = svg("text", { x: x(at), y: H - 6,
-        "text-anchor": k === 0 ? "start" : k === steps ? "end" : "middle" });
-      label.textContent = span > 2 * 864e11 ? fmtTime(at).slice(5, 16) : fmtTime(at).slice(11, 16);
-      xAxis.appendChild(label);
+      var text = dated ? fmtTime(at).slice(5, 16) : fmtTime(at).slice(11, 16);
+      if (text !== shown) {
+        var label = svg("text", { x: x(at), y: H - 6,
+          "text-anchor": k === 0 ? "start" : k === steps ? "end" : "middle" });
+        label.textContent = text;
+        xAxis.appendChild(label);
+        shown = text;
+      }
       xAxis.appendChild(svg("line", { x1: x(at), x2: x(at), y1: H - B, y2: H - B + 4,
         "class": "tick" }));
     }
@@ -775,12 +894,12 @@
           colorOf));
         if (by !== "tool") {
           grid.appendChild(lineChart("Tokens per " + by, data, [{ key: "tokens", label: "tokens" }],
-            function (v) { return fmtTokens(Math.round(v)); }, colorOf));
+            whole(function (v) { return fmtTokens(Math.round(v)); }), colorOf));
           grid.appendChild(lineChart("Cost per " + by + (by === "agent" ? " run, with what it "
             + "started" : "") + " (USD)", data, [{ key: "cost", label: "cost" }], fmtCost, colorOf));
         } else {
           grid.appendChild(lineChart("Calls per tool", data, [{ key: "count", label: "calls" }],
-            function (v) { return fmtTokens(Math.round(v)); }, colorOf));
+            whole(function (v) { return fmtTokens(Math.round(v)); }), colorOf));
         }
         if (by === "agent") {
           // each agent's own calls, wherever it ran (a nested agent too)
