@@ -18,6 +18,9 @@ as a user sees them.
 * ``fork-drop``: fork while another thread is counting a dropped span.
 * ``fork-otlp ENDPOINT``: fork while an OTLP export is in flight (the receiver
   holds each request for a while).
+* ``fork-prices``: fork while the price table is loading; the child prices a call.
+* ``worker-imports ENDPOINT``: two traced runs to the store and OTLP; which
+  modules our own threads imported (none, so that a fork never lands in one).
 
 In the fork modes the child traces a run, flushes, and reports what it sees.
 """
@@ -31,6 +34,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
@@ -126,6 +130,8 @@ def _child_report(runner: TracingRunner, store: str, name: str) -> dict[str, obj
     return {
         "lost_at_start": lost_at_start,
         "flushed": flushed,
+        # For a failed flush: where each of our threads is stuck.
+        "threads": {} if flushed else _our_threads(),
         "stored": stored.get(f"invoke_agent {name}", 0),
         # For a failure's message: what each backend did in the child.
         "backends": {
@@ -133,6 +139,15 @@ def _child_report(runner: TracingRunner, store: str, name: str) -> dict[str, obj
             for p in runner.setup.processors
         },
         "causes": {b: drops.lost_by_cause(b) for b in ("local", "otlp")},
+    }
+
+
+def _our_threads() -> dict[str, str]:
+    frames = sys._current_frames()  # noqa: SLF001 - a diagnostic of our own threads
+    return {
+        thread.name: "".join(traceback.format_stack(frames[thread.ident])[-6:])
+        for thread in threading.enumerate()
+        if thread.name.startswith("runnertrace") and thread.ident in frames
     }
 
 
@@ -243,6 +258,51 @@ def fork_otlp(store: str, endpoint: str) -> None:
     print(json.dumps({"in_flight_at_fork": in_flight, **result}))
 
 
+def fork_prices(store: str) -> None:
+    from runnertrace.tracing import cost
+
+    cost.preload_prices()  # the loader thread now imports genai-prices for a while
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        code = 1
+        try:
+            # Before the fix the child's own load hung on the import lock the parent's
+            # loader held at the fork, and every priced call gave up after LOAD_WAIT_S.
+            price = cost.usage_cost("gpt-4o", "openai", 1_000_000, 0)
+            os.write(write_end, json.dumps({"child_price": price}).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        text = pipe.read()
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    parent_price = cost.usage_cost("gpt-4o", "openai", 1_000_000, 0)
+    print(json.dumps({"child_status": status, "parent_price": parent_price, **json.loads(text)}))
+
+
+def worker_imports(store: str, endpoint: str) -> None:
+    imported: list[tuple[str, str]] = []
+
+    def on_audit(event: str, args: tuple[object, ...]) -> None:
+        name = threading.current_thread().name
+        if event == "import" and name.startswith("runnertrace-export"):
+            imported.append((name, str(args[0])))
+
+    runner = make_runner(store, endpoint=endpoint)
+    sys.addaudithook(on_audit)  # from here on: what the runs and their exports import
+    for name in ("first", "second"):
+        run_many(runner, name, 1)
+        assert runner.setup.flush(10.0)
+    print(json.dumps({"imported": sorted(set(imported)), "threads": _thread_names()}))
+
+
+def _thread_names() -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("runnertrace-export"))
+
+
 def main(mode: str, store: str, *args: str) -> None:
     if mode in ("pool", "pool-terminate"):
         workers, runs = int(args[0]), int(args[1])
@@ -258,6 +318,10 @@ def main(mode: str, store: str, *args: str) -> None:
         fork_drop(store)
     elif mode == "fork-otlp":
         fork_otlp(store, args[0])
+    elif mode == "fork-prices":
+        fork_prices(store)
+    elif mode == "worker-imports":
+        worker_imports(store, args[0])
     else:
         sys.exit(f"unknown mode {mode!r}")
 

@@ -200,6 +200,26 @@ def test_fork_while_an_otlp_export_is_in_flight(tmp_path: Path) -> None:
     assert len({s.span_id for s in spans}) == len(spans)  # nothing sent twice
 
 
+@needs_fork
+def test_fork_while_the_price_table_loads_leaves_the_child_its_prices(tmp_path: Path) -> None:
+    report = last_json(run_script("fork-prices", tmp_path / "traces.db", timeout=60))
+    assert report["child_status"] == 0, report
+    assert report["parent_price"] == pytest.approx(2.5)  # gpt-4o: $2.50 per million input
+    assert report["child_price"] == report["parent_price"], report
+
+
+def test_our_export_threads_import_nothing(tmp_path: Path) -> None:
+    # A module a thread is importing at a fork stays locked in the child, and the
+    # child's export hangs on it (seen: requests' lazy ``import netrc``).
+    with OtlpReceiver() as receiver:
+        report = last_json(
+            run_script("worker-imports", tmp_path / "traces.db", receiver.traces_url)
+        )
+        assert len(receiver.spans) == 2 * SPANS_PER_RUN
+    assert report["threads"] == ["runnertrace-export-local", "runnertrace-export-otlp"], report
+    assert report["imported"] == [], report
+
+
 # -- 3. every loss reported, however the process ends -------------------------------------
 FINAL = re.compile(r"runnertrace: ([\d,]+) spans? lost so far for local in all: (.*)")
 

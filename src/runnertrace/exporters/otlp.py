@@ -48,7 +48,7 @@ from pydantic import SecretStr
 from requests.adapters import HTTPAdapter
 
 from runnertrace._internal.errors import internal_log
-from runnertrace._internal.forksafe import relock_after_fork
+from runnertrace._internal.forksafe import import_before_threads, relock_after_fork
 from runnertrace.exporters.vendor_config import OtlpConfig
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.backend import Backend, Check
@@ -360,6 +360,10 @@ def otlp_http_exporter(
         session=session,
     )
 
+
+# requests imports netrc on a session's first request, which happens on our export
+# thread: a fork in the middle of that import would leave the child's export hung.
+import_before_threads("netrc")
 
 _SDK_READER_THREAD = "OtelPeriodicExportingMetricReader"
 _OUR_READER_THREAD = "runnertrace-metrics-reader"

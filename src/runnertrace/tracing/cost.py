@@ -104,13 +104,22 @@ def _load() -> None:
         _loaded.set()
 
 
+def _before_fork() -> None:
+    # The loader thread spends its life importing genai-prices. A fork in the middle
+    # would leave that module's import lock held in the child for good, and the
+    # child's own load would hang there: so a fork waits for the load to end.
+    if _load_state["started"] and not _loaded.is_set():
+        _loaded.wait(LOAD_WAIT_S)
+
+
 def _after_fork_in_child() -> None:
-    # A load cut short by fork() would never finish in the child: start it again there.
+    # A load that outlasted the wait would never finish in the child: start it again there.
     if not _loaded.is_set():
         _load_state["started"] = False
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+if hasattr(os, "register_at_fork"):  # not on Windows, where there is no fork
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def _count(value: object) -> int | None:
