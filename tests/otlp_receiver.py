@@ -213,12 +213,27 @@ class OtlpReceiver:
         self.metric_requests: list[ReceivedRequest] = []
         self.arrived: list[ReceivedRequest] = []  # every request, whatever it was answered
         self.attempts = 0
+        self.held = 0  # requests held unanswered right now (mode "hang")
         self._lock = threading.Lock()
         self._arrival = threading.Condition(self._lock)
         self._release = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
+
+    def hold(self) -> bool:
+        """Hold a request for ``hang_s`` (counted in ``held``); ``True`` if stopped meanwhile.
+
+        A test of a bounded wait checks ``held`` when the wait returns: a request
+        still held means the client gave up on it rather than waited it out.
+        """
+        with self._lock:
+            self.held += 1
+        try:
+            return self._release.wait(self.hang_s)
+        finally:
+            with self._lock:
+                self.held -= 1
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> OtlpReceiver:
@@ -322,7 +337,7 @@ def _handler(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
             if mode == "down":
                 self.close_connection = True
                 return  # no response at all: the client sees the connection drop
-            if mode == "hang" and receiver._release.wait(receiver.hang_s):  # noqa: SLF001 - ditto
+            if mode == "hang" and receiver.hold():
                 self.close_connection = True
                 return  # the receiver is stopping: drop the held request
             if mode == "500":

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -531,7 +530,7 @@ async def test_faulty_backend_never_breaks_the_run(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING)
-    receiver = make_receiver(fault, hang_s=5.0)
+    receiver = make_receiver(fault, hang_s=60.0)
     flush_timeout = 0.5
     config = trace_config(backend, {backend: receiver}, flush_timeout_s=flush_timeout)
     per_run = sum(NATIVE_SPAN_COUNTS.values())
@@ -543,9 +542,9 @@ async def test_faulty_backend_never_breaks_the_run(
         processor = batch_processors(config)[backend]
         assert wait_until(lambda: processor.dropped == 2 * per_run), processor.dropped
         assert processor.exported == 0
-        started = time.monotonic()
         setup.shutdown()
-        assert time.monotonic() - started <= flush_timeout + 1.0
+        # Bounded: the shutdown gave up on a request the receiver is still holding.
+        assert receiver.held >= 1 if fault == "hang" else receiver.held == 0
     # One line (rate-limited), then the exact total when the backend shuts down.
     ours = [r.getMessage() for r in caplog.records if f"lost so far for {backend}" in r.msg]
     assert 1 <= len(ours) <= 2 and f"{2 * per_run} spans lost" in ours[-1], ours
@@ -736,11 +735,11 @@ def test_check_passes_against_a_healthy_endpoint(backend: str, receiver: OtlpRec
 def test_check_reports_an_unhealthy_endpoint_within_its_bound(
     mode: str, detail: str, make_receiver: Callable[..., OtlpReceiver]
 ) -> None:
-    receiver = make_receiver(mode, hang_s=5.0)
+    receiver = make_receiver(mode, hang_s=60.0)
     backend = backend_for("langfuse", receiver, flush_timeout_s=0.5)
-    started = time.monotonic()
     checks = backend.check()
-    assert time.monotonic() - started < 3.0
+    # Bounded: the check gave up on a request the receiver is still holding.
+    assert receiver.held == (1 if mode == "hang" else 0)
     reachable = checks[-1]
     assert reachable.name == "reachable" and detail in reachable.detail
     assert reachable.status == ("warn" if mode == "500" else "fail")

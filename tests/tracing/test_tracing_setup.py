@@ -8,7 +8,6 @@ import logging
 import subprocess
 import sys
 import textwrap
-import time
 from typing import Any
 
 import pytest
@@ -341,11 +340,10 @@ async def test_hanging_exporter_bounded_flush_and_shutdown(
             )
             reply = await runner.run(ForeignAgent(), ForeignSession(), [])
             assert reply is runner.base.reply
-            start = time.monotonic()
+            # Bounded: both give up (False) on an exporter that is still hanging.
             assert runner.setup.flush() is False
             assert runner.setup.shutdown() is False
-            elapsed = time.monotonic() - start
-        assert elapsed < 0.5 * 2 + 1.0
+            assert not backends.RELEASE_HANG.is_set()
     finally:
         backends.RELEASE_HANG.set()
         reset_tracing_setups()
