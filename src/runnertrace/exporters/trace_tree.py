@@ -47,12 +47,12 @@ def _span_label(span: StoredSpan) -> Text:
     )
     if tokens_in is not None or tokens_out is not None:
         label.append(f"  {tokens_in or 0}→{tokens_out or 0} tok", style="dim")
-    if span.is_error:
+    if attrs.get("runnertrace.cancelled"):  # a cancelled span carries an error status too
+        label.append("  cancelled", style="yellow")
+    elif span.is_error:
         label.append("  ✗ error", style="bold red")
         if span.status_description:
             label.append(f": {span.status_description}", style="red")
-    elif attrs.get("runnertrace.cancelled"):
-        label.append("  cancelled", style="yellow")
     else:
         label.append("  ✓", style="green")
     return label
