@@ -384,9 +384,11 @@ def agent_accounts(spans: Sequence[StoredSpan]) -> list[AgentAccount]:
     for span in spans:
         if span.span_type != "run":
             continue
-        at, hops = span.parent_span_id, 0
+        # Up to the nearest run, within this process's part of the trace (as run_tree does).
+        at, hops = (None if span.is_root else span.parent_span_id), 0
         while at is not None and at in by_id and by_id[at].span_type != "run" and hops < 64:
-            at, hops = by_id[at].parent_span_id, hops + 1
+            above = by_id[at]
+            at, hops = (None if above.is_root else above.parent_span_id), hops + 1
         parent = at if at is not None and at in by_id and by_id[at].span_type == "run" else None
         stored.append(
             _run(
@@ -601,12 +603,15 @@ def _statements(d: Dialect) -> _Sql:
         ),
         # Every run span of the traces, with its nearest run span above it (NULL: a top
         # run), found by walking up the parent links through the primary key (at most 64
-        # spans up).
+        # spans up). The walk stops at a span whose parent is in another process (is_root):
+        # a run there (an agent served over A2A, say) is in no total of the caller's.
         run_tree=(
             "WITH RECURSIVE up(trace_id, run_id, at, hops, parent_run) AS ("
-            "SELECT trace_id, span_id, parent_span_id, 0, CASE WHEN 0 = 1 THEN span_id END "
+            "SELECT trace_id, span_id, CASE WHEN is_root = 1 THEN NULL ELSE parent_span_id END, "
+            "0, CASE WHEN 0 = 1 THEN span_id END "
             f"FROM spans WHERE trace_id IN ({{}}) AND {d.noindex('span_type')} = 'run' "
-            "UNION ALL SELECT up.trace_id, up.run_id, s.parent_span_id, up.hops + 1, "
+            "UNION ALL SELECT up.trace_id, up.run_id, "
+            "CASE WHEN s.is_root = 1 THEN NULL ELSE s.parent_span_id END, up.hops + 1, "
             "CASE WHEN s.span_type = 'run' THEN s.span_id END "
             "FROM up JOIN spans AS s ON s.trace_id = up.trace_id AND s.span_id = up.at "
             "WHERE up.parent_run IS NULL AND up.hops < 64) "

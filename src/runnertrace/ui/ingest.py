@@ -224,12 +224,26 @@ def _id(raw: bytes, size: int, what: str, span_name: str) -> int:
     return number
 
 
+# OTLP span flags (trace.proto SpanFlags): bit 8 says whether bit 9 is known; bit 9 says
+# the parent is in another process. The store keeps such a span as a root of its process's
+# part of the trace, as it does for a span written in-process with a remote parent.
+_HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200
+
+
+def _parent_is_remote(flags: int) -> bool:
+    return bool(flags & _HAS_IS_REMOTE and flags & _IS_REMOTE)
+
+
 def _span(span: ProtoSpan, resource: Resource, scope: InstrumentationScope | None) -> ReadableSpan:
     trace_id = _id(span.trace_id, 16, "trace id", span.name)
     flags = TraceFlags(span.flags & 0xFF or TraceFlags.SAMPLED)
     context = SpanContext(trace_id, _id(span.span_id, 8, "span id", span.name), False, flags)
     parent = (
-        SpanContext(trace_id, _id(span.parent_span_id, 8, "parent span id", span.name), False)
+        SpanContext(
+            trace_id,
+            _id(span.parent_span_id, 8, "parent span id", span.name),
+            _parent_is_remote(span.flags),
+        )
         if span.parent_span_id
         else None
     )
