@@ -4,6 +4,7 @@
     python benchmarks/peers.py --framework langgraph    # one framework
     python benchmarks/peers.py --framework all --quick  # a smoke run, well under a minute each
     python benchmarks/peers.py --framework maf --profile  # where the traced run's time goes
+    python benchmarks/peers.py --framework all --machinery  # machinery per run vs bare spans
 
 Run it with an interpreter that has the peers (``pip install -e ".[dev,all,bench]"``
 in a venv of its own; the README's figures came from one at ``/tmp/venv-peers``);
@@ -382,9 +383,9 @@ async def _prepare(variant: Variant, warmup: int, ledger: Ledger) -> None:
 
 
 async def measure(
-    fw: Framework, rounds: int, runs: int, warmup: int
+    fw: Framework, rounds: int, runs: int, warmup: int, only: frozenset[str] | None = None
 ) -> tuple[list[Variant], ExitStack, Setting, dict[str, str]]:
-    """Build every variant that sets up, then the interleaved rounds."""
+    """Build every variant that sets up (of ``only``, when given), then the interleaved rounds."""
     stack = ExitStack()
     sink = SinkProcess()
     stack.callback(sink.stop)
@@ -403,6 +404,8 @@ async def measure(
         )
     ]
     builders += [(name, _peer_builder(setup, setting, fw)) for name, setup in PEERS[fw.name]]
+    if only is not None:
+        builders = [(name, build) for name, build in builders if name in only]
     variants: list[Variant] = []
     skipped: dict[str, str] = {}
     ledger = Ledger(variants, sink)
@@ -429,6 +432,10 @@ async def measure(
             estimate = (time.perf_counter() - started) * rounds
             print(f"measuring {rounds} rounds of {runs} runs per batch, about {estimate:.0f}s")
     return variants, stack, setting, skipped
+
+
+# ``--machinery``: what the machinery per run needs (the baseline is required by measure).
+MACHINERY_VARIANTS = frozenset({BASELINE, "runner", "rt-noexport"})
 
 
 def _peer_builder(setup: Any, setting: Setting, fw: Framework) -> Callable[[], Variant]:
@@ -882,12 +889,15 @@ async def run_framework(fw: Framework, args: argparse.Namespace) -> dict[str, An
         return {"framework": fw.name, "goals": [_row_json(r) for r in rows]}
     rounds = args.rounds or (2 if args.quick else DEFAULT_ROUNDS)
     runs = 2 if args.quick else RUNS_PER_BATCH
+    only = MACHINERY_VARIANTS if args.machinery else None
     variants, stack, setting, skipped = await measure(
-        fw, rounds, runs, warmup=1 if args.quick else 4
+        fw, 1 if args.machinery else rounds, runs, warmup=1 if args.quick else 4, only=only
     )
     with stack:
         rows = goal_rows(variants)
-        if not args.quick:
+        if args.machinery:
+            rows = await measure_machinery(variants, runs, budget_s=args.machinery_s)
+        elif not args.quick:
             rows += await measure_machinery(variants, runs, budget_s=8)
         if args.scale_runs:
             rows += await measure_scale(fw, setting, args.scale_runs)
@@ -940,6 +950,8 @@ def _child_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--scale-only"]
     if args.profile:
         argv += ["--profile", "--profile-runs", str(args.profile_runs)]
+    if args.machinery:
+        argv += ["--machinery", "--machinery-s", str(args.machinery_s)]
     return argv
 
 
@@ -960,6 +972,12 @@ def main(argv: list[str] | None = None) -> int:
         "--scale-only", action="store_true", help="only the throughput and RSS of --scale-runs"
     )
     parser.add_argument("--profile", action="store_true", help="differential cProfile instead")
+    parser.add_argument(
+        "--machinery",
+        action="store_true",
+        help="only our machinery per run against the bare spans (no peers, no table)",
+    )
+    parser.add_argument("--machinery-s", type=float, default=8.0, help="its budget per mode")
     parser.add_argument("--profile-runs", type=int, default=400)
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args(argv)
