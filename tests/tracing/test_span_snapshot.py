@@ -23,19 +23,16 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
+from tests.contract.runner_cases import CASES
+from tests.contract.test_runner_contract import drive
 
 from runnertrace import TracingRunner
 from runnertrace.testing import CapturedSpans
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
-from runner_cases import CASES  # noqa: E402
-from test_runner_contract import drive  # noqa: E402
 
 SNAPSHOT = Path(__file__).with_name("span_snapshot.json")
 UPDATE = os.environ.get("RUNNERTRACE_UPDATE_SPAN_SNAPSHOT") == "1"
