@@ -4,6 +4,7 @@
     python benchmarks/peers.py --framework langgraph    # one framework
     python benchmarks/peers.py --framework all --quick  # a smoke run, well under a minute each
     python benchmarks/peers.py --framework maf --profile  # where the traced run's time goes
+    python benchmarks/peers.py --framework all --machinery  # machinery per run vs bare spans
 
 Run it with an interpreter that has the peers (``pip install -e ".[dev,all,bench]"``
 in a venv of its own; the README's figures came from one at ``/tmp/venv-peers``);
@@ -77,46 +78,43 @@ store: spans per wall second (the process's own rate, one process), CPU per
 1,000 spans, and the RSS of the process before and after.
 
 **Where the time goes** (``--profile``): cProfile, timed in the main thread's
-own CPU time, over 400 traced runs into the counting processor against 400
+own CPU time, over traced runs into the counting processor against as many
 untraced runner runs, alternating in chunks of 20; the extra self time of the
 traced runs, grouped. cProfile inflates every call (a run costs 3-7x its
-unprofiled time), so read shares, not microseconds. Measured 2026-12-01 on the
-busy 2-core machine (other helpers' jobs running), run mode | stream mode:
+unprofiled time), so read shares, not microseconds. ``--machinery`` measures
+only the machinery per run against the bare spans (no peers), for cuts.
 
-- every framework: the OTel SDK is the largest single share, 19-52% in run
-  mode, 35-76% in stream mode (``start_span``, ``should_sample`` of the
-  ``ParentBased(TraceIdRatioBased)`` sampler, attribute cleaning in
+- Before (2026-12-01, 400 runs): the OTel SDK 19-52% of the extra in run mode,
+  35-76% in stream mode (``start_span``, the sampler's ``should_sample``,
   ``BoundedAttributes.__setitem__``/``_clean_attribute``, ``Span.__init__``,
-  ``end``); pydantic ``validate_python`` (our event and model objects built per
-  event) is the first or second function in run mode on the five frameworks
-  whose agent runs in the main thread; then ``isinstance``/``getattr`` chains;
-  our own ``tracing`` (``state.handle``, ``_on_message_start``,
-  ``TracingRunner.run``/``stream``), runner and core modules together 16-36%.
-- OpenAI Agents: OTel 26% | 35%; builtins (validate_python, getattr,
-  isinstance) 23%; stdlib 15% (``dataclasses.replace`` of the ``RunConfig`` and
-  ``copy.deepcopy``, ours); the SDK itself 10%; our tracing/runner/core 23%.
-- LangGraph: OTel 21% | 42%; builtins 20%; stdlib 17% (``inspect`` checks of
-  callback handlers); LangChain's callback manager dispatching to our handler
-  10% (``ahandle_event``); our runner's ``on_chain_start`` 2%; ours 23%.
-- Pydantic AI: Pydantic AI's capability machinery that our capability switches
-  on 25% in run mode (``CombinedCapability.wrap_tool_execute``, ``copy.copy``
-  of the capability per run); OTel 19% | 39%; builtins 19%; ours 16% | 25%.
-- Agent Framework: OTel 39% | 76%; builtins 22%; ours 36%; Agent Framework's
-  own middleware pipeline nearly unchanged (its own call is the baseline).
-- Google ADK: OTel 37% | 48%; ADK itself 16% in run mode (``_get_events`` /
-  ``_is_branch_match``: our plugin's callbacks read the session events); ours
-  31%.
-- smolagents and CrewAI run the agent in a worker thread, so their profile is
-  the main thread's part only: OTel 52% | 41% (smolagents), 45% | 38% (CrewAI);
-  our tracing and ``TracingRunner.stream`` (context attach/detach per event)
-  most of the rest.
-
-Cuts this points at (issue 24 item 2, in ``src/``, not done here): an
-``ALWAYS_ON`` sampler when ``sample_rate`` is 1; spans started with their
-attributes in one call (``start_span(attributes=...)`` instead of ``set_attribute``
-per key, each cleaned and locked); no pydantic validation of our own event
-objects on the hot path; one capability/plugin/callback instance per agent,
-not per run; no ``RunConfig`` copy per traced run.
+  ``end``); pydantic ``validate_python`` of our event and model objects first
+  or second in run mode; ``isinstance``/``getattr`` chains; ours 16-36%.
+  OpenAI Agents: ``dataclasses.replace`` of the ``RunConfig`` and
+  ``copy.deepcopy`` per traced run; LangGraph: ``inspect`` checks of callback
+  handlers, LangChain's ``ahandle_event``; Pydantic AI: the capability
+  machinery our capability switches on, 25% in run mode; ADK: ``_get_events``
+  read by our plugin's callbacks, 16%; smolagents and CrewAI: main thread only.
+- After (2026-12-02, 100 runs; OTel | our ``tracing`` | our runner, share of
+  the extra, run mode / stream mode): OpenAI Agents 23|14|14% / 27|17|9%
+  (builtins 23%, ``validate_python`` first; stdlib 15%: ``dataclasses.replace``,
+  ``deepcopy``); LangGraph 22|13|18% / 37|26|8% (LangChain's callback manager
+  8% in run mode); Pydantic AI 18|10|10% / 27|18|6% (Pydantic AI's own
+  capability machinery 21% in run mode); smolagents 33|22|13% / 32|28|4%;
+  MAF 33|23|21% / 55|57|19% of +2.4 ms (Agent Framework itself -1.0 ms: its
+  own instrumentation does less when ours runs); CrewAI 41|26|13% /
+  27|29|5%; ADK 20|12|14% / 37|26|-. Inside ``tracing/`` ``start_span`` is most
+  of the cumulative time (OpenAI Agents: 1.6 of 2.3 ms profiled per run); our
+  own self time is spread thin: ``content.clean`` (14 calls a run),
+  ``TracingRunner.stream`` (8 context-variable sets and resets per event),
+  ``RunTracer.handle``. The runner side (the kit's ``relay``/``guarded_sync``,
+  the mappers) and pydantic validation cost more than the state machine.
+- Cut here: the span templates were cached per (agent, session), so a new
+  session id per run rebuilt and cleaned all five every run (33 us); now per
+  agent, a run adding its conversation and user (11 us, timeit); a
+  ``ParentBased(ALWAYS_ON)`` sampler at ``sample_rate`` 1 (``should_sample``
+  1.7 -> 1.3 us a span). Both are inside the paired measurement's noise on the
+  loaded machine. What is left to cut is mostly outside ``tracing/``: the
+  runners' traced-path work and pydantic validation of our own events.
 """
 
 from __future__ import annotations
@@ -382,9 +380,9 @@ async def _prepare(variant: Variant, warmup: int, ledger: Ledger) -> None:
 
 
 async def measure(
-    fw: Framework, rounds: int, runs: int, warmup: int
+    fw: Framework, rounds: int, runs: int, warmup: int, only: frozenset[str] | None = None
 ) -> tuple[list[Variant], ExitStack, Setting, dict[str, str]]:
-    """Build every variant that sets up, then the interleaved rounds."""
+    """Build every variant that sets up (of ``only``, when given), then the interleaved rounds."""
     stack = ExitStack()
     sink = SinkProcess()
     stack.callback(sink.stop)
@@ -403,6 +401,8 @@ async def measure(
         )
     ]
     builders += [(name, _peer_builder(setup, setting, fw)) for name, setup in PEERS[fw.name]]
+    if only is not None:
+        builders = [(name, build) for name, build in builders if name in only]
     variants: list[Variant] = []
     skipped: dict[str, str] = {}
     ledger = Ledger(variants, sink)
@@ -429,6 +429,10 @@ async def measure(
             estimate = (time.perf_counter() - started) * rounds
             print(f"measuring {rounds} rounds of {runs} runs per batch, about {estimate:.0f}s")
     return variants, stack, setting, skipped
+
+
+# ``--machinery``: what the machinery per run needs (the baseline is required by measure).
+MACHINERY_VARIANTS = frozenset({BASELINE, "runner", "rt-noexport"})
 
 
 def _peer_builder(setup: Any, setting: Setting, fw: Framework) -> Callable[[], Variant]:
@@ -882,12 +886,15 @@ async def run_framework(fw: Framework, args: argparse.Namespace) -> dict[str, An
         return {"framework": fw.name, "goals": [_row_json(r) for r in rows]}
     rounds = args.rounds or (2 if args.quick else DEFAULT_ROUNDS)
     runs = 2 if args.quick else RUNS_PER_BATCH
+    only = MACHINERY_VARIANTS if args.machinery else None
     variants, stack, setting, skipped = await measure(
-        fw, rounds, runs, warmup=1 if args.quick else 4
+        fw, 1 if args.machinery else rounds, runs, warmup=1 if args.quick else 4, only=only
     )
     with stack:
         rows = goal_rows(variants)
-        if not args.quick:
+        if args.machinery:
+            rows = await measure_machinery(variants, runs, budget_s=args.machinery_s)
+        elif not args.quick:
             rows += await measure_machinery(variants, runs, budget_s=8)
         if args.scale_runs:
             rows += await measure_scale(fw, setting, args.scale_runs)
@@ -940,6 +947,8 @@ def _child_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--scale-only"]
     if args.profile:
         argv += ["--profile", "--profile-runs", str(args.profile_runs)]
+    if args.machinery:
+        argv += ["--machinery", "--machinery-s", str(args.machinery_s)]
     return argv
 
 
@@ -960,6 +969,12 @@ def main(argv: list[str] | None = None) -> int:
         "--scale-only", action="store_true", help="only the throughput and RSS of --scale-runs"
     )
     parser.add_argument("--profile", action="store_true", help="differential cProfile instead")
+    parser.add_argument(
+        "--machinery",
+        action="store_true",
+        help="only our machinery per run against the bare spans (no peers, no table)",
+    )
+    parser.add_argument("--machinery-s", type=float, default=8.0, help="its budget per mode")
     parser.add_argument("--profile-runs", type=int, default=400)
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args(argv)

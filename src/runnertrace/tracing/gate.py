@@ -67,14 +67,9 @@ class WriterGate:
         self.clean = policy.clean
         self.clean_value = policy.clean_value
         self.legacy = legacy  # trace.semconv_version 1: vendor spellings on the span too
-        if policy.redactor is None:
-            self.common, self.templates = _templates(
-                agent_name, framework, session_id, user_id, mode, policy
-            )
-        else:  # a redactor may see (and change) every value: nothing shared
-            self.common, self.templates = _templates.__wrapped__(
-                agent_name, framework, session_id, user_id, mode, policy
-            )
+        self.common, self.templates = _templates(
+            agent_name, framework, session_id, user_id, mode, policy
+        )
 
     # -- spans ----------------------------------------------------------------------------
     def start_run(self, item: SpanRecord, fields: dict[str, Any], parent: Context | None) -> None:
@@ -199,7 +194,6 @@ def finish_reason(reason: str | None) -> str:
     return "error" if reason == "error" else str(reason)
 
 
-@functools.lru_cache(maxsize=256)
 def _templates(
     agent_name: str,
     framework: str,
@@ -210,13 +204,60 @@ def _templates(
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """The attributes every span of a run shares, and per-kind start templates.
 
-    Cached: runs of one agent in one session share them (they are only ever
-    copied, never changed). A span's start attributes are then one dict copy
-    plus its own few keys. Each fact appears once, in its GenAI semconv key;
-    vendor spellings (``session.id``, ``openinference.span.kind``, ...) are
-    added by each backend's mapping on its exported copy. Every value is cleaned
-    here, once (see :meth:`ContentPolicy.clean`).
+    What is constant per agent (its name, the framework, the mode, each kind's own
+    keys) is built and cleaned once (:func:`_agent_templates`, cached: they are only
+    ever copied, never changed); a run adds its conversation and user, cleaned here,
+    the only per-run part (a session id is often new per run). A span's start
+    attributes are then one dict copy plus its own few keys. Each fact appears once,
+    in its GenAI semconv key; vendor spellings (``session.id``,
+    ``openinference.span.kind``, ...) are added by each backend's mapping on its
+    exported copy. A redactor may see (and change) every value: then nothing is
+    shared (:func:`_built_templates`).
     """
+    if policy.redactor is not None:
+        return _built_templates(agent_name, framework, session_id, user_id, mode, policy)
+    common, kinds = _agent_templates(agent_name, framework, mode, policy)
+    if not session_id and not user_id:
+        return common, kinds
+    run: dict[str, Any] = {}
+    if session_id:
+        run[A.CONVERSATION_ID] = session_id
+    if user_id:
+        run[A.USER_ID] = user_id
+    run = policy.clean(run)
+    if A.SANITIZED in run or A.SANITIZED in common:  # one list per span: build it whole
+        return _built_templates(agent_name, framework, session_id, user_id, mode, policy)
+    name = {A.AGENT_NAME: common[A.AGENT_NAME]}
+    return (
+        {**name, **run},
+        {kind: {**name, **run, **template} for kind, template in kinds.items()},
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _agent_templates(
+    agent_name: str, framework: str, mode: str, policy: ContentPolicy
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The agent's common attributes (its name) and each kind's template with no
+    conversation or user: the name first, as :func:`_built_templates` orders them."""
+    common, templates = _built_templates(agent_name, framework, None, None, mode, policy)
+    if A.SANITIZED in common:  # kept whole: _templates builds these runs in full
+        return common, templates
+    return common, {
+        kind: {key: value for key, value in template.items() if key != A.AGENT_NAME}
+        for kind, template in templates.items()
+    }
+
+
+def _built_templates(
+    agent_name: str,
+    framework: str,
+    session_id: str | None,
+    user_id: str | None,
+    mode: str,
+    policy: ContentPolicy,
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Every template of a run, built and cleaned in full (see :func:`_templates`)."""
     common: dict[str, Any] = {A.AGENT_NAME: agent_name}
     if session_id:
         common[A.CONVERSATION_ID] = session_id

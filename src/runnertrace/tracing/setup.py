@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
 
 from runnertrace._internal.forksafe import relock_after_fork
 from runnertrace._internal.version import __version__
@@ -198,7 +198,7 @@ def _build(config: TraceConfig) -> TracingSetup:
     else:
         provider = TracerProvider(
             resource=_resource(config),
-            sampler=ParentBased(TraceIdRatioBased(config.sample_rate)),
+            sampler=_sampler(config.sample_rate),
             # At exit our setup shuts every processor down at once, under one
             # deadline (below); the provider's own hook would do it one by one.
             shutdown_on_exit=False,
@@ -227,6 +227,13 @@ def _build(config: TraceConfig) -> TracingSetup:
     if owns:
         atexit.register(_shutdown_at_exit, weakref.ref(setup))
     return setup
+
+
+def _sampler(sample_rate: float) -> Sampler:
+    """Parent-based, with a root ratio of ``sample_rate``. At 1 the ratio sampler keeps
+    every trace id (each is below its bound of 2**64), so ``ALWAYS_ON`` makes the same
+    decisions, with the same attributes and trace state, without the arithmetic per span."""
+    return ParentBased(ALWAYS_ON if sample_rate >= 1.0 else TraceIdRatioBased(sample_rate))
 
 
 def _app_provider() -> TracerProvider | None:
