@@ -15,12 +15,28 @@ round, and the median and interquartile range of those ratios are printed.
 the functions whose own time (tottime) grew most in the runner's profile: where
 the runner's extra time goes.
 
-Where the untraced runner's time went (differential profile, before -> after):
+Where the untraced runner's time goes (issue 32, measured 2026-12-02 on the loaded
+2-core box; ``--framework all --rounds 5 --runs 20``, medians, IQR in brackets):
 
-- MAF: ``AgentReply``/``StreamEvent`` built with pydantic validation per event,
-  the runner's ``propagate``/context work per chunk, and a second
-  ``ResponseStream`` wrapper in stream mode. See the figures in the report of
-  issue 32 (untraced helper) for before/after ratios.
+- MAF run 1.15-1.35x over six runs of 7 rounds; stream 1.43-1.66x. Run mode: saving
+  the session, ``AgentSession.to_dict()`` (``save`` in ``maf/runner.py``): 145 us of a
+  ~1.4 ms run measured alone, 21% of the runner's profile; the own call keeps its
+  ``AgentSession`` in memory and serialises nothing. Stream mode: that, plus Agent
+  Framework's own machinery for our chat and function middleware (its stream wrapped
+  in more ``ResponseStream`` layers: ``_finish_consumption`` 1,600 calls against the
+  own call's 1,000 per 200 runs); our mapping itself (``_Mapper.update``,
+  ``chat_started``, the builder) is under 5% of the runner's profile.
+  Tried: ending the last step from a result hook on the agent's stream instead of
+  the agent middleware: no gain measurable in-process (A/B, 12 interleaved rounds:
+  1.461x against 1.449x), so not kept.
+- Our own events: pydantic ``__init__`` costs ~3.8 us per ``TextDelta`` and ~7.5 us per
+  ``MessageStart``; ``model_construct`` is slower (8.6 / 14.3 us), so it buys nothing.
+- Other frameworks, untraced runner / own call, run and stream: OpenAI Agents 1.06x
+  (0.92-1.16) / 1.15x (1.11-1.43); LangGraph 1.01x (0.79-1.08) / 1.20x (1.15-1.39);
+  Pydantic AI 1.03x (1.01-1.12) / 1.17x (1.13-1.63); smolagents 0.95x (0.90-1.14) /
+  1.19x (1.03-1.37); ADK 1.10x (1.01-1.12) / 1.07x (1.03-1.22); CrewAI not run (not in
+  this venv). These were taken while other processes loaded the machine: the stream
+  ratios' IQRs are wide; rerun on a quiet machine before drawing on them.
 """
 
 from __future__ import annotations

@@ -14,10 +14,8 @@ runs exactly once, and ours are innermost, nearest to the model and the tool):
   exception, whether Agent Framework feeds it back to the model (its default) or the
   run fails (``MiddlewareFailure``). A tool that runs agents (``agent.as_tool()``) opens
   a delegation (:mod:`.nesting`) for its body;
-* :class:`_AgentObserver` (run mode): it ends the last step. A streamed run does
-  without it: the run hangs the same end on the agent's stream it opens, as a result
-  hook (``runner._Run.instrument``), which spares Agent Framework's agent middleware
-  pipeline on every streamed run.
+* :class:`_AgentObserver`: it ends the last step. In stream mode its "after" runs
+  before the stream is consumed, so it registers a result hook on the agent's stream.
 
 **An inner agent** (one a delegation maps: an ``as_tool()`` agent, a workflow's agents)
 runs no middleware of ours by itself: ``as_tool()`` calls ``agent.run`` with none, and
@@ -194,12 +192,9 @@ class _AgentObserver(AgentMiddleware):
             self.mapper.run_finished(context.result)
 
 
-def observers(mapper: _Mapper, *, agent_level: bool = True) -> list[Any]:
-    """Our middleware of one run, as ``run(middleware=...)`` takes them: the chat and
-    function observers, and the agent observer unless ``agent_level`` is off (the run
-    then hands ``mapper.run_finished`` to the agent's stream itself)."""
-    chat_and_tools = [_ChatObserver(mapper), _FunctionObserver(mapper)]
-    return [_AgentObserver(mapper), *chat_and_tools] if agent_level else chat_and_tools
+def observers(mapper: _Mapper) -> list[Any]:
+    """Our three middleware of one run, as ``run(middleware=...)`` takes them."""
+    return [_AgentObserver(mapper), _ChatObserver(mapper), _FunctionObserver(mapper)]
 
 
 # -- the framework's code of a run -----------------------------------------------------------------

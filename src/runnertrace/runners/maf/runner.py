@@ -88,28 +88,13 @@ class _Run(FrameworkRun["AgentResponse[Any] | None"]):
         self.kwargs = kwargs
         self.native_session = native_session
         self.context: Callable[[], AbstractContextManager[None]] | None = None
-        # A stream's end of the last step: a result hook on the agent's own stream,
-        # instead of an agent middleware (see :meth:`instrument`).
-        self.on_result: Callable[[Any], None] | None = None
 
     # -- what the runner's install and quiet steps put in -----------------------------------
     def instrument(self, setup: RunSetup[Any]) -> None:
-        """Our middleware, after the caller's (ours are innermost).
-
-        In stream mode the agent middleware would only end the last step when the
-        agent's stream ends; a result hook on that stream, which this run opens
-        itself, does the same without Agent Framework's agent middleware pipeline
-        (its cost was most of what the untraced runner added to a streamed run, after
-        the session's serialisation)."""
+        """Our middleware, after the caller's (ours are innermost)."""
         mapper = _Mapper(setup.builder, setup.agent.name, detailed=setup.observed)
         kwargs = self.kwargs
-        agent_level = not setup.streaming
-        if not agent_level:
-            self.on_result = mapper.run_finished
-        kwargs["middleware"] = [
-            *listed(kwargs.get("middleware")),
-            *observers(mapper, agent_level=agent_level),
-        ]
+        kwargs["middleware"] = [*listed(kwargs.get("middleware")), *observers(mapper)]
 
     def silence(self) -> None:
         """Agent Framework's own spans quiet in the framework's code of this run."""
@@ -129,13 +114,10 @@ class _Run(FrameworkRun["AgentResponse[Any] | None"]):
         """The framework's stream, with every pull in this run's context (if any)."""
         context = self.context
         if context is None:
+            return self.target.run(stream=True, **self.kwargs)
+        with context():
             native_stream = self.target.run(stream=True, **self.kwargs)
-        else:
-            with context():
-                native_stream = self.target.run(stream=True, **self.kwargs)
-            native_stream.with_pull_context_manager(context)
-        if self.on_result is not None:
-            native_stream.with_result_hook(self.on_result)
+        native_stream.with_pull_context_manager(context)
         return native_stream
 
     @asynccontextmanager
