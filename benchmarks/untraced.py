@@ -24,8 +24,11 @@ Where the untraced runner's time goes (issue 32, measured 2026-12-02 on the load
   ``AgentSession`` in memory and serialises nothing. Stream mode: that, plus Agent
   Framework's own machinery for our chat and function middleware (its stream wrapped
   in more ``ResponseStream`` layers: ``_finish_consumption`` 1,600 calls against the
-  own call's 1,000 per 200 runs); our mapping itself (``_Mapper.update``,
-  ``chat_started``, the builder) is under 5% of the runner's profile.
+  own call's 1,000 per 200 runs). In-process A/B, 10 interleaved rounds, with
+  ``to_dict`` stubbed out (measurement only): run 1.318x -> 1.006x, stream 1.479x ->
+  1.389x, so run mode's whole gap is the session's serialisation; our mapping
+  itself (``_Mapper.update``, ``chat_started``, the builder) is under 5% of the
+  runner's profile.
   Tried: ending the last step from a result hook on the agent's stream instead of
   the agent middleware: no gain measurable in-process (A/B, 12 interleaved rounds:
   1.461x against 1.449x), so not kept.
