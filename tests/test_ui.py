@@ -8,6 +8,8 @@ import pytest
 
 pytest.importorskip("starlette", reason="needs the ui extra: pip install -e '.[dev,ui]'")
 
+import csv
+import io
 import json
 import socket
 import sqlite3
@@ -114,6 +116,8 @@ def test_keyset_paging_walks_every_run_once(client: TestClient) -> None:
         ({"limit": "0"}, "limit=0 is out of range: 1 to 200"),
         ({"cursor": "x"}, "cursor='x' is not of the form <start_ns>:<trace_id>"),
         ({"since": "yesterday"}, "since='yesterday' is not an integer"),
+        ({"attr": 'a"b = 1'}, "attr='a\"b = 1' is not 'key = value' or 'key exists'"),
+        ({"attr": "two words"}, "attr='two words' is not 'key = value' or 'key exists'"),
         ({"errors": "some"}, "errors='some' is not 'any' (runs with any span in error) or"),
     ],
 )
@@ -523,6 +527,8 @@ def _nested_outcomes(db: str | Path) -> dict[str, str]:
             inner.set_status(Status(StatusCode.ERROR, "CancelledError"))
         else:
             inner.set_status(failed)
+        if case == "all failed":
+            inner.set_attribute("research.depth", 2)
         inner.end()
         ask.end()
         if case == "all failed":
@@ -555,6 +561,34 @@ def test_a_nested_agents_failure_under_an_ok_run_is_recovered_not_failed(
         ]
         (session,) = get(c, "/api/sessions")["sessions"]
         assert (session["runs"], session["errors"], session["recovered"]) == (3, 1, 2)
+
+
+def test_a_filter_on_any_span_attribute_by_value_or_presence(store_location: str | Path) -> None:
+    """``attr=key = value`` and ``attr=key exists`` over every span of a run (a nested
+    run's too), a value compared as text: a string, a number, a boolean alike on both
+    engines; the CSV export takes the same filter."""
+    traces = _nested_outcomes(store_location)
+    with TestClient(create_app(store_location), base_url=BASE) as c:
+
+        def found(text: str) -> set[str]:
+            return {r["trace_id"] for r in get(c, "/api/runs", attr=text)["runs"]}
+
+        every = set(traces.values())
+        assert found("gen_ai.tool.name = ask") == found("gen_ai.tool.name=ask") == every
+        assert found("gen_ai.tool.name = nope") == set()
+        assert found("gen_ai.tool.name exists") == found("gen_ai.tool.name") == every
+        assert found("runnertrace.cancelled exists") == {traces["nested cancelled"]}
+        assert found("runnertrace.cancelled = true") == {traces["nested cancelled"]}
+        assert found("runnertrace.cancelled = false") == set()
+        assert found("research.depth = 2") == {traces["all failed"]}
+        assert found("research.depth = 3") == set()
+        assert found("no.such.key exists") == set()
+        assert found("gen_ai.tool.name = ask") & found("research.depth exists") == {
+            traces["all failed"]
+        }
+        exported = c.get("/api/runs.csv", params={"attr": "research.depth = 2"})
+        rows = list(csv.DictReader(io.StringIO(exported.text)))
+        assert [r["trace_id"] for r in rows] == [traces["all failed"]]
 
 
 def test_content_search_through_the_index_finds_what_the_scan_finds(

@@ -141,6 +141,27 @@ def text_param(params: Mapping[str, str], key: str) -> str | None:
     return value or None
 
 
+def attribute_param(text: str | None) -> tuple[str, str | None] | None:
+    """The attribute filter's text, ``key = value`` or ``key exists`` (a bare ``key`` too),
+    as (key, value or None); a key holding a double quote is a 400 (no attribute has one,
+    and SQLite's JSON path would read it as the key's end)."""
+    if text is None:
+        return None
+    key, equals, value = text.partition("=")
+    key = key.strip()
+    if not equals:
+        bare = key.removesuffix(" exists").strip() if key.endswith(" exists") else key
+        key, found = bare, None
+    else:
+        found = value.strip()
+    if not key or '"' in key or " " in key:
+        raise QueryError(
+            f"attr={text[:40]!r} is not 'key = value' or 'key exists' (a key has no spaces "
+            "or double quotes)"
+        )
+    return key, found
+
+
 def _like(text: str) -> str:
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
@@ -195,6 +216,9 @@ class RunFilter:
     model: str | None = None
     provider: str | None = None
     tag: str | None = None
+    attribute: tuple[str, str | None] | None = None
+    """A span attribute any span of the run has: (key, value as text), or (key, None) for
+    "the key exists" (the URL's ``attr=key = value`` or ``attr=key exists``)."""
     errors: str | None = None
     """``any``: runs with any span in error; ``recovered``: runs that ended ok with one."""
     min_ms: int | None = None
@@ -234,6 +258,7 @@ class RunFilter:
             model=text("model"),
             provider=text("provider"),
             tag=text("tag"),
+            attribute=attribute_param(text("attr")),
             errors=errors,
             min_ms=ms("min_ms"),
             max_ms=ms("max_ms"),
@@ -314,6 +339,16 @@ class RunFilter:
                 f"AND {d.tag_match(TAG_KEYS, 's')})"
             )
             params.append(self.tag)
+        if self.attribute is not None:
+            key, value = self.attribute
+            condition, times = d.attribute_match("s", exists=value is None)
+            clauses.append(
+                "EXISTS (SELECT 1 FROM spans s WHERE s.trace_id = runs.trace_id "
+                f"AND {condition}{d.per_row})"
+            )
+            params.extend([d.attribute_key(key)] * times)
+            if value is not None:
+                params.append(value)
         if self.since_ns is not None:
             clauses.append("start_ns >= ?")
             params.append(self.since_ns)

@@ -172,7 +172,7 @@
   // -- runs ------------------------------------------------------------------------------------
   // Every filter, the sort and its direction live in the URL: a view can be shared or reloaded.
   var RUN_FILTERS = ["agent", "any_agent", "framework", "status", "range", "session", "q", "model",
-    "provider", "user", "tag", "errors", "min_ms", "max_ms", "min_cost", "max_cost", "sort", "dir"];
+    "provider", "user", "tag", "attr", "errors", "min_ms", "max_ms", "min_cost", "max_cost", "sort", "dir"];
   var RUN_COLUMNS = [["time", "start"], ["agent"], ["framework"], ["status"], ["input"],
     ["output"], ["duration", "duration"], ["spans", "spans"], ["tokens", "tokens"],
     ["cost", "cost"], ["session"], ["trace"], ["compare"]];
@@ -229,7 +229,7 @@
 
   function matches(run, params) {
     var keys = { agent: "agent", framework: "framework", status: "status", user: "user_id" };
-    var plain = ["q", "range", "model", "provider", "tag", "min_ms", "max_ms", "min_cost",
+    var plain = ["q", "range", "model", "provider", "tag", "attr", "min_ms", "max_ms", "min_cost",
       "max_cost", "sort", "dir", "any_agent"].every(function (k) { return !params.get(k); });
     return plain && Object.keys(keys).every(function (k) {
       return !params.get(k) || run[keys[k]] === params.get(k);
@@ -286,6 +286,9 @@
     text("provider", "provider");
     text("user", "user");
     text("tag", "tag");
+    // any span's attribute: "key = value" or "key exists"
+    text("attribute", "attr", "key = value, key exists").title = "runs with a span whose " +
+      "attribute has this value (compared as text), or that has the key";
     text("min ms", "min_ms", "", "number").classList.add("short");
     text("max ms", "max_ms", "", "number").classList.add("short");
     text("min $", "min_cost", "", "number").classList.add("short");
