@@ -479,6 +479,35 @@ def test_sessions_count_span_errors_and_show_previews_and_failed_turns(
     assert all(t["error"] is None for t in turns if t["status"] == "ok")
 
 
+def test_session_totals_are_the_sums_of_the_runs_lists_numbers(
+    client: TestClient, team: TestClient
+) -> None:
+    """Runs, tokens, cost, unpriced calls, failed, recovered and cancelled runs per session:
+    the runs list's own numbers (each run's totals, nested agents' work included), summed."""
+    checked = 0
+    for dashboard in (client, team):
+        for session in get(dashboard, "/api/sessions")["sessions"]:
+            listed = get(dashboard, "/api/runs", session=session["session_id"], limit=200)
+            runs = [r for r in listed["runs"] if r["session_id"] == session["session_id"]]
+            costs = [r["cost"] for r in runs if r["cost"] is not None]
+            expected = {
+                "runs": len(runs),
+                "tokens": sum(r["tokens"] for r in runs),
+                "unpriced_calls": sum(r["unpriced_calls"] for r in runs),
+                "model_calls": sum(r["model_calls"] for r in runs),
+                "errors": sum(r["status"] == "error" for r in runs),
+                "recovered": sum(r["status"] == "ok" and r["error_count"] > 0 for r in runs),
+                "cancelled": sum(r["status"] == "cancelled" for r in runs),
+            }
+            assert {k: session[k] for k in expected} == expected, session["session_id"]
+            if costs:
+                assert session["cost"] == pytest.approx(sum(costs))
+            else:
+                assert session["cost"] is None
+            checked += 1
+    assert checked >= 4
+
+
 def test_chart_summary_tiles_and_error_rate_over_time(client: TestClient) -> None:
     agents = get(client, "/api/metrics", by="agent", buckets=1)
     summary = agents["summary"]
