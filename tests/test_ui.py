@@ -8,6 +8,8 @@ import pytest
 
 pytest.importorskip("starlette", reason="needs the ui extra: pip install -e '.[dev,ui]'")
 
+import csv
+import io
 import json
 import socket
 import sqlite3
@@ -114,6 +116,9 @@ def test_keyset_paging_walks_every_run_once(client: TestClient) -> None:
         ({"limit": "0"}, "limit=0 is out of range: 1 to 200"),
         ({"cursor": "x"}, "cursor='x' is not of the form <start_ns>:<trace_id>"),
         ({"since": "yesterday"}, "since='yesterday' is not an integer"),
+        ({"attr": 'a"b = 1'}, "attr='a\"b = 1' is not 'key = value' or 'key exists'"),
+        ({"attr": "two words"}, "attr='two words' is not 'key = value' or 'key exists'"),
+        ({"errors": "some"}, "errors='some' is not 'any' (runs with any span in error) or"),
     ],
 )
 def test_bad_parameters_are_a_400_naming_them(
@@ -460,11 +465,13 @@ def test_sessions_count_span_errors_and_show_previews_and_failed_turns(
 ) -> None:
     sessions = {s["session_id"]: s for s in get(client, "/api/sessions")["sessions"]}
     calc = sessions["calc-session"]
-    assert calc["errors"] == 1  # the run whose tool failed went on: still an error here
+    assert calc["errors"] == 0  # the run whose tool failed went on: not a failed run...
+    assert calc["recovered"] == 1  # ...but a recovered one, counted apart
     assert calc["first_input"] == "What is 1234 * 5678, plus 17?"
     reply = 'I am a scripted offline model. You said: "Hello! What can you do?"'
     assert calc["last_output"] == reply
     assert sessions[PRICEY_SESSION]["errors"] == 1
+    assert sessions[PRICEY_SESSION]["recovered"] == 0
     turns = get(client, f"/api/sessions/{PRICEY_SESSION}")["turns"]
     failed = [t for t in turns if t["status"] == "error"]
     assert len(failed) == 1 and failed[0]["error"]["message"] == "429 slow down"
@@ -472,19 +479,145 @@ def test_sessions_count_span_errors_and_show_previews_and_failed_turns(
     assert all(t["error"] is None for t in turns if t["status"] == "ok")
 
 
+def test_session_totals_are_the_sums_of_the_runs_lists_numbers(
+    client: TestClient, team: TestClient
+) -> None:
+    """Runs, tokens, cost, unpriced calls, failed, recovered and cancelled runs per session:
+    the runs list's own numbers (each run's totals, nested agents' work included), summed."""
+    checked = 0
+    for dashboard in (client, team):
+        for session in get(dashboard, "/api/sessions")["sessions"]:
+            listed = get(dashboard, "/api/runs", session=session["session_id"], limit=200)
+            runs = [r for r in listed["runs"] if r["session_id"] == session["session_id"]]
+            costs = [r["cost"] for r in runs if r["cost"] is not None]
+            expected = {
+                "runs": len(runs),
+                "tokens": sum(r["tokens"] for r in runs),
+                "unpriced_calls": sum(r["unpriced_calls"] for r in runs),
+                "model_calls": sum(r["model_calls"] for r in runs),
+                "errors": sum(r["status"] == "error" for r in runs),
+                "recovered": sum(r["status"] == "ok" and r["error_count"] > 0 for r in runs),
+                "cancelled": sum(r["status"] == "cancelled" for r in runs),
+            }
+            assert {k: session[k] for k in expected} == expected, session["session_id"]
+            if costs:
+                assert session["cost"] == pytest.approx(sum(costs))
+            else:
+                assert session["cost"] is None
+            checked += 1
+    assert checked >= 4
+
+
 def test_chart_summary_tiles_and_error_rate_over_time(client: TestClient) -> None:
     agents = get(client, "/api/metrics", by="agent", buckets=1)
     summary = agents["summary"]
-    assert summary["count"] == 7 and summary["errors"] == 2  # a failed run, a failed tool
-    assert summary["error_rate"] == pytest.approx(2 / 7)
+    # the error rate is of failed runs (pricey's last); the run whose tool failed and went
+    # on is recovered, counted apart
+    assert summary["count"] == 7 and summary["errors"] == 1 and summary["recovered"] == 1
+    assert summary["error_rate"] == pytest.approx(1 / 7)
     assert summary["p95_ms"] >= summary["p50_ms"] > 0
     assert summary["cost"] == pytest.approx(0.075)
     series = {s["name"]: s["points"] for s in agents["series"]}
     assert series["pricey"][0]["error_rate"] == pytest.approx(1 / 3)
     assert series["helper"][0]["error_rate"] == 0
+    assert series["calc"][0]["error_rate"] == 0 and series["calc"][0]["recovered"] == 1
     tools = {s["name"]: s["points"] for s in get(client, "/api/metrics", by="tool")["series"]}
+    # per tool: failed calls (a call recovers from nothing)
     assert sum(p["errors"] for p in tools["calculator"]) == 1
     assert sum(p["errors"] for p in tools["lookup"]) == 0
+
+
+def _nested_outcomes(db: str | Path) -> dict[str, str]:
+    """Three runs of one session, each a planner whose tool runs a researcher: the
+    researcher fails (the planner goes on), is cancelled (the planner goes on), or fails
+    and so does the planner. Returns each case's trace id."""
+    from opentelemetry import trace as trace_api
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.trace import Status, StatusCode
+
+    from runnertrace.exporters.local_store import SqliteSpanExporter
+    from runnertrace.tracing import attributes as A
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(SqliteSpanExporter(db)))
+    tracer = provider.get_tracer("nested-outcomes")
+    failed = Status(StatusCode.ERROR, "ResearchFailed: no sources")
+    traces = {}
+    for case in ("nested failed", "nested cancelled", "all failed"):
+        top = tracer.start_span("invoke_agent planner", attributes={A.SPAN_TYPE: "run",
+            A.AGENT_NAME: "planner", A.CONVERSATION_ID: "outcomes"})  # fmt: skip
+        ask = tracer.start_span("execute_tool ask", trace_api.set_span_in_context(top),
+            attributes={A.SPAN_TYPE: "tool", A.TOOL_NAME: "ask"})  # fmt: skip
+        inner = tracer.start_span("invoke_agent researcher", trace_api.set_span_in_context(ask),
+            attributes={A.SPAN_TYPE: "run", A.AGENT_NAME: "researcher"})  # fmt: skip
+        if case == "nested cancelled":
+            inner.set_attribute(A.CANCELLED, True)
+            inner.set_status(Status(StatusCode.ERROR, "CancelledError"))
+        else:
+            inner.set_status(failed)
+        if case == "all failed":
+            inner.set_attribute("research.depth", 2)
+        inner.end()
+        ask.end()
+        if case == "all failed":
+            top.set_status(failed)
+        top.end()
+        traces[case] = format(top.get_span_context().trace_id, "032x")
+    provider.shutdown()
+    return traces
+
+
+def test_a_nested_agents_failure_under_an_ok_run_is_recovered_not_failed(
+    store_location: str | Path,
+) -> None:
+    """One meaning everywhere: the runs list's status, the charts' error rate (failed runs),
+    the recovered runs counted apart, the sessions' totals and the errors filter agree."""
+    traces = _nested_outcomes(store_location)
+    with TestClient(create_app(store_location), base_url=BASE) as c:
+        runs = {r["trace_id"]: r for r in get(c, "/api/runs")["runs"]}
+        status = {case: runs[t]["status"] for case, t in traces.items()}
+        assert status == {"nested failed": "ok", "nested cancelled": "ok", "all failed": "error"}
+        assert all(runs[t]["error_count"] > 0 for t in traces.values())
+        summary = get(c, "/api/metrics", by="agent", buckets=1)["summary"]
+        assert (summary["count"], summary["errors"], summary["recovered"]) == (3, 1, 2)
+        assert summary["error_rate"] == pytest.approx(1 / 3)
+        recovered = {r["trace_id"] for r in get(c, "/api/runs", errors="recovered")["runs"]}
+        assert recovered == {traces["nested failed"], traces["nested cancelled"]}
+        assert len(get(c, "/api/runs", errors="any")["runs"]) == 3
+        assert [r["trace_id"] for r in get(c, "/api/runs", status="error")["runs"]] == [
+            traces["all failed"]
+        ]
+        (session,) = get(c, "/api/sessions")["sessions"]
+        assert (session["runs"], session["errors"], session["recovered"]) == (3, 1, 2)
+
+
+def test_a_filter_on_any_span_attribute_by_value_or_presence(store_location: str | Path) -> None:
+    """``attr=key = value`` and ``attr=key exists`` over every span of a run (a nested
+    run's too), a value compared as text: a string, a number, a boolean alike on both
+    engines; the CSV export takes the same filter."""
+    traces = _nested_outcomes(store_location)
+    with TestClient(create_app(store_location), base_url=BASE) as c:
+
+        def found(text: str) -> set[str]:
+            return {r["trace_id"] for r in get(c, "/api/runs", attr=text)["runs"]}
+
+        every = set(traces.values())
+        assert found("gen_ai.tool.name = ask") == found("gen_ai.tool.name=ask") == every
+        assert found("gen_ai.tool.name = nope") == set()
+        assert found("gen_ai.tool.name exists") == found("gen_ai.tool.name") == every
+        assert found("runnertrace.cancelled exists") == {traces["nested cancelled"]}
+        assert found("runnertrace.cancelled = true") == {traces["nested cancelled"]}
+        assert found("runnertrace.cancelled = false") == set()
+        assert found("research.depth = 2") == {traces["all failed"]}
+        assert found("research.depth = 3") == set()
+        assert found("no.such.key exists") == set()
+        assert found("gen_ai.tool.name = ask") & found("research.depth exists") == {
+            traces["all failed"]
+        }
+        exported = c.get("/api/runs.csv", params={"attr": "research.depth = 2"})
+        rows = list(csv.DictReader(io.StringIO(exported.text)))
+        assert [r["trace_id"] for r in rows] == [traces["all failed"]]
 
 
 def test_content_search_through_the_index_finds_what_the_scan_finds(

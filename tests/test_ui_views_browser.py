@@ -363,7 +363,10 @@ def test_sessions_show_previews_span_errors_and_a_failed_turns_error(
     expect(row.locator("td.preview").first).to_have_text("question 0 about <b>zebras</b>")
     expect(row.locator("td.preview").nth(1)).to_have_text("answer 2")
     planner = pg.locator('#sessions tr[data-session-id="plan-1"]')  # type: ignore[attr-defined]
-    expect(planner.locator("td").last).to_have_text("1")  # its tool failed, the run went on
+    # its tool failed, the run went on: recovered, not a failed run
+    expect(planner.locator('td[data-k="failed"]')).to_have_text("0")
+    expect(planner.locator('td[data-k="recovered"]')).to_have_text("1")
+    expect(row.locator('td[data-k="failed"]')).to_have_text("1")  # pricey's last run failed
     row.click()
     turns = pg.locator("#conversation .turn")  # type: ignore[attr-defined]
     expect(turns).to_have_count(3)
@@ -415,16 +418,20 @@ def test_charts_tiles_error_rate_palette_and_axes(pg: object, base_url: str) -> 
     # latency, tokens, cost, each agent's own cost, error rate
     expect(pg.locator("body")).to_have_attribute("data-charts", "5")  # type: ignore[attr-defined]
     tiles = pg.locator("#tiles .tile")  # type: ignore[attr-defined]
-    expect(tiles).to_have_count(6)
+    expect(tiles).to_have_count(7)
     tile = lambda name: pg.locator(f'#tiles .tile[data-tile="{name}"] b')  # type: ignore[attr-defined]  # noqa: E731
     expect(tile("runs")).to_have_text("5")
-    expect(tile("error rate")).to_have_text("40.0 %")  # planner (tool failed) and one pricey
+    # failed runs: one pricey; the planner's tool failed and its run went on: recovered
+    expect(tile("error rate")).to_have_text("20.0 %")
+    expect(tile("recovered")).to_have_text("1 runs")
     # the Pydantic AI agent's two model calls (a FunctionModel) got no price: a partial sum
     expect(tile("cost")).to_have_text("$0.07549 (partial: 2 calls unpriced)")
     error_chart = pg.locator("#charts .chart", has_text="Error rate per agent")  # type: ignore[attr-defined]
     expect(error_chart).to_have_attribute("data-lines", "3")  # one line per agent
     tips = error_chart.locator("circle title").all_text_contents()
-    assert any(t.startswith("planner error rate: 100 %") for t in tips), tips
+    assert any(t.startswith("planner error rate: 0 %") for t in tips), tips
+    assert any(t.startswith("pricey error rate: ") and not t.startswith("pricey error rate: 0 %")
+               for t in tips), tips  # fmt: skip
     # y labels sit on their gridlines and are round numbers; the x axis has 7 ticks
     for chart in pg.locator("#charts .chart").all():  # type: ignore[attr-defined]
         placed = chart.evaluate(

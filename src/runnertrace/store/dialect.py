@@ -104,6 +104,24 @@ class Dialect:
             2,
         )
 
+    def attribute_match(self, alias: str, *, exists: bool) -> tuple[str, int]:
+        """A span ``alias`` has the key given as a parameter (``exists``), or that key's value
+        as text equals the parameter after it. The condition and how many times it takes
+        the key (:meth:`attribute_key`); a boolean reads ``true``/``false`` on both engines."""
+        if exists:
+            return f"json_type({alias}.attributes, ?) IS NOT NULL", 1
+        return (
+            f"(CASE json_type({alias}.attributes, ?) WHEN 'true' THEN 'true' "
+            f"WHEN 'false' THEN 'false' ELSE CAST(json_extract({alias}.attributes, ?) AS TEXT) "
+            "END) = ?",
+            2,
+        )
+
+    def attribute_key(self, key: str) -> str:
+        """The parameter :meth:`attribute_match` takes for ``key`` (a JSON path here; the
+        caller has refused a key holding a double quote)."""
+        return f'$."{key}"'
+
 
 class _Postgres(Dialect):
     name = "postgresql"
@@ -177,6 +195,14 @@ class _Postgres(Dialect):
     def content_match(self, alias: str) -> tuple[str, int]:
         # One expression, the one the trigram index is built on.
         return f"(({alias}.name || ' ' || {alias}.attributes) ILIKE ? ESCAPE '\\')", 1
+
+    def attribute_match(self, alias: str, *, exists: bool) -> tuple[str, int]:
+        if exists:
+            return f"({alias}.attributes::jsonb -> (?::text)) IS NOT NULL", 1
+        return f"({alias}.attributes::jsonb ->> (?::text)) = ?", 1
+
+    def attribute_key(self, key: str) -> str:
+        return key
 
 
 def _quote(key: str) -> str:

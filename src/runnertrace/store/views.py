@@ -64,9 +64,15 @@ MAX_TEXT = 1000  # a filter or search value longer than this is a mistake, not a
 TRIGRAM_MS = 50  # how long PostgreSQL's trigram index may take to answer a search
 _IS_RUN = "span_type = 'run'"
 _CANCELLED = "status = 'cancelled'"
-# A run counts as failed when it, or any span in it (a tool that failed while the run went
-# on), is in error.
-_FAILED_RUN = "status = 'error' OR error_count > 0"
+# One meaning for "failed" wherever a rate or a count of runs shows (the charts' tiles and
+# lines, the sessions' totals): the run ended in error, as its status in the runs list says.
+_FAILED_RUN = "status = 'error'"
+# A run that ended ok with a span in error under it (a tool that failed, a nested agent that
+# failed or was cancelled, and the run went on): counted apart, never in the error rate.
+# The runs list marks the same runs "ok · N err".
+_RECOVERED_RUN = "status = 'ok' AND error_count > 0"
+_ANY_ERROR = "(status = 'error' OR error_count > 0)"
+_ERROR_FILTERS = {"any": _ANY_ERROR, "recovered": f"({_RECOVERED_RUN})"}
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
 _DIGITS = re.compile(r"-?[0-9]+")
 
@@ -135,6 +141,27 @@ def text_param(params: Mapping[str, str], key: str) -> str | None:
     return value or None
 
 
+def attribute_param(text: str | None) -> tuple[str, str | None] | None:
+    """The attribute filter's text, ``key = value`` or ``key exists`` (a bare ``key`` too),
+    as (key, value or None); a key holding a double quote is a 400 (no attribute has one,
+    and SQLite's JSON path would read it as the key's end)."""
+    if text is None:
+        return None
+    key, equals, value = text.partition("=")
+    key = key.strip()
+    if not equals:
+        bare = key.removesuffix(" exists").strip() if key.endswith(" exists") else key
+        key, found = bare, None
+    else:
+        found = value.strip()
+    if not key or '"' in key or " " in key:
+        raise QueryError(
+            f"attr={text[:40]!r} is not 'key = value' or 'key exists' (a key has no spaces "
+            "or double quotes)"
+        )
+    return key, found
+
+
 def _like(text: str) -> str:
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
@@ -189,7 +216,11 @@ class RunFilter:
     model: str | None = None
     provider: str | None = None
     tag: str | None = None
-    any_error: bool = False
+    attribute: tuple[str, str | None] | None = None
+    """A span attribute any span of the run has: (key, value as text), or (key, None) for
+    "the key exists" (the URL's ``attr=key = value`` or ``attr=key exists``)."""
+    errors: str | None = None
+    """``any``: runs with any span in error; ``recovered``: runs that ended ok with one."""
     min_ms: int | None = None
     max_ms: int | None = None
     min_cost: float | None = None
@@ -204,8 +235,11 @@ class RunFilter:
         if status is not None and status not in STATUSES:
             raise QueryError(f"status={status!r} is not one of {', '.join(STATUSES)}")
         errors = text("errors")
-        if errors not in (None, "any"):
-            raise QueryError(f"errors={errors!r} is not 'any' (runs with any span in error)")
+        if errors is not None and errors not in _ERROR_FILTERS:
+            raise QueryError(
+                f"errors={errors!r} is not 'any' (runs with any span in error) or 'recovered' "
+                "(runs that ended ok with a span in error)"
+            )
 
         def ms(key: str) -> int | None:
             value = int_param(params.get(key), key, default=-1, low=0, high=_MAX_MS, unit="ms")
@@ -224,7 +258,8 @@ class RunFilter:
             model=text("model"),
             provider=text("provider"),
             tag=text("tag"),
-            any_error=errors == "any",
+            attribute=attribute_param(text("attr")),
+            errors=errors,
             min_ms=ms("min_ms"),
             max_ms=ms("max_ms"),
             min_cost=float_param(params, "min_cost"),
@@ -272,8 +307,8 @@ class RunFilter:
             # A range on the session index: every id starting with the prefix sorts here.
             clauses.append("session_id >= ? AND session_id < ?")
             params.extend([self.session, self.session + "\U0010ffff"])
-        if self.any_error:
-            clauses.append("(status = 'error' OR error_count > 0)")
+        if self.errors is not None:
+            clauses.append(_ERROR_FILTERS[self.errors])
         if self.min_ms is not None:
             clauses.append("end_ns - start_ns >= ?")
             params.append(self.min_ms * 1_000_000)
@@ -304,6 +339,16 @@ class RunFilter:
                 f"AND {d.tag_match(TAG_KEYS, 's')})"
             )
             params.append(self.tag)
+        if self.attribute is not None:
+            key, value = self.attribute
+            condition, times = d.attribute_match("s", exists=value is None)
+            clauses.append(
+                "EXISTS (SELECT 1 FROM spans s WHERE s.trace_id = runs.trace_id "
+                f"AND {condition}{d.per_row})"
+            )
+            params.extend([d.attribute_key(key)] * times)
+            if value is not None:
+                params.append(value)
         if self.since_ns is not None:
             clauses.append("start_ns >= ?")
             params.append(self.since_ns)
@@ -762,15 +807,14 @@ class Dashboard:
             if not recent:
                 return []
             marks = ", ".join("?" * len(recent))
-            # A run counts as failed when it, or any span in it (a tool that failed while
-            # the run went on), is in error.
+            # The runs' own totals (the runs list's numbers), summed: failed runs and
+            # recovered ones apart, as the charts count them.
             d = self.dialect
-            failed = d.flag(_FAILED_RUN)
             rows = self._read(
                 "SELECT session_id, COUNT(*), MIN(start_ns), MAX(end_ns), "
-                f"SUM(input_tokens + output_tokens), SUM(cost), SUM({failed}), "
+                f"SUM(input_tokens + output_tokens), SUM(cost), SUM({d.flag(_FAILED_RUN)}), "
                 f"{d.group_concat('agent', distinct=True)}, SUM(unpriced_calls), "
-                f"SUM(model_calls), SUM({d.flag(_CANCELLED)}) "
+                f"SUM(model_calls), SUM({d.flag(_CANCELLED)}), SUM({d.flag(_RECOVERED_RUN)}) "
                 f"FROM runs WHERE session_id IN ({marks}) GROUP BY session_id",
                 recent,
             )
@@ -811,6 +855,7 @@ class Dashboard:
                 "model_calls": r[9] or 0,
                 "cancelled": r[10] or 0,
                 "errors": r[6] or 0,
+                "recovered": r[11] or 0,
                 "agents": sorted((r[7] or "").split(",")) if r[7] else [],
                 "first_input": previews.get(firsts.get(r[0], ""), (None, None))[0],
                 "last_output": previews.get(lasts.get(r[0], ""), (None, None))[1],
@@ -1027,20 +1072,20 @@ class Dashboard:
                 "SELECT COALESCE(agent, name), start_ns, end_ns - start_ns, "
                 "input_tokens + output_tokens, cost, "
                 f"{d.flag(_FAILED_RUN)}, "
-                f"unpriced_calls FROM runs WHERE {' AND '.join(bounds)}"
+                f"unpriced_calls, {d.flag(_RECOVERED_RUN)} FROM runs WHERE {' AND '.join(bounds)}"
             ),
             "model": lambda: (
                 "SELECT COALESCE("
                 f"{d.text('attributes', attr.RESPONSE_MODEL, attr.REQUEST_MODEL)}, "
                 "'(unknown model)'), start_ns, end_ns - start_ns, input_tokens + output_tokens, "
                 f"{cost}, {failed}, "
-                f"{d.flag(f'input_tokens + output_tokens > 0 AND {cost} IS NULL')} "
+                f"{d.flag(f'input_tokens + output_tokens > 0 AND {cost} IS NULL')}, 0 "
                 f"FROM {chats}"
             ),
             "tool": lambda: (
                 "SELECT COALESCE("
                 f"{d.text('attributes', attr.TOOL_NAME, attr.LEGACY_TOOL_NAME)}, name), "
-                f"start_ns, end_ns - start_ns, 0, NULL, {failed}, 0 "
+                f"start_ns, end_ns - start_ns, 0, NULL, {failed}, 0, 0 "
                 f"FROM {tools}"
             ),
         }
@@ -1056,8 +1101,9 @@ class Dashboard:
         ]
 
 
-# series name, start_ns, duration, tokens, cost (None: unpriced or none), failed, unpriced
-_MetricRow = tuple[str, int, int, int, float | None, int, int]
+# series name, start_ns, duration, tokens, cost (None: unpriced or none), failed, unpriced,
+# recovered (a run that ended ok with a span in error; a call is failed or not: 0)
+_MetricRow = tuple[str, int, int, int, float | None, int, int, int]
 
 
 def _bucketed(
@@ -1069,15 +1115,16 @@ def _bucketed(
     for row in rows:
         counts[row[0]] = counts.get(row[0], 0) + 1
     kept = set(sorted(counts, key=lambda k: (-counts[k], k))[:MAX_SERIES])
-    # (series, bucket) -> durations, [token sum, cost sum, priced count, failed, unpriced]
+    # (series, bucket) -> durations, [token sum, cost sum, priced count, failed, unpriced,
+    # recovered]
     cells: dict[tuple[str, int], tuple[list[int], list[float]]] = {}
     last = buckets - 1
-    for name, start_ns, duration, tokens, cost, failed, unpriced in rows:
+    for name, start_ns, duration, tokens, cost, failed, unpriced, recovered in rows:
         index = (start_ns - start) // width
         key = (name if name in kept else "other", last if index > last else max(0, index))
         cell = cells.get(key)
         if cell is None:
-            cell = cells[key] = ([], [0.0, 0.0, 0.0, 0.0, 0.0])
+            cell = cells[key] = ([], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
         cell[0].append(duration)
         sums = cell[1]
         sums[0] += tokens or 0
@@ -1087,6 +1134,8 @@ def _bucketed(
         if failed:
             sums[3] += 1
         sums[4] += unpriced or 0
+        if recovered:
+            sums[5] += 1
     series_points: dict[str, list[dict[str, Any]]] = {}
     for (name, index), (durations, sums) in sorted(cells.items(), key=lambda c: c[0][1]):
         durations.sort()
@@ -1103,6 +1152,7 @@ def _bucketed(
                 "cost_status": cost_status(cost, int(sums[4])),
                 "errors": int(sums[3]),
                 "error_rate": sums[3] / len(durations),
+                "recovered": int(sums[5]),
             }
         )
     order = sorted(series_points, key=lambda k: (k == "other", -counts.get(k, 0), k))
@@ -1111,15 +1161,21 @@ def _bucketed(
 
 def _summary(rows: Sequence[_MetricRow]) -> dict[str, Any]:
     """The tiles above the charts: count, error rate, p50/p95 latency, tokens and cost
-    (partial when a run or call in it had unpriced calls)."""
+    (partial when a run or call in it had unpriced calls).
+
+    Per agent the error rate is of failed runs (status error, as the runs list says) and
+    ``recovered`` counts the runs that ended ok with a span in error, apart; per model or
+    tool it is of failed calls (a call recovers from nothing: ``recovered`` is 0)."""
     durations = sorted(r[2] for r in rows)
     costs = [r[4] for r in rows if r[4] is not None]
     failed = sum(1 for r in rows if r[5])
     unpriced = sum(r[6] or 0 for r in rows)
+    recovered = sum(1 for r in rows if r[7])
     cost = sum(costs) if costs else None
     return {
         "count": len(rows),
         "errors": failed,
+        "recovered": recovered,
         "error_rate": failed / len(rows) if rows else None,
         "p50_ms": percentile(durations, 0.5) / 1e6 if rows else None,
         "p95_ms": percentile(durations, 0.95) / 1e6 if rows else None,

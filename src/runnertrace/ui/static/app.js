@@ -172,7 +172,7 @@
   // -- runs ------------------------------------------------------------------------------------
   // Every filter, the sort and its direction live in the URL: a view can be shared or reloaded.
   var RUN_FILTERS = ["agent", "any_agent", "framework", "status", "range", "session", "q", "model",
-    "provider", "user", "tag", "errors", "min_ms", "max_ms", "min_cost", "max_cost", "sort", "dir"];
+    "provider", "user", "tag", "attr", "errors", "min_ms", "max_ms", "min_cost", "max_cost", "sort", "dir"];
   var RUN_COLUMNS = [["time", "start"], ["agent"], ["framework"], ["status"], ["input"],
     ["output"], ["duration", "duration"], ["spans", "spans"], ["tokens", "tokens"],
     ["cost", "cost"], ["session"], ["trace"], ["compare"]];
@@ -186,8 +186,12 @@
     cell(tr, run.framework || "-");
     var st = el("td");
     st.appendChild(pill(run.status));
-    if (run.status !== "error" && run.error_count) st.appendChild(el("span", "hint", " " +
-      run.error_count + " err"));
+    if (run.status === "ok" && run.error_count) {
+      // recovered: a span failed and the run went on (the charts count these runs apart)
+      var recovered = st.appendChild(el("span", "hint recovered", " " + run.error_count + " err"));
+      recovered.title = "recovered: " + run.error_count + " span" + (run.error_count > 1 ? "s" : "")
+        + " in error under a run that ended ok; not a failed run";
+    }
     tr.appendChild(st);
     var input = cell(tr, run.input_preview || "", "preview");
     input.title = run.input_preview || "";
@@ -225,13 +229,15 @@
 
   function matches(run, params) {
     var keys = { agent: "agent", framework: "framework", status: "status", user: "user_id" };
-    var plain = ["q", "range", "model", "provider", "tag", "min_ms", "max_ms", "min_cost",
+    var plain = ["q", "range", "model", "provider", "tag", "attr", "min_ms", "max_ms", "min_cost",
       "max_cost", "sort", "dir", "any_agent"].every(function (k) { return !params.get(k); });
     return plain && Object.keys(keys).every(function (k) {
       return !params.get(k) || run[keys[k]] === params.get(k);
     }) && (!params.get("session") ||
       (run.session_id || "").indexOf(params.get("session")) === 0) &&
-      (!params.get("errors") || run.status === "error" || run.error_count > 0);
+      (!params.get("errors") || (params.get("errors") === "recovered"
+        ? run.status === "ok" && run.error_count > 0
+        : run.status === "error" || run.error_count > 0));
   }
 
   function showRuns(params) {
@@ -272,13 +278,17 @@
     var framework = field("framework", select("framework", [["", "any"]]));
     field("status", select("status", [["", "any"], ["ok", "ok"], ["error", "error"],
       ["cancelled", "cancelled"], ["incomplete", "incomplete"]]));
-    field("errors", select("errors", [["", "-"], ["any", "any span in error"]]));
+    field("errors", select("errors", [["", "-"], ["any", "any span in error"],
+      ["recovered", "recovered (ok, a span in error)"]]));
     field("time", select("range", RANGES));
     text("session", "session", "id or its start");
     text("model", "model");
     text("provider", "provider");
     text("user", "user");
     text("tag", "tag");
+    // any span's attribute: "key = value" or "key exists"
+    text("attribute", "attr", "key = value, key exists").title = "runs with a span whose " +
+      "attribute has this value (compared as text), or that has the key";
     text("min ms", "min_ms", "", "number").classList.add("short");
     text("max ms", "max_ms", "", "number").classList.add("short");
     text("min $", "min_cost", "", "number").classList.add("short");
@@ -563,7 +573,7 @@
     view.textContent = "";
     view.appendChild(el("h1", null, "Sessions"));
     var t = table(["last activity", "session", "runs", "agents", "first input", "last output",
-      "tokens", "cost", "errors"]);
+      "tokens", "cost", "failed runs", "recovered"]);
     t.id = "sessions";
     view.appendChild(t);
     api("/api/sessions").then(function (r) {
@@ -580,7 +590,10 @@
         cell(tr, fmtTokens(s.tokens), "num");
         // a sum over runs: partial when any of them missed calls
         costCell(tr, s.cost, s.unpriced_calls, null, s.cost_status);
-        cell(tr, s.errors, "num");
+        cell(tr, s.errors, "num").setAttribute("data-k", "failed");
+        var rec = cell(tr, s.recovered, "num");
+        rec.setAttribute("data-k", "recovered");
+        rec.title = "runs that ended ok with a span in error";
         tr.addEventListener("click", function () {
           go("#/sessions/" + encodeURIComponent(s.session_id));
         });
@@ -866,17 +879,25 @@
         tiles.textContent = "";
         var sm = m.summary, unit = by === "agent" ? "runs" : by === "model" ? "model calls"
           : "tool calls";
-        [[unit, fmtTokens(sm.count)],
-          ["error rate", sm.error_rate === null ? "-" : (100 * sm.error_rate).toFixed(1) + " %"],
+        var shown = [[unit, fmtTokens(sm.count)],
+          ["error rate", sm.error_rate === null ? "-" : (100 * sm.error_rate).toFixed(1) + " %"]];
+        // per agent: failed runs (status error, as the runs list says); recovered apart
+        if (by === "agent") shown.push(["recovered", fmtTokens(sm.recovered) + " runs"]);
+        shown.concat([
           ["p50 latency", sm.p50_ms === null ? "-" : fmtNs(sm.p50_ms * 1e6)],
           ["p95 latency", sm.p95_ms === null ? "-" : fmtNs(sm.p95_ms * 1e6)],
-          ["tokens", fmtTokens(sm.tokens)], ["cost", RT.costOf(sm.cost, sm.unpriced_calls)]]
+          ["tokens", fmtTokens(sm.tokens)], ["cost", RT.costOf(sm.cost, sm.unpriced_calls)]])
           .forEach(function (x) {
           var tile = el("div", "tile");
           tile.setAttribute("data-tile", x[0]);
           tile.appendChild(el("span", "tile-k", x[0]));
           tile.appendChild(el("b", null, x[1]));
           if (x[0] === "cost") tile.title = RT.unpricedNote(sm.unpriced_calls);
+          if (x[0] === "error rate") tile.title = by === "agent" ? "failed runs: " + sm.errors +
+            " of " + sm.count + " ended in error" : "failed " + unit + ": " + sm.errors + " of " +
+            sm.count;
+          if (x[0] === "recovered") tile.title = "runs that ended ok with a span in error " +
+            "(a failed tool, a failed or cancelled nested agent): not in the error rate";
           tiles.appendChild(tile);
         });
         var data = { start: m.start_ns, width: m.bucket_ns, buckets: 24, series: m.series };
@@ -910,7 +931,8 @@
           chart.id = "agent-cost";
           grid.appendChild(chart);
         }
-        grid.appendChild(lineChart("Error rate per " + by, data,
+        grid.appendChild(lineChart("Error rate per " + by + (by === "agent" ? " (failed runs)"
+          : " (failed calls)"), data,
           [{ key: "error_rate", label: "error rate" }],
           function (v) { return (100 * v).toFixed(v < 0.1 && v > 0 ? 1 : 0) + " %"; }, colorOf));
         document.body.setAttribute("data-charts", String(grid.children.length));
