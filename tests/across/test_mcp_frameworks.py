@@ -110,3 +110,66 @@ async def test_openai_agents_mcp_server_stdio(receiver: OtlpReceiver, mode: str)
     # The SDK hands the model the MCP text content as JSON: the server's answer is inside.
     content = json.loads(attrs(tool_span)["gen_ai.tool.call.result"])
     check_the_call(captured, receiver, content["text"])
+
+
+# -- ADK: McpToolset ------------------------------------------------------------------------------
+ELSEWHERE = pytest.param(
+    "elsewhere",
+    marks=pytest.mark.xfail(
+        strict=True,
+        reason="known limit (README, Across processes): the quiet context's unsampled flag "
+        "reaches the server in initialize and tools/list, whose spans its sampler drops",
+    ),
+)
+
+
+@pytest.mark.parametrize("tracer", ["passed-through", ELSEWHERE])
+@pytest.mark.parametrize("mode", MODES)
+async def test_adk_mcp_toolset(
+    receiver: OtlpReceiver, mode: str, tracer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``elsewhere``: an ADK whose tracer cannot be wrapped, so the run drives ADK under
+    the unsampled quiet context (``runners.adk.quiet``); the server must not see it."""
+    pytest.importorskip("google.adk")
+    if tracer == "elsewhere":
+        from runnertrace.runners.adk import quiet
+
+        monkeypatch.setattr(quiet, "pass_through_adk_spans", lambda: False)
+    from google.adk.agents import LlmAgent
+    from google.adk.tools.mcp_tool import McpToolset, StdioConnectionParams
+    from mcp import StdioServerParameters
+
+    from runnertrace.runners.adk import GoogleADKRunner
+    from runnertrace.runners.adk.testing import ScriptedAdkLlm, Turn
+
+    toolset = McpToolset(
+        connection_params=StdioConnectionParams(
+            server_params=StdioServerParameters(
+                command=sys.executable, args=[*SERVER_ARGS, receiver.traces_url], env=child_env()
+            ),
+            timeout=30,
+        )
+    )
+    script = [Turn(calls=[("add", {"a": 2, "b": 40}, "c1")]), Turn(text="The sum is 42.")]
+    native = LlmAgent(
+        name="mcp_user", model=ScriptedAdkLlm(model="fake-llm", script=script), tools=[toolset]
+    )
+    core = CoreAgent("mcp_user", TracingRunner(GoogleADKRunner(), capture_content=True), native)
+    try:
+        with capture_spans(deterministic=False) as captured:
+            await run(core, mode, prompt="2 + 40?")
+    finally:
+        await toolset.close()
+    first, _ = sorted(captured.by_name("chat fake-llm"), key=lambda s: s.start_time or 0)
+    # ADK fences an MCP tool's description as untrusted text, one line each side.
+    description = listed_tools(first)["add"]["description"]
+    assert description.splitlines()[1] == "Adds two numbers."
+    (tool_span,) = tool_spans(captured)
+    result = json.loads(attrs(tool_span)["gen_ai.tool.call.result"])
+    check_the_call(captured, receiver, result["content"][0]["text"])
+    # The session's initialize and tools/list reach the server sampled, in our trace:
+    # ADK's quiet (unsampled) context must not travel to the server.
+    trace_id = hexid(tool_span.context.trace_id, 32)
+    for method in ("initialize", "tools/list"):
+        assert wait_until(lambda m=method: len(server_spans(receiver, m)) >= 1, timeout_s=20)
+        assert {s.trace_id for s in server_spans(receiver, method)} == {trace_id}
