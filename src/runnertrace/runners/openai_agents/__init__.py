@@ -33,8 +33,9 @@ How the SDK maps onto the contract, and why (each part is detailed in its module
   file search, image generation, code interpreter) get no tool events; their
   time is in the model call. A tool with its own ``failure_error_function``
   reports its error text as an ordinary result: the SDK hands that exception
-  to the tool's function only. MCP server tools are not listed in the tool
-  definitions (listing them would ask the servers again).
+  to the tool's function only. MCP server tools are listed in the tool
+  definitions from the listing the SDK made for the turn (``request.py``),
+  except under ``include_server_in_tool_names`` or a callable ``tool_filter``.
 - **The SDK's own tracing is switched off for a traced run, by default**
   (``quiet.py``); ``OpenAIRunner(keep_sdk_tracing=True)`` keeps it.
 - Exceptions from the SDK (``MaxTurnsExceeded``, guardrail tripwires, model

@@ -100,13 +100,48 @@ def _request_parameters(agent: Any, run_config: Any) -> dict[str, Any] | None:
     return request_parameters(settings.extra_args or {}, vars(settings))
 
 
+def _input_schema(tool: Any) -> Any:
+    """An MCP tool's input schema: ``input_schema`` in mcp 2.x, ``inputSchema`` in 1.x."""
+    schema = getattr(tool, "input_schema", None)
+    return schema if schema is not None else getattr(tool, "inputSchema", None)
+
+
+def _mcp_tool_definitions(agent: Any) -> list[dict[str, Any]]:
+    """The MCP tools ``agent``'s servers offered this turn, first, as the SDK orders them.
+
+    The SDK lists each server's tools right before the model call, and every listing
+    leaves its result in the server's public ``cached_tools`` (whether or not the list
+    is cached between runs): that is read, so no server is asked again. A static
+    ``tool_filter`` is applied as the SDK applies it. A server whose tools the model
+    sees under other names or through a filter we cannot evaluate without calling it
+    (``include_server_in_tool_names``, a callable ``tool_filter``) lists nothing
+    rather than wrong names.
+    """
+    if agent.mcp_config.get("include_server_in_tool_names", False):
+        return []
+    definitions: list[dict[str, Any]] = []
+    for server in agent.mcp_servers:
+        listed = getattr(server, "cached_tools", None)
+        chosen = getattr(server, "tool_filter", None)
+        if not listed or not (chosen is None or isinstance(chosen, dict)):
+            continue
+        allowed = (chosen or {}).get("allowed_tool_names")
+        blocked = (chosen or {}).get("blocked_tool_names") or ()
+        definitions.extend(
+            tool_definition(tool.name, tool.description, _input_schema(tool))
+            for tool in listed
+            if (allowed is None or tool.name in allowed) and tool.name not in blocked
+        )
+    return definitions
+
+
 def _tool_definitions(agent: Any) -> list[dict[str, Any]] | None:
-    """The function tools and handoffs ``agent`` offers, read from its declaration.
+    """The tools (MCP servers', then function tools) and handoffs ``agent`` offers.
 
     Read without calling anything: a callable ``is_enabled`` is not evaluated (the
     tool is listed), and MCP servers are not asked for their tools again.
     """
-    definitions: list[dict[str, Any]] = []
+    definitions = _mcp_tool_definitions(agent)
     for tool in agent.tools:
         if getattr(tool, "is_enabled", True) is False:
             continue

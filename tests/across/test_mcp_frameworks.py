@@ -1,0 +1,175 @@
+"""MCP through each framework's own MCP client, to a real server in another process.
+
+The server (``tests/mcp_server_process.py``, the low-level ``Server`` over stdio,
+traced with ``trace_server``) exports by OTLP to a loopback receiver; the
+framework's run is captured in memory. The model is the framework's own offline
+one. Per framework, in run and stream mode:
+
+* the MCP tool is in the chat span's ``gen_ai.tool.definitions``;
+* one ``execute_tool`` span of ours for the call;
+* the ``params._meta`` carrier names that span, and the server's ``tools/call``
+  span is its child, in the same trace.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from opentelemetry.sdk.trace import ReadableSpan
+from tests.fidelity_helpers import MODES, run
+from tests.loopback_process import TESTS, child_env
+from tests.otlp_fixtures import wait_until
+from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
+
+from runnertrace import TracingRunner
+from runnertrace.core.agent import Agent as CoreAgent
+from runnertrace.testing import CapturedSpans, capture_spans
+
+SERVER = TESTS / "mcp_server_process.py"
+SERVER_ARGS = [str(SERVER), "lowlevel", "stdio"]
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    with OtlpReceiver() as r:
+        yield r
+
+
+def hexid(value: int, width: int) -> str:
+    return format(value, f"0{width}x")
+
+
+def server_spans(receiver: OtlpReceiver, method: str) -> list[ReceivedSpan]:
+    return [s for s in receiver.spans if s.attributes.get("mcp.method.name") == method]
+
+
+def attrs(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def tool_spans(captured: CapturedSpans) -> list[ReadableSpan]:
+    return [s for s in captured.spans if attrs(s).get("gen_ai.operation.name") == "execute_tool"]
+
+
+def check_the_call(captured: CapturedSpans, receiver: OtlpReceiver, tool_result: str) -> None:
+    """One ``execute_tool add`` span; the carrier and the server's span name it."""
+    (tool_span,) = tool_spans(captured)
+    assert tool_span.name == "execute_tool add"
+    trace_id = hexid(tool_span.context.trace_id, 32)
+    span_id = hexid(tool_span.context.span_id, 16)
+    seen = json.loads(tool_result)
+    assert seen["sum"] == 42
+    assert seen["traceparent"].split("-")[1:3] == [trace_id, span_id]
+    assert wait_until(lambda: len(server_spans(receiver, "tools/call")) >= 1, timeout_s=20)
+    (call,) = server_spans(receiver, "tools/call")
+    assert call.name == "tools/call add"
+    assert (call.trace_id, call.parent_span_id) == (trace_id, span_id)
+
+
+def listed_tools(chat: ReadableSpan) -> dict[str, Any]:
+    return {t["name"]: t for t in json.loads(attrs(chat)["gen_ai.tool.definitions"])}
+
+
+# -- OpenAI Agents: MCPServerStdio ----------------------------------------------------------------
+@pytest.mark.parametrize("mode", MODES)
+async def test_openai_agents_mcp_server_stdio(receiver: OtlpReceiver, mode: str) -> None:
+    pytest.importorskip("agents")
+    from agents import Agent
+    from agents.mcp import MCPServerStdio, MCPServerStdioParams
+    from agents.testing import ModelStep, assistant_message, function_call
+
+    from runnertrace.runners.openai_agents import OpenAIRunner
+    from runnertrace.runners.openai_agents.testing import FakeModel
+
+    model = FakeModel(
+        [
+            ModelStep(output=[function_call("add", {"a": 2, "b": 40}, call_id="c1")]),
+            [assistant_message("The sum is 42.")],
+        ]
+    )
+    params = MCPServerStdioParams(
+        command=sys.executable, args=[*SERVER_ARGS, receiver.traces_url], env=child_env()
+    )
+    async with MCPServerStdio(params=params, name="adder") as server:
+        agent = Agent(name="mcp-user", model=model, mcp_servers=[server])
+        core = CoreAgent("mcp-user", TracingRunner(OpenAIRunner(), capture_content=True), agent)
+        with capture_spans(deterministic=False) as captured:
+            await run(core, mode, prompt="2 + 40?")
+    first, _ = sorted(captured.by_name("chat fake-model"), key=lambda s: s.start_time or 0)
+    add = listed_tools(first)["add"]
+    assert add["description"] == "Adds two numbers."
+    assert add["parameters"]["required"] == ["a", "b"]
+    (tool_span,) = tool_spans(captured)
+    # The SDK hands the model the MCP text content as JSON: the server's answer is inside.
+    content = json.loads(attrs(tool_span)["gen_ai.tool.call.result"])
+    check_the_call(captured, receiver, content["text"])
+
+
+# -- ADK: McpToolset ------------------------------------------------------------------------------
+ELSEWHERE = pytest.param(
+    "elsewhere",
+    marks=pytest.mark.xfail(
+        strict=True,
+        reason="known limit (README, Across processes): the quiet context's unsampled flag "
+        "reaches the server in initialize and tools/list, whose spans its sampler drops",
+    ),
+)
+
+
+@pytest.mark.parametrize("tracer", ["passed-through", ELSEWHERE])
+@pytest.mark.parametrize("mode", MODES)
+async def test_adk_mcp_toolset(
+    receiver: OtlpReceiver, mode: str, tracer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``elsewhere``: an ADK whose tracer cannot be wrapped, so the run drives ADK under
+    the unsampled quiet context (``runners.adk.quiet``); the server must not see it."""
+    pytest.importorskip("google.adk")
+    if tracer == "elsewhere":
+        from runnertrace.runners.adk import quiet
+
+        monkeypatch.setattr(quiet, "pass_through_adk_spans", lambda: False)
+    from google.adk.agents import LlmAgent
+    from google.adk.tools.mcp_tool import McpToolset, StdioConnectionParams
+    from mcp import StdioServerParameters
+
+    from runnertrace.runners.adk import GoogleADKRunner
+    from runnertrace.runners.adk.testing import ScriptedAdkLlm, Turn
+
+    toolset = McpToolset(
+        connection_params=StdioConnectionParams(
+            server_params=StdioServerParameters(
+                command=sys.executable, args=[*SERVER_ARGS, receiver.traces_url], env=child_env()
+            ),
+            timeout=30,
+        )
+    )
+    script = [Turn(calls=[("add", {"a": 2, "b": 40}, "c1")]), Turn(text="The sum is 42.")]
+    native = LlmAgent(
+        name="mcp_user", model=ScriptedAdkLlm(model="fake-llm", script=script), tools=[toolset]
+    )
+    core = CoreAgent("mcp_user", TracingRunner(GoogleADKRunner(), capture_content=True), native)
+    try:
+        with capture_spans(deterministic=False) as captured:
+            await run(core, mode, prompt="2 + 40?")
+    finally:
+        await toolset.close()
+    first, _ = sorted(captured.by_name("chat fake-llm"), key=lambda s: s.start_time or 0)
+    # ADK fences an MCP tool's description as untrusted text, one line each side.
+    description = listed_tools(first)["add"]["description"]
+    assert description.splitlines()[1] == "Adds two numbers."
+    (tool_span,) = tool_spans(captured)
+    result = json.loads(attrs(tool_span)["gen_ai.tool.call.result"])
+    check_the_call(captured, receiver, result["content"][0]["text"])
+    # The session's initialize and tools/list reach the server sampled, in our trace:
+    # ADK's quiet (unsampled) context must not travel to the server.
+    trace_id = hexid(tool_span.context.trace_id, 32)
+    for method in ("initialize", "tools/list"):
+        assert wait_until(lambda m=method: len(server_spans(receiver, m)) >= 1, timeout_s=20)
+        assert {s.trace_id for s in server_spans(receiver, method)} == {trace_id}
