@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 
 from runnertrace.core import Session
 from runnertrace.core.agent import Agent as CoreAgent
@@ -151,16 +152,16 @@ def _our_threads() -> dict[str, str]:
     }
 
 
-def fork_and_report(runner: TracingRunner, store: str) -> dict[str, object]:
-    """Fork; the child traces a run, reports on a pipe and leaves with ``os._exit``."""
+def in_a_child(report: Callable[[], dict[str, object]]) -> dict[str, object]:
+    """Fork; the child runs ``report``, sends its result on a pipe and leaves with
+    ``os._exit``; returns the child's exit status and that result."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_end)
         code = 1
         try:
-            report = _child_report(runner, store, "child")
-            os.write(write_end, json.dumps(report).encode())
+            os.write(write_end, json.dumps(report()).encode())
             code = 0
         finally:
             os._exit(code)
@@ -169,6 +170,11 @@ def fork_and_report(runner: TracingRunner, store: str) -> dict[str, object]:
         text = pipe.read()
     status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     return {"child_status": status, **(json.loads(text) if text else {})}
+
+
+def fork_and_report(runner: TracingRunner, store: str) -> dict[str, object]:
+    """Fork; the child traces a run and reports what it sees."""
+    return in_a_child(lambda: _child_report(runner, store, "child"))
 
 
 def fork_store(store: str) -> None:
@@ -223,24 +229,13 @@ def fork_drop(store: str) -> None:
 
 
 def fork_and_report_with_a_drop(runner: TracingRunner, store: str) -> dict[str, object]:
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_end)
-        code = 1
-        try:
-            report = _child_report(runner, store, "child")
-            drops.spans_lost("local", 1, "a loss of the child's")  # takes the drop lock
-            report["lost_at_end"] = drops.lost_spans()
-            os.write(write_end, json.dumps(report).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end) as pipe:
-        text = pipe.read()
-    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    return {"child_status": status, **(json.loads(text) if text else {})}
+    def report() -> dict[str, object]:
+        found = _child_report(runner, store, "child")
+        drops.spans_lost("local", 1, "a loss of the child's")  # takes the drop lock
+        found["lost_at_end"] = drops.lost_spans()
+        return found
+
+    return in_a_child(report)
 
 
 def fork_otlp(store: str, endpoint: str) -> None:
@@ -262,25 +257,11 @@ def fork_prices(store: str) -> None:
     from runnertrace.tracing import cost
 
     cost.preload_prices()  # the loader thread now imports genai-prices for a while
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_end)
-        code = 1
-        try:
-            # Before the fix the child's own load hung on the import lock the parent's
-            # loader held at the fork, and every priced call gave up after LOAD_WAIT_S.
-            price = cost.usage_cost("gpt-4o", "openai", 1_000_000, 0)
-            os.write(write_end, json.dumps({"child_price": price}).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end) as pipe:
-        text = pipe.read()
-    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    # Before the fix the child's own load hung on the import lock the parent's loader
+    # held at the fork, and every priced call gave up after LOAD_WAIT_S.
+    result = in_a_child(lambda: {"child_price": cost.usage_cost("gpt-4o", "openai", 1_000_000, 0)})
     parent_price = cost.usage_cost("gpt-4o", "openai", 1_000_000, 0)
-    print(json.dumps({"child_status": status, "parent_price": parent_price, **json.loads(text)}))
+    print(json.dumps({"parent_price": parent_price, **result}))
 
 
 def worker_imports(store: str, endpoint: str) -> None:

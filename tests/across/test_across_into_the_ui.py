@@ -23,7 +23,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from tests.across.test_across_processes import server_process
+from tests.across.test_across_processes import server_process, tree
 from tests.loopback_process import ServerProcess, free_port
 from tests.otlp_fixtures import wait_until
 
@@ -60,15 +60,6 @@ def service(dashboard: tuple[str, Path]) -> Iterator[str]:
             served.stop()
     finally:
         a2a.stop()
-
-
-def tree(spans: list[StoredSpan], root: StoredSpan, depth: int = 0) -> list[str]:
-    lines = ["  " * depth + root.name]
-    for child in sorted(
-        (s for s in spans if s.parent_span_id == root.span_id), key=lambda s: s.start_ns
-    ):
-        lines.extend(tree(spans, child, depth + 1))
-    return lines
 
 
 @pytest.mark.parametrize("mode", ["run", "stream"])

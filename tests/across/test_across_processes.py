@@ -11,7 +11,8 @@ span's parent and that every call is there once.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 import pytest
 
@@ -64,7 +65,16 @@ def service(receiver: OtlpReceiver) -> Iterator[str]:
         a2a.stop()
 
 
-def tree(spans: list[ReceivedSpan], root: ReceivedSpan, depth: int = 0) -> list[str]:
+class DrawnSpan(Protocol):
+    """What drawing a tree needs of a span: a received one or one read from a store."""
+
+    name: str
+    span_id: str
+    parent_span_id: str | None
+    start_ns: int
+
+
+def tree(spans: Sequence[DrawnSpan], root: DrawnSpan, depth: int = 0) -> list[str]:
     """The trace as indented lines (children in start order), for the README and failures."""
     lines = ["  " * depth + root.name]
     children = sorted(
