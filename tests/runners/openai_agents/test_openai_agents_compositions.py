@@ -439,3 +439,25 @@ async def test_a_cancelled_agent_tool_ends_with_its_own_call(
     before = dict(nesting._origins)  # noqa: SLF001 - what earlier tests' injected faults left
     await cancel_inside_an_agent_tool(mode, captured_spans)
     assert nesting._origins == before  # noqa: SLF001 - this test's registrations are gone
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_fault_ending_an_agent_tools_run_still_forgets_its_registration(
+    mode: str, variant: str, captured_spans: CapturedSpans, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault of ours while the agent tool's run ends costs telemetry only: the
+    registration that told its agent tools apart goes anyway (one entry leaked per
+    faulted run before)."""
+    from runnertrace._internal.errors import tolerate_internal_errors
+    from runnertrace.runners._kit.nesting import NestedAgentRun
+
+    def broken(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("injected fault ending a nested run")
+
+    for name in ("end", "fail", "cancel"):
+        monkeypatch.setattr(NestedAgentRun, name, broken)
+    before = dict(nesting._origins)  # noqa: SLF001 - what earlier tests' injected faults left
+    with tolerate_internal_errors():
+        await run(as_tool_team(**VARIANTS[variant]), mode)
+    assert nesting._origins == before  # noqa: SLF001 - this run's registrations are gone

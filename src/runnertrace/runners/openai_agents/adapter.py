@@ -220,30 +220,38 @@ class _AgentTool:
 
     def end(self, result: Any) -> None:
         """The inner run answered: its last step, then its run span, with the reply."""
-        self.mapper.finish()
-        self.run.end(agent_reply(result, self.prompt))
-        forget(self.config)
+        try:
+            self.mapper.finish()
+            self.run.end(agent_reply(result, self.prompt))
+        finally:  # a fault of ours above costs telemetry only, never a leaked registration
+            forget(self.config)
 
     def fail(self, error: BaseException) -> None:
         """The inner run failed: the call that was running ends with ``error``, then the run."""
-        self.mapper.fail(error)
-        self.run.fail(error)
-        forget(self.config)
+        try:
+            self.mapper.fail(error)
+            self.run.fail(error)
+        finally:
+            forget(self.config)
 
     def cancel(self) -> None:
         """The inner run was cancelled: it ends cancelled."""
-        self.mapper.exit_model_scope()
-        self.run.cancel()
-        forget(self.config)
+        try:
+            self.mapper.exit_model_scope()
+            self.run.cancel()
+        finally:
+            forget(self.config)
 
     def streaming(self, result: Any) -> None:
         """``run_streamed`` returned: the hooks carry the inner run, and its loop task's
         end is the run's end (the tool that started it may have ended before)."""
         task = result.run_loop_task
         if task is None:  # no loop to wait for: nothing more will come
-            self.mapper.finish()
-            self.run.end()
-            forget(self.config)
+            try:
+                self.mapper.finish()
+                self.run.end()
+            finally:
+                forget(self.config)
             return
         self.result = result
         task.add_done_callback(self.ended)
