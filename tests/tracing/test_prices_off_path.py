@@ -61,11 +61,6 @@ def held_table(monkeypatch: pytest.MonkeyPatch) -> Iterator[HeldTable]:
     yield table
     table.release.set()  # the loader ends (and settles) before the module's state is restored
     cost.settle_prices(cost.LOAD_WAIT_S + 1.0)
-    # Both threads read the held events: left running, the settling thread would wait
-    # on an event nobody sets any more and say "still loading" during a later test.
-    for thread in threading.enumerate():
-        if thread.name.startswith("runnertrace-prices"):
-            thread.join(cost.LOAD_WAIT_S + 5.0)
 
 
 def ended(spans: CapturedSpans) -> list[str]:
