@@ -23,10 +23,11 @@ import pytest
 pytest.importorskip("mcp")
 
 from opentelemetry.sdk.trace import ReadableSpan
+from tests.across.test_mcp_native import check_the_server_saw, hexid, server_spans
 from tests.fidelity_helpers import MODES, run
 from tests.loopback_process import TESTS, child_env
 from tests.otlp_fixtures import wait_until
-from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
+from tests.otlp_receiver import OtlpReceiver
 
 from runnertrace import TracingRunner
 from runnertrace.core.agent import Agent as CoreAgent
@@ -42,14 +43,6 @@ def receiver() -> Iterator[OtlpReceiver]:
         yield r
 
 
-def hexid(value: int, width: int) -> str:
-    return format(value, f"0{width}x")
-
-
-def server_spans(receiver: OtlpReceiver, method: str) -> list[ReceivedSpan]:
-    return [s for s in receiver.spans if s.attributes.get("mcp.method.name") == method]
-
-
 def attrs(span: ReadableSpan) -> dict[str, Any]:
     return dict(span.attributes or {})
 
@@ -62,15 +55,7 @@ def check_the_call(captured: CapturedSpans, receiver: OtlpReceiver, tool_result:
     """One ``execute_tool add`` span; the carrier and the server's span name it."""
     (tool_span,) = tool_spans(captured)
     assert tool_span.name == "execute_tool add"
-    trace_id = hexid(tool_span.context.trace_id, 32)
-    span_id = hexid(tool_span.context.span_id, 16)
-    seen = json.loads(tool_result)
-    assert seen["sum"] == 42
-    assert seen["traceparent"].split("-")[1:3] == [trace_id, span_id]
-    assert wait_until(lambda: len(server_spans(receiver, "tools/call")) >= 1, timeout_s=20)
-    (call,) = server_spans(receiver, "tools/call")
-    assert call.name == "tools/call add"
-    assert (call.trace_id, call.parent_span_id) == (trace_id, span_id)
+    check_the_server_saw(tool_span, receiver, tool_result)
 
 
 def listed_tools(chat: ReadableSpan) -> dict[str, Any]:

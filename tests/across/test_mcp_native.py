@@ -133,6 +133,23 @@ def server_spans(receiver: OtlpReceiver, method: str) -> list[ReceivedSpan]:
     return [s for s in receiver.spans if s.attributes.get("mcp.method.name") == method]
 
 
+def check_the_server_saw(
+    tool_span: ReadableSpan, receiver: OtlpReceiver, tool_result: str
+) -> ReceivedSpan:
+    """The carrier the server found in ``params._meta`` names ``tool_span``, and the
+    server's span for the call is one, in our trace, under it; returns that span."""
+    trace_id = hexid(tool_span.context.trace_id, 32)
+    span_id = hexid(tool_span.context.span_id, 16)
+    seen = json.loads(tool_result)
+    assert seen["sum"] == 42
+    assert seen["traceparent"].split("-")[1:3] == [trace_id, span_id]
+    assert wait_until(lambda: len(server_spans(receiver, "tools/call")) >= 1, timeout_s=20)
+    (call,) = server_spans(receiver, "tools/call")
+    assert call.name == "tools/call add"
+    assert (call.trace_id, call.parent_span_id) == (trace_id, span_id)
+    return call
+
+
 def check_the_call(
     captured: CapturedSpans, receiver: OtlpReceiver, tool_result: str, transport: str
 ) -> ReadableSpan:
@@ -149,18 +166,8 @@ def check_the_call(
         )
     else:
         assert "mcp.session.id" not in attrs
-    trace_id = hexid(tool_span.context.trace_id, 32)
-    span_id = hexid(tool_span.context.span_id, 16)
-    # The carrier the server found in params._meta names our execute_tool span.
-    seen = json.loads(tool_result)
-    assert seen["sum"] == 42
-    assert seen["traceparent"].split("-")[1:3] == [trace_id, span_id]
-    # The server's span for the call: one, in our trace, under our execute_tool span.
-    assert wait_until(lambda: len(server_spans(receiver, "tools/call")) >= 1, timeout_s=20)
-    (call,) = server_spans(receiver, "tools/call")
-    assert call.name == "tools/call add"
+    call = check_the_server_saw(tool_span, receiver, tool_result)
     assert call.kind == SERVER_KIND
-    assert (call.trace_id, call.parent_span_id) == (trace_id, span_id)
     assert call.attributes["gen_ai.tool.name"] == "add"
     assert call.attributes["network.transport"] == attrs["network.transport"]
     if transport == "http":
