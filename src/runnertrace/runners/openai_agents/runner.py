@@ -29,7 +29,12 @@ from runnertrace.runners._kit.skeleton import (
     RunSetup,
     save,
 )
-from runnertrace.runners.openai_agents.adapter import _Hooks, _NestingAgentRunner, observed_options
+from runnertrace.runners.openai_agents.adapter import (
+    HooksLink,
+    _Hooks,
+    _NestingAgentRunner,
+    observed_options,
+)
 from runnertrace.runners.openai_agents.convert import agent_reply, native_input
 from runnertrace.runners.openai_agents.mapper import _BOUNDARY, _Mapper
 from runnertrace.runners.openai_agents.nesting import forget
@@ -48,6 +53,7 @@ class _Run(FrameworkRun[RunResultBase]):
         self.options = setup.prepared.options
         self.mapper: _Mapper | None = None  # the install step's
         self.observed_config: Any = None  # the RunConfig copy an observed run is given
+        self.link: HooksLink | None = None  # what the observed run's RunConfig callables reach
         self.result: RunResultStreaming | None = None
         self.completed = False
 
@@ -94,6 +100,8 @@ class _Run(FrameworkRun[RunResultBase]):
         finally:
             if self.observed_config is not None:
                 forget(self.observed_config)  # its agent tools are no longer this run's
+            if self.link is not None:
+                self.link.release()  # what the SDK copied of our callables outlives the run
 
     async def outcome(self) -> RunResultBase:
         assert self.result is not None  # set when the stream opened
@@ -157,7 +165,8 @@ class OpenAIRunner(FrameworkRunner[Agent[Any]]):
         run.mapper = _Mapper(setup.builder, declared, setup.native, streaming=setup.streaming)
         if not setup.observed:
             return  # an unobserved stream: the stream events carry it all
-        run.options = observed_options(run.options, _Hooks(run.mapper))
+        run.link = HooksLink(_Hooks(run.mapper))
+        run.options = observed_options(run.options, run.link)
         run.observed_config = run.options["run_config"]
         if in_traced_run():
             _NestingAgentRunner.watch(declared, run.options, self.keep_sdk_tracing)
