@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from runnertrace._internal.forksafe import relock_after_fork
 from runnertrace._internal.version import __version__
 from runnertrace.tracing.backend import Backend
 from runnertrace.tracing.config import TraceConfig
-from runnertrace.tracing.cost import preload_prices
+from runnertrace.tracing.cost import preload_prices, settle_prices
 from runnertrace.tracing.export import flush_processors, shutdown_processors
 
 __all__ = ["TracingSetup", "build_backends", "get_tracing_setup", "reset_tracing_setups"]
@@ -63,15 +64,24 @@ class TracingSetup:
 
         All at once (one backend down must not use up the others' time), and
         without starting a thread for our own processors, so it also works in an
-        ``atexit`` handler on Python 3.12+.
+        ``atexit`` handler on Python 3.12+. Spans still waiting for the price table
+        are ended first (within the same ``timeout_s``), so the flush carries them.
         """
         timeout = self.flush_timeout_s if timeout_s is None else timeout_s
-        return flush_processors(self.processors, timeout)
+        return flush_processors(self.processors, _after_settling(timeout))
 
     def shutdown(self, timeout_s: float | None = None) -> bool:
-        """Shut our processors down, concurrently, bounded by ``timeout_s`` in total."""
+        """Shut our processors down, concurrently, bounded by ``timeout_s`` in total
+        (spans still waiting for the price table are ended first, as for a flush)."""
         timeout = self.flush_timeout_s if timeout_s is None else timeout_s
-        return shutdown_processors(self.processors, timeout)
+        return shutdown_processors(self.processors, _after_settling(timeout))
+
+
+def _after_settling(timeout_s: float) -> float:
+    """End the spans that wait for the price table, within ``timeout_s``; the time left."""
+    start = time.monotonic()
+    settle_prices(timeout_s)
+    return max(0.0, timeout_s - (time.monotonic() - start))
 
 
 def build_backends(config: TraceConfig, *, validate: bool = True) -> list[Backend]:
