@@ -106,6 +106,7 @@ _load_lock = threading.Lock()
 _pending: deque[Callable[[], None]] = deque()
 _pending_lock = threading.Lock()
 _drain_lock = threading.Lock()  # one drainer at a time, so the order holds
+_draining = threading.local()  # set on the thread running the pending actions
 _settled = threading.Event()
 _gave_up = threading.Event()  # the load outlasted LOAD_WAIT_S: nothing waits for it any more
 relock_after_fork(
@@ -154,16 +155,23 @@ def after_prices(action: Callable[[], None]) -> bool:
     return True
 
 
-def settle_prices(timeout_s: float = LOAD_WAIT_S) -> bool:
-    """Run what waits for the price table (a flush or shutdown calls it first, so no
-    span is left pending): wait up to ``timeout_s`` for the settling thread, then, if it
-    has not settled, settle here. ``True`` if nothing was pending or it all ran."""
+def settle_prices(timeout_s: float | None = None) -> bool:
+    """Run what waits for the price table (every flush and shutdown path calls it
+    first, so no span is left pending): wait up to ``timeout_s`` (``LOAD_WAIT_S`` when
+    ``None``) for the settling thread, then, if it has not settled, settle here: what
+    is still pending then ends unpriced (its run counts it in
+    ``runnertrace.usage.unpriced_calls``), never dropped. ``True`` if nothing was
+    pending or it all ran."""
     if _settled.is_set():
         return True
+    if getattr(_draining, "now", False):
+        # A flush from inside a pending action (an app's processor that flushes as a
+        # span ends): the drain it is part of goes on once it returns.
+        return False
     with _pending_lock:
         if not _pending and not _load_state["started"]:
             return True  # nothing ever waited: nothing to settle (nor to load)
-    if _settled.wait(timeout_s):
+    if _settled.wait(LOAD_WAIT_S if timeout_s is None else timeout_s):
         return True
     if not _loaded.is_set():
         _gave_up.set()
@@ -193,10 +201,13 @@ def _settle() -> None:
                     _settled.set()
                     return
                 action = _pending.popleft()
+            _draining.now = True
             try:
                 action()
             except Exception as exc:  # noqa: BLE001 - one pending span must not lose the rest
                 report_internal_error("cost (pending spans)", exc)
+            finally:
+                _draining.now = False
 
 
 def _read_table() -> None:

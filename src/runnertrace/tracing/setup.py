@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import logging
 import os
@@ -28,6 +29,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
 
+from runnertrace._internal.errors import handle_internal_errors
 from runnertrace._internal.forksafe import relock_after_fork
 from runnertrace._internal.version import __version__
 from runnertrace.tracing.backend import Backend
@@ -80,7 +82,8 @@ class TracingSetup:
 def _after_settling(timeout_s: float) -> float:
     """End the spans that wait for the price table, within ``timeout_s``; the time left."""
     start = time.monotonic()
-    settle_prices(timeout_s)
+    with handle_internal_errors("ending the spans that wait for prices"):
+        settle_prices(timeout_s)
     return max(0.0, timeout_s - (time.monotonic() - start))
 
 
@@ -222,6 +225,7 @@ def _build(config: TraceConfig) -> TracingSetup:
                 target.add_span_processor(processor)
             processors.append(processor)
     if target is not None:
+        settle_prices_first(target)
         for backend in backends:
             backend.bind(target)
     if config.metrics and target is not None:
@@ -237,6 +241,47 @@ def _build(config: TraceConfig) -> TracingSetup:
     if owns:
         atexit.register(_shutdown_at_exit, weakref.ref(setup))
     return setup
+
+
+_settling_providers: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
+_settling_lock = threading.Lock()
+relock_after_fork(sys.modules[__name__], _settling_lock=threading.Lock)
+
+
+def settle_prices_first(provider: TracerProvider) -> None:
+    """Make ``provider``'s own ``force_flush`` and ``shutdown`` end the spans that wait
+    for the price table first (:func:`~runnertrace.tracing.cost.settle_prices`), so
+    that whoever flushes or shuts down the provider, the app or its exit, gets them.
+
+    Why not a span processor of ours: the SDK flushes and shuts its processors down in
+    the order they were added (or all at once, with its concurrent processor), and
+    ours come after the app's own; by the time our processor's ``shutdown`` ran, the
+    app's exporters would be shut and would drop the spans it ended. So the provider's
+    two public methods are wrapped, on this instance only, once: each settles (bounded
+    by the flush's own timeout) and then calls the method it replaced. And an ``atexit``
+    settle is registered now, after the provider was made, so it runs before the
+    provider's own exit hook (``atexit`` runs the newest first).
+    """
+    with _settling_lock:
+        if provider in _settling_providers:
+            return
+        _settling_providers.add(provider)
+    flush, shutdown = provider.force_flush, provider.shutdown
+
+    def force_flush(timeout_millis: int = 30000) -> bool:
+        left = _after_settling(timeout_millis / 1000)
+        return flush(int(left * 1000))
+
+    def shutdown_settled() -> None:
+        with handle_internal_errors("ending the spans that wait for prices, at shutdown"):
+            settle_prices()
+        shutdown()
+
+    functools.update_wrapper(force_flush, flush)
+    functools.update_wrapper(shutdown_settled, shutdown)
+    provider.force_flush = force_flush  # type: ignore[method-assign]
+    provider.shutdown = shutdown_settled  # type: ignore[method-assign]
+    atexit.register(settle_prices)
 
 
 def _sampler(sample_rate: float) -> Sampler:
