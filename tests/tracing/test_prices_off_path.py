@@ -5,6 +5,13 @@ the run goes on and returns, and the call's span (with its cost) and the spans o
 runs whose totals depend on it end once the table is ready, as they would have ended
 had it been there. Each test holds the loader on an event (the ``_read_table`` seam),
 so "the run did not wait" is a fact checked by state, not by a clock.
+
+Nothing that waits is lost: every way out ends it first (priced, or unpriced and said
+so on its run when the table is not there in time). Our pipeline's flush and shutdown,
+an app provider's own ``force_flush`` and ``shutdown`` (with the SDK's simple and batch
+processors), one the app installs after our pipeline was built, the process's exit
+ahead of the app provider's own exit hook, and a fork (in fresh processes: the table
+must be cold there).
 """
 
 from __future__ import annotations
@@ -302,7 +309,6 @@ class Closing(SpanExporter):
 # The app's provider, with its own exit hook (the SDK's default): ours must come first.
 provider, exporter = TracerProvider(), Closing()
 provider.add_span_processor(SimpleSpanProcessor(exporter))
-trace.set_tracer_provider(provider)
 release = threading.Event()
 read_table = cost._read_table
 def held():
@@ -317,6 +323,7 @@ def priced_run(name):
 """
 
 AT_EXIT = """
+trace.set_tracer_provider(provider)
 priced_run("exiting")
 assert cost.prices_pending() and not exporter.took  # the run is back, its call still waits
 # The settling thread waits the full LOAD_WAIT_S; the exit's settle only this long.
@@ -349,6 +356,8 @@ def test_at_exit_the_calls_that_wait_end_before_the_apps_provider_shuts_down() -
 
 
 FORK = """
+trace.set_tracer_provider(provider)
+
 def before_fork():
     release.set()  # the newest before-fork hook runs first: cost's own one runs after it
 
@@ -388,3 +397,23 @@ def test_a_fork_while_calls_wait_ends_them_in_the_parent_and_leaves_the_child_it
         }
     }
     assert at_exit == {"took": []}
+
+
+INSTALLED_LATER = """
+from runnertrace.tracing.setup import get_tracing_setup
+
+setup = get_tracing_setup(TraceConfig(type="app"))  # built on the API's proxy
+assert not isinstance(setup.provider, TracerProvider)
+trace.set_tracer_provider(provider)  # then the app installs its SDK provider
+priced_run("later")
+assert cost.prices_pending() and not exporter.took
+provider.force_flush(1)  # the loader is held for good: this flush's time runs out first
+print(json.dumps({"flushed": list(exporter.took)}), flush=True)
+"""
+
+
+def test_a_provider_the_app_installs_after_our_pipeline_settles_at_its_flush() -> None:
+    flushed, at_exit = run_probe(INSTALLED_LATER)
+    unpriced = [{"name": "chat gpt-4o"}, {"name": "invoke_agent later", A.UNPRICED_CALLS: 1}]
+    assert flushed == {"flushed": unpriced}
+    assert at_exit == {"took": unpriced}

@@ -50,7 +50,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runnertrace._internal.errors import internal_log, report_internal_error
+from runnertrace._internal.errors import (
+    handle_internal_errors,
+    internal_log,
+    report_internal_error,
+)
 from runnertrace._internal.forksafe import relock_after_fork
 
 __all__ = [
@@ -61,6 +65,7 @@ __all__ = [
     "prices_pending",
     "settle_prices",
     "usage_cost",
+    "when_deferring",
 ]
 
 LOAD_WAIT_S = 3.0
@@ -108,6 +113,7 @@ _pending_lock = threading.Lock()
 _drain_lock = threading.Lock()  # one drainer at a time, so the order holds
 _draining = threading.local()  # set on the thread running the pending actions
 _settled = threading.Event()
+_deferring_hooks: list[Callable[[], None]] = []  # see when_deferring
 _gave_up = threading.Event()  # the load outlasted LOAD_WAIT_S: nothing waits for it any more
 relock_after_fork(
     sys.modules[__name__],
@@ -150,9 +156,20 @@ def after_prices(action: Callable[[], None]) -> bool:
             queued = False
     if queued:
         preload_prices()
+        for hook in _deferring_hooks:
+            with handle_internal_errors("cost (deferring hook)"):
+                hook()
         return False
     action()
     return True
+
+
+def when_deferring(hook: Callable[[], None]) -> None:
+    """Call ``hook`` whenever an action is handed to :func:`after_prices` to wait (only in
+    a process's first calls, while the table loads). The pipeline uses it to reach an app
+    provider installed after it was built, so that provider settles them too."""
+    if hook not in _deferring_hooks:
+        _deferring_hooks.append(hook)
 
 
 def settle_prices(timeout_s: float | None = None) -> bool:

@@ -34,7 +34,7 @@ from runnertrace._internal.forksafe import relock_after_fork
 from runnertrace._internal.version import __version__
 from runnertrace.tracing.backend import Backend
 from runnertrace.tracing.config import TraceConfig
-from runnertrace.tracing.cost import preload_prices, settle_prices
+from runnertrace.tracing.cost import preload_prices, settle_prices, when_deferring
 from runnertrace.tracing.export import flush_processors, shutdown_processors
 
 __all__ = ["TracingSetup", "build_backends", "get_tracing_setup", "reset_tracing_setups"]
@@ -228,6 +228,10 @@ def _build(config: TraceConfig) -> TracingSetup:
         settle_prices_first(target)
         for backend in backends:
             backend.bind(target)
+    if target is None and "app" in config.types:
+        # We joined the API's proxy: the SDK provider the app installs later is made to
+        # settle too, when a call first waits for the table (a process's first calls).
+        when_deferring(_settle_the_app_provider_first)
     if config.metrics and target is not None:
         processors += _metrics_processors(config, backends, target)
     preload_prices()
@@ -282,6 +286,13 @@ def settle_prices_first(provider: TracerProvider) -> None:
     provider.force_flush = force_flush  # type: ignore[method-assign]
     provider.shutdown = shutdown_settled  # type: ignore[method-assign]
     atexit.register(settle_prices)
+
+
+def _settle_the_app_provider_first() -> None:
+    """:func:`settle_prices_first` on the app's SDK provider, once it has installed one."""
+    provider = _app_provider()
+    if provider is not None:
+        settle_prices_first(provider)
 
 
 def _sampler(sample_rate: float) -> Sampler:
