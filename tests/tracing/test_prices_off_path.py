@@ -417,3 +417,41 @@ def test_a_provider_the_app_installs_after_our_pipeline_settles_at_its_flush() -
     unpriced = [{"name": "chat gpt-4o"}, {"name": "invoke_agent later", A.UNPRICED_CALLS: 1}]
     assert flushed == {"flushed": unpriced}
     assert at_exit == {"took": unpriced}
+
+
+FORK_WHILE_STILL_LOADING = """
+trace.set_tracer_provider(provider)
+priced_run("parent")
+assert cost.prices_pending() and not exporter.took
+cost.LOAD_WAIT_S = 0.01  # the fork waits this (and a second) for the table: not enough
+read_end, write_end = os.pipe()
+pid = os.fork()
+if pid == 0:
+    # The parent's waiting spans are the parent's to end: the child ends only its own.
+    priced_run("child")
+    provider.force_flush(1)
+    report = {"pending": cost.prices_pending(), "took": exporter.took}
+    os.write(write_end, json.dumps(report).encode())
+    os._exit(0)
+os.close(write_end)
+with os.fdopen(read_end) as pipe:
+    print(json.dumps({"child": json.loads(pipe.read())}), flush=True)
+assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+provider.force_flush(1)
+print(json.dumps({"parent": list(exporter.took)}), flush=True)
+exporter.took.clear()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_fork_that_outwaits_the_load_leaves_the_parents_waiting_spans_to_the_parent() -> None:
+    child, parent, _ = run_probe(FORK_WHILE_STILL_LOADING)
+    assert child == {
+        "child": {
+            "pending": False,
+            "took": [{"name": "chat gpt-4o"}, {"name": "invoke_agent child", A.UNPRICED_CALLS: 1}],
+        }
+    }
+    assert parent == {
+        "parent": [{"name": "chat gpt-4o"}, {"name": "invoke_agent parent", A.UNPRICED_CALLS: 1}]
+    }
