@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from runnertrace._internal.errors import tolerate_internal_errors
+from runnertrace.tracing.cost import settle_prices
 
 __all__ = ["CapturedSpans", "SequentialIdGenerator", "capture_spans", "tolerate_internal_errors"]
 
@@ -54,6 +55,9 @@ class CapturedSpans:
 
     @property
     def spans(self) -> list[ReadableSpan]:
+        """Every span ended so far, those still waiting for the price table included
+        (they are ended first: see :func:`runnertrace.tracing.cost.settle_prices`)."""
+        settle_prices()
         return list(self.exporter.get_finished_spans())
 
     def names(self) -> list[str]:

@@ -37,6 +37,7 @@ from runnertrace._internal.errors import (
     suppressed_instrumentation,
     tolerate_internal_errors,
 )
+from runnertrace.tracing.cost import settle_prices
 from runnertrace.tracing.drops import (
     ExportAttempt,
     exporting,
@@ -536,7 +537,11 @@ class _ExitFlush:
         self._catch_sigterm()
 
     def finish(self) -> None:
-        """Export what is queued (bounded by the export timeout), then report every loss."""
+        """End the spans that wait for the price table (unpriced if it is not loaded within
+        ``LOAD_WAIT_S``), export what is queued (bounded by the export timeout), then
+        report every loss."""
+        with handle_internal_errors("ending the spans that wait for prices, at exit"):
+            settle_prices()
         processors = _ours(_forkable)
         if processors:
             shutdown_processors(processors, max(p.export_timeout_s for p in processors))

@@ -13,11 +13,13 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import logging
 import os
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,11 +29,12 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
 
+from runnertrace._internal.errors import handle_internal_errors
 from runnertrace._internal.forksafe import relock_after_fork
 from runnertrace._internal.version import __version__
 from runnertrace.tracing.backend import Backend
 from runnertrace.tracing.config import TraceConfig
-from runnertrace.tracing.cost import preload_prices
+from runnertrace.tracing.cost import preload_prices, settle_prices, when_deferring
 from runnertrace.tracing.export import flush_processors, shutdown_processors
 
 __all__ = ["TracingSetup", "build_backends", "get_tracing_setup", "reset_tracing_setups"]
@@ -63,15 +66,25 @@ class TracingSetup:
 
         All at once (one backend down must not use up the others' time), and
         without starting a thread for our own processors, so it also works in an
-        ``atexit`` handler on Python 3.12+.
+        ``atexit`` handler on Python 3.12+. Spans still waiting for the price table
+        are ended first (within the same ``timeout_s``), so the flush carries them.
         """
         timeout = self.flush_timeout_s if timeout_s is None else timeout_s
-        return flush_processors(self.processors, timeout)
+        return flush_processors(self.processors, _after_settling(timeout))
 
     def shutdown(self, timeout_s: float | None = None) -> bool:
-        """Shut our processors down, concurrently, bounded by ``timeout_s`` in total."""
+        """Shut our processors down, concurrently, bounded by ``timeout_s`` in total
+        (spans still waiting for the price table are ended first, as for a flush)."""
         timeout = self.flush_timeout_s if timeout_s is None else timeout_s
-        return shutdown_processors(self.processors, timeout)
+        return shutdown_processors(self.processors, _after_settling(timeout))
+
+
+def _after_settling(timeout_s: float) -> float:
+    """End the spans that wait for the price table, within ``timeout_s``; the time left."""
+    start = time.monotonic()
+    with handle_internal_errors("ending the spans that wait for prices"):
+        settle_prices(timeout_s)
+    return max(0.0, timeout_s - (time.monotonic() - start))
 
 
 def build_backends(config: TraceConfig, *, validate: bool = True) -> list[Backend]:
@@ -212,8 +225,13 @@ def _build(config: TraceConfig) -> TracingSetup:
                 target.add_span_processor(processor)
             processors.append(processor)
     if target is not None:
+        settle_prices_first(target)
         for backend in backends:
             backend.bind(target)
+    if target is None and "app" in config.types:
+        # We joined the API's proxy: the SDK provider the app installs later is made to
+        # settle too, when a call first waits for the table (a process's first calls).
+        when_deferring(_settle_the_app_provider_first)
     if config.metrics and target is not None:
         processors += _metrics_processors(config, backends, target)
     preload_prices()
@@ -227,6 +245,54 @@ def _build(config: TraceConfig) -> TracingSetup:
     if owns:
         atexit.register(_shutdown_at_exit, weakref.ref(setup))
     return setup
+
+
+_settling_providers: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
+_settling_lock = threading.Lock()
+relock_after_fork(sys.modules[__name__], _settling_lock=threading.Lock)
+
+
+def settle_prices_first(provider: TracerProvider) -> None:
+    """Make ``provider``'s own ``force_flush`` and ``shutdown`` end the spans that wait
+    for the price table first (:func:`~runnertrace.tracing.cost.settle_prices`), so
+    that whoever flushes or shuts down the provider, the app or its exit, gets them.
+
+    Why not a span processor of ours: the SDK flushes and shuts its processors down in
+    the order they were added (or all at once, with its concurrent processor), and
+    ours come after the app's own; by the time our processor's ``shutdown`` ran, the
+    app's exporters would be shut and would drop the spans it ended. So the provider's
+    two public methods are wrapped, on this instance only, once: each settles (bounded
+    by the flush's own timeout) and then calls the method it replaced. And an ``atexit``
+    settle is registered now, after the provider was made, so it runs before the
+    provider's own exit hook (``atexit`` runs the newest first).
+    """
+    with _settling_lock:
+        if provider in _settling_providers:
+            return
+        _settling_providers.add(provider)
+    flush, shutdown = provider.force_flush, provider.shutdown
+
+    def force_flush(timeout_millis: int = 30000) -> bool:
+        left = _after_settling(timeout_millis / 1000)
+        return flush(int(left * 1000))
+
+    def shutdown_settled() -> None:
+        with handle_internal_errors("ending the spans that wait for prices, at shutdown"):
+            settle_prices()
+        shutdown()
+
+    functools.update_wrapper(force_flush, flush)
+    functools.update_wrapper(shutdown_settled, shutdown)
+    provider.force_flush = force_flush  # type: ignore[method-assign]
+    provider.shutdown = shutdown_settled  # type: ignore[method-assign]
+    atexit.register(settle_prices)
+
+
+def _settle_the_app_provider_first() -> None:
+    """:func:`settle_prices_first` on the app's SDK provider, once it has installed one."""
+    provider = _app_provider()
+    if provider is not None:
+        settle_prices_first(provider)
 
 
 def _sampler(sample_rate: float) -> Sampler:

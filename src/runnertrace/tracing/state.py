@@ -57,6 +57,7 @@ from runnertrace.core.events import EventError
 from runnertrace.core.observer import NULL_OBSERVER, ToolBoundary
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.content import ContentPolicy
+from runnertrace.tracing.cost import after_prices, prices_pending
 from runnertrace.tracing.gate import WriterGate, attribute_value, finish_reason
 from runnertrace.tracing.normalize import (
     OWN_EVENTS,
@@ -86,7 +87,7 @@ from runnertrace.tracing.records import (
     ToolRecord,
 )
 from runnertrace.tracing.totals import RunTotals
-from runnertrace.tracing.usage import count_tokens, price_call
+from runnertrace.tracing.usage import count_tokens, price_call, waits_for_prices
 
 __all__ = ["RunTracer", "active_run"]
 
@@ -123,6 +124,7 @@ class RunTracer:
     agent: str | None = None  # the agent now running, after a handoff (None: the run's)
     last_text: str | None = None  # the newest message's text (content capture only)
     provider: str | None = None
+    priced_later = False  # a call's end (or a nested run's) waits for the price table
 
     def __init__(
         self,
@@ -478,8 +480,7 @@ class RunTracer:
             item.chars += len(delta)
 
     def _on_message_end(self, event: MessageEndIn) -> None:
-        # The call ended now: pricing it below may first wait for the price table
-        # (once per process), and that wait is ours, not the model's.
+        # The call ended now, whenever its span ends (see _end_call_when_priced).
         ended_ns = time.time_ns()
         mid = event.message_id
         item = self.messages.get(mid)
@@ -495,6 +496,9 @@ class RunTracer:
             attrs[A.RESPONSE_MODEL] = event.response_model
         if event.response_id:
             attrs[A.RESPONSE_ID] = event.response_id
+        if (self.priced_later and prices_pending()) or waits_for_prices(attrs, self.provider):
+            self._end_call_when_priced(item, event, attrs, ended_ns)
+            return
         price_call(attrs, self.own, item.model or self.model, self.provider)
         error = event.error
         if error is not None:
@@ -506,6 +510,38 @@ class RunTracer:
             self.gate.put(item, {A.OUTPUT_MESSAGES: self._reply(item, finish)})
         del self.messages[mid]
         item.span.end(end_time=ended_ns)
+
+    def _end_call_when_priced(
+        self, item: MessageRecord, event: MessageEndIn, attrs: dict[str, Any], ended_ns: int
+    ) -> None:
+        """The price table is still loading: the run goes on now, and the rest of the
+        call's end (its price, the same attributes in the same order, its span's end at
+        ``ended_ns``) runs once the table is settled (:mod:`runnertrace.tracing.cost`).
+        What the run itself reads on (the step's failure) is set now; so is the flag that
+        defers this run's later calls and its own end, which keeps its totals in order."""
+        self.priced_later = True
+        del self.messages[event.message_id]
+        error = event.error
+        if error is not None and item.owner is not None:
+            item.owner.failure = error
+        requested = item.model or self.model
+
+        def end() -> None:
+            try:
+                price_call(attrs, self.own, requested, self.provider)
+                if error is not None:
+                    attrs[A.ERROR_TYPE] = error.type
+                self.gate.put(item, attrs)
+                if error is not None:
+                    self._fail(item, error)
+                if item.parts is not None:
+                    self.gate.put(item, {A.OUTPUT_MESSAGES: self._reply(item, event.finish_reason)})
+            except Exception as exc:  # noqa: BLE001 - telemetry boundary, off the run's path
+                report_internal_error("span state machine (priced call)", exc)
+            finally:
+                item.span.end(end_time=ended_ns)
+
+        after_prices(end)
 
     def _failed_call(self, item: MessageRecord, error: EventError) -> None:
         """A model call failed: its span ends ERROR, and so does the step it was in."""
@@ -751,11 +787,42 @@ class RunTracer:
                 if self.reasoning or self.messages or self.tools or self.steps or self.branches:
                     self._close_dangling(error, cancelled)
             finally:
-                self._end_run(reply, error, cancelled)
+                if not self._end_run_when_priced(reply, error, cancelled):
+                    self._end_run(reply, error, cancelled)
         except Exception as exc:  # noqa: BLE001 - telemetry boundary
             report_internal_error("span state machine (finish)", exc)
 
-    def _end_run(self, reply: Any, error: BaseException | None, cancelled: bool) -> None:
+    def _end_run_when_priced(
+        self, reply: Any, error: BaseException | None, cancelled: bool
+    ) -> bool:
+        """Hand the run's end to :func:`~runnertrace.tracing.cost.after_prices` when its
+        totals wait for a price (its own call's, or a nested run's), or when its parent's
+        do (so the parent adds its nested runs' totals in the order they ended). The run
+        span ends then, at the time the run ended now. ``False``: end it now."""
+        parent = self.parent_run
+        waits = self.priced_later or (parent is not None and parent.priced_later)
+        if not waits or not prices_pending():
+            return False
+        if parent is not None:
+            parent.priced_later = True
+        ended_ns = time.time_ns()
+
+        def end() -> None:
+            try:
+                self._end_run(reply, error, cancelled, ended_ns)
+            except Exception as exc:  # noqa: BLE001 - telemetry boundary, off the run's path
+                report_internal_error("span state machine (priced run)", exc)
+
+        after_prices(end)
+        return True
+
+    def _end_run(
+        self,
+        reply: Any,
+        error: BaseException | None,
+        cancelled: bool,
+        ended_ns: int | None = None,
+    ) -> None:
         span = self.run.span
         try:
             totals = self.own.plus(self.nested)
@@ -784,7 +851,7 @@ class RunTracer:
                 self._record_exception(error)
                 self._status(self.run, error)
         finally:
-            span.end()
+            span.end(end_time=ended_ns)
 
     def adopt(self, totals: RunTotals) -> None:
         """A run nested in this one ended with ``totals`` (its subtree's): they count in

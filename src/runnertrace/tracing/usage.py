@@ -7,6 +7,10 @@ the call is priced (:func:`~runnertrace.tracing.cost.usage_cost`), or counted as
 unpriced so the run's cost says it is partial. A count a foreign runner sent as a text
 that is no number (see :mod:`runnertrace.tracing.normalize`) stays on the span as
 written, and is neither summed nor priced.
+
+A call whose price would wait for the table (:func:`waits_for_prices`) is priced later,
+off the run's path, by the span state machine through
+:func:`~runnertrace.tracing.cost.after_prices`, with the very same :func:`price_call`.
 """
 
 from __future__ import annotations
@@ -14,11 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 from runnertrace.tracing import attributes as A
-from runnertrace.tracing.cost import usage_cost
+from runnertrace.tracing.cost import UNPRICED_PROVIDERS, prices_pending, usage_cost
 from runnertrace.tracing.normalize import MessageEndIn
 from runnertrace.tracing.totals import RunTotals
 
-__all__ = ["count_tokens", "price_call"]
+__all__ = ["count_tokens", "price_call", "waits_for_prices"]
 
 
 def count_tokens(event: MessageEndIn, attrs: dict[str, Any], own: RunTotals) -> None:
@@ -58,6 +62,15 @@ def price_call(
     else:
         attrs[A.COST] = cost
         own.priced(cost)
+
+
+def waits_for_prices(attrs: dict[str, Any], provider: str | None) -> bool:
+    """Whether pricing this call (its usage in ``attrs``) would wait for the price table
+    now: it reports a count, its provider has list prices, and the table is not settled.
+    Then its span's end is handed to :func:`~runnertrace.tracing.cost.after_prices`."""
+    if not provider or provider in UNPRICED_PROVIDERS or not prices_pending():
+        return False
+    return _counted(attrs.get(A.INPUT_TOKENS)) or _counted(attrs.get(A.OUTPUT_TOKENS))
 
 
 def _counted(value: Any) -> bool:

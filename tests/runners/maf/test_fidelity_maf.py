@@ -286,6 +286,8 @@ async def go(core, mode):
             pass
 
 def spans():
+    # The process's first priced calls end once the price table is loaded: a flush ends them.
+    provider.force_flush()
     found = [
         {
             "name": s.name,

@@ -412,6 +412,8 @@ async def go(core, mode):
             pass
 
 def spans():
+    # The process's first priced calls end once the price table is loaded: a flush ends them.
+    provider.force_flush()
     found = [
         {
             "name": s.name,
@@ -1120,6 +1122,7 @@ async def main():
                 runner = traced(MAFRunner(), TraceConfig(type="app")) if tracing else MAFRunner()
                 exporter.clear()
                 await go(CoreAgent("pipeline", runner, agent), mode)
+                provider.force_flush()  # ends the calls that waited for the price table
                 spans = exporter.get_finished_spans()
                 key = f"{kind} {mode} {tracing or 'untraced'}"
                 report[key] = {"spans": shapes(spans)}
