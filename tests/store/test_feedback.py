@@ -55,6 +55,22 @@ def test_feedback_on_a_run_and_a_span_is_kept_one_per_target(store_location: Pat
     store.close()
 
 
+def test_feedback_puts_its_run_on_the_live_feed(store_location: Path) -> None:
+    app_runs(store_location, "shop", 2, time.time_ns())
+    dashboard = Dashboard(store_location)
+    store = SpanStore(store_location)
+    try:
+        first, _ = _ids(store)
+        seen = dashboard.last_seq()
+        give(store, first, "down", "wrong")
+        seq, changed = dashboard.changes(seen)
+        assert seq == seen + 1
+        assert [(r["trace_id"], r["feedback"]["score"]) for r in changed] == [(first, "down")]
+    finally:
+        store.close()
+        dashboard.close()
+
+
 @pytest.mark.parametrize(
     ("change", "error", "says"),
     [

@@ -187,6 +187,11 @@ def give(
         ):
             raise FeedbackTargetError(f"trace {trace} has no span {span} in {store.location}")
         tx.execute(head + "(?, ?, ?, ?, ?, ?)" + tail, (trace, span, value, note, source, created))
+        # The run changed for its viewers: a new seq puts it on the live feed, thumbs and all.
+        tx.lock_sequence()
+        tx.execute(
+            "UPDATE runs SET seq = (SELECT MAX(seq) FROM runs) + 1 WHERE trace_id = ?", (trace,)
+        )
     return Feedback(trace, span or None, SCORE_NAMES[value], note, source, created)
 
 

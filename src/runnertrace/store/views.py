@@ -727,7 +727,11 @@ class Dashboard:
             return after_seq, []
         if not rows:
             return after_seq, []
-        return int(rows[-1][-1]), [run_json(run_summary(row[:-1])) for row in rows]
+        runs = [run_json(run_summary(row[:-1])) for row in rows]
+        judged = feedback_store.summaries(self.store(), [run["trace_id"] for run in runs])
+        for run in runs:
+            run["feedback"] = judged.get(run["trace_id"], _NO_FEEDBACK).to_json()
+        return int(rows[-1][-1]), runs
 
     def last_seq(self) -> int:
         try:
