@@ -4,8 +4,10 @@ each app with its runs and narrows the list, in the URL."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -19,6 +21,9 @@ from ui_fixtures import app_runs, hand_made_runs
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
 MS = 1_000_000
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+# Read at import: the suite's autouse fixture clears every RUNNERTRACE_* variable per test.
+UPDATE_SCREENSHOTS = bool(os.environ.get("RUNNERTRACE_UPDATE_SCREENSHOTS"))
 
 
 @pytest.fixture(scope="module", params=ENGINES)
@@ -58,7 +63,7 @@ def pg(base_url: str) -> Iterator[object]:
     assert outside == [], f"the page reached beyond loopback: {outside}"
 
 
-def test_feedback_survives_a_reload(pg: object, base_url: str) -> None:
+def test_feedback_survives_a_reload(pg: object, base_url: str, tmp_path: Path) -> None:
     pg.goto(base_url + "/#/runs")  # type: ignore[attr-defined]
     row = pg.locator('#runs tr[data-agent="pricey"]').first  # type: ignore[attr-defined]
     trace_id = row.get_attribute("data-trace-id")
@@ -86,6 +91,8 @@ def test_feedback_survives_a_reload(pg: object, base_url: str) -> None:
     expect(listed.nth(0).locator(".note")).to_have_text("\u2013 right answer, fast")
     expect(listed.nth(1)).to_have_attribute("data-score", "down")
     expect(listed.nth(1)).to_have_attribute("data-span-id", span_id)
+    shot = DOCS / "ui-feedback.png" if UPDATE_SCREENSHOTS else tmp_path / "ui-feedback.png"
+    pg.screenshot(path=str(shot))  # type: ignore[attr-defined]
     # the runs list: the run's thumb, its span's besides, and the filter in the URL
     pg.goto(base_url + "/#/runs?feedback=down")  # type: ignore[attr-defined]
     rows = pg.locator("#runs tr.link")  # type: ignore[attr-defined]

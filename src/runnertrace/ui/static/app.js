@@ -79,7 +79,8 @@
       });
     });
   }
-  var THUMBS = { up: "\ud83d\udc4d", down: "\ud83d\udc4e" };
+  // Shapes every font has (an emoji thumb is a blank box where no emoji font is installed).
+  var THUMBS = { up: "\u25b2 up", down: "\u25bc down" };
   // A run's feedback in the list: its own thumb (the note on hover), and how many thumbs its
   // spans got besides.
   function feedbackCell(tr, feedback) {
@@ -322,8 +323,8 @@
     field("errors", select("errors", [["", "-"], ["any", "any span in error"],
       ["recovered", "recovered (ok, a span in error)"]]));
     field("time", select("range", RANGES));
-    field("feedback", select("feedback", [["", "-"], ["up", THUMBS.up + " up"],
-      ["down", THUMBS.down + " down"], ["any", "any"], ["none", "none"]])).title =
+    field("feedback", select("feedback", [["", "-"], ["up", THUMBS.up],
+      ["down", THUMBS.down], ["any", "any"], ["none", "none"]])).title =
       "runs with a thumbs up (or down) on the run or any of its spans, any feedback, or none";
     text("session", "session", "id or its start");
     text("model", "model");
