@@ -14,6 +14,7 @@ import asyncio
 from pathlib import Path
 
 from opentelemetry import trace as trace_api
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -234,6 +235,27 @@ def hand_made_runs(db: Path, start_ns: int, count: int = 3) -> None:
             run.set_attribute("error.type", "RateLimitError")
             run.set_status(Status(StatusCode.ERROR, "429 slow down"))
         run.end(end_time=t + 300 * MS)
+    provider.shutdown()
+
+
+def app_runs(location: str | Path, service: str | None, count: int, start_ns: int) -> None:
+    """``count`` runs (a run span and its tool) of the app ``service`` (None: no service.name)."""
+    attributes = {"service.name": service} if service else {}
+    provider = TracerProvider(resource=Resource(attributes))
+    provider.add_span_processor(SimpleSpanProcessor(SqliteSpanExporter(location)))
+    tracer = provider.get_tracer("app")
+    for index in range(count):
+        at = start_ns + index * 10**6
+        span = tracer.start_span(
+            f"invoke_agent {service}",
+            start_time=at,
+            attributes={"runnertrace.span.type": "run", "gen_ai.agent.name": "helper"},
+        )
+        child = tracer.start_span(
+            "execute_tool look", context=trace_api.set_span_in_context(span), start_time=at + 10
+        )
+        child.end(end_time=at + 20)
+        span.end(end_time=at + 100)
     provider.shutdown()
 
 

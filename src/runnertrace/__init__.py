@@ -5,7 +5,7 @@ names below are resolved on first attribute access.
 
 What is public, and so kept stable: the names in the ``__all__`` of
 
-* ``runnertrace``: tracing a runner and its configuration;
+* ``runnertrace``: tracing a runner and its configuration, and ``feedback`` on its runs;
 * ``runnertrace.core`` (the runner contract), with ``runnertrace.core.events``
   and ``runnertrace.core.models``;
 * ``runnertrace.testing``: test helpers;
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from runnertrace._internal.version import __version__
 
 if TYPE_CHECKING:
+    from runnertrace.store.feedback import feedback
     from runnertrace.tracing import TracingRunner, traced
     from runnertrace.tracing.config import ConfigError, Settings, TraceConfig, load_settings
 
@@ -43,6 +44,7 @@ __all__ = [
     "TraceConfig",
     "TracingRunner",
     "__version__",
+    "feedback",
     "load_settings",
     "traced",
 ]
@@ -54,6 +56,10 @@ def __getattr__(name: str) -> Any:
         from runnertrace import tracing
 
         return getattr(tracing, name)
+    if name == "feedback":  # thumbs up or down on a run, from the app
+        from runnertrace.store.feedback import feedback
+
+        return feedback
     if name in _CONFIG:
         from runnertrace.tracing import config
 

@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from lossy_process import SPANS_PER_RUN, make_runner, run_many
 from runnertrace.cli import main
-from runnertrace.store import SpanStore, StoreError, StoreUnavailableError
+from runnertrace.store import SCHEMA_VERSION, SpanStore, StoreError, StoreUnavailableError
 from runnertrace.tracing import drops
 from store_engines import Postgres, free_port
 from test_ui_otlp import Server
@@ -170,7 +170,7 @@ def test_a_viewer_cannot_write_and_a_writer_makes_the_schema_once(postgres: Post
         thread.start()
     for thread in threads:
         thread.join(60)
-    assert len(done) == 4 and SpanStore(url).version() == 3
+    assert len(done) == 4 and SpanStore(url).version() == SCHEMA_VERSION
     viewer = SpanStore(url, read_only=True)
     with pytest.raises(StoreError, match="read-only"):
         viewer.read("DELETE FROM runs")

@@ -2,7 +2,7 @@
 
 Traces are copied in trace id order, ``batch`` at a time, each batch one write
 of the target (its spans upserted, its run rows recomputed there, exactly as a
-writer stores them). After each batch the target's ``copies`` row for this
+writer stores them), with their feedback. After each batch the target's ``copies`` row for this
 source records the last trace id copied, so a copy that is interrupted (a
 killed process, a lost connection) resumes after it; a batch copied twice is
 the same rows again, so the worst an interruption costs is one batch's work.
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from runnertrace.store.errors import StoreError
-from runnertrace.store.schema import METRICS_COLUMNS, SPAN_COLUMNS
+from runnertrace.store.schema import FEEDBACK_COLUMNS, METRICS_COLUMNS, SPAN_COLUMNS
 from runnertrace.store.store import SpanStore
 
 __all__ = ["CopyResult", "copy_store"]
@@ -83,9 +83,15 @@ def copy_store(
                 f"SELECT {SPAN_COLUMNS} FROM spans WHERE trace_id IN ({marks})", ids
             )
         ]
+        feedback = [
+            tuple(row)
+            for row in source.read(
+                f"SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE trace_id IN ({marks})", ids
+            )
+        ]
         target.write_rows(rows)
         after = ids[-1]
-        _mark(target, key, after, len(rows))
+        _mark(target, key, after, len(rows), feedback)
         result.traces += len(ids)
         result.spans += len(rows)
         batches += 1
@@ -94,9 +100,13 @@ def copy_store(
     return result
 
 
-def _mark(target: SpanStore, key: str, last: str, spans: int) -> None:
+def _mark(
+    target: SpanStore, key: str, last: str, spans: int, feedback: list[tuple[object, ...]]
+) -> None:
+    """The batch's feedback (its runs are stored now) and how far the copy got, at once."""
     head, tail = target.dialect.upsert("copies", "source, last_key, spans, done", ("source",))
     with target.engine.writing() as tx:
+        tx.store_rows("feedback", FEEDBACK_COLUMNS, ("trace_id", "span_id"), feedback)
         old = tx.rows("SELECT spans FROM copies WHERE source = ?", (key,))
         total = spans + (int(old[0][0]) if old else 0)
         tx.execute(head + "(?, ?, ?, 0)" + tail, (key, last, total))

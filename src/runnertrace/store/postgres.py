@@ -44,7 +44,13 @@ from runnertrace.store.errors import (
     StoreUnavailableError,
     StoreVersionError,
 )
-from runnertrace.store.schema import SCHEMA_VERSION, column_types, postgres_schema
+from runnertrace.store.schema import (
+    POSTGRES_BACKFILL,
+    SCHEMA_VERSION,
+    column_types,
+    postgres_schema,
+    postgres_upgrade,
+)
 from runnertrace.store.url import StoreUrl
 
 __all__ = ["PostgresEngine"]
@@ -276,7 +282,7 @@ class PostgresEngine(Engine):
         try:
             before = _schema_version(conn)
             if before is None or before < SCHEMA_VERSION:
-                _create_schema(conn, self.url.shown)
+                _create_schema(conn, self.url.shown, before)
             elif before > SCHEMA_VERSION:
                 raise StoreVersionError(
                     f"trace store {self.url.shown} has schema version {before}, newer than "
@@ -299,7 +305,9 @@ class PostgresEngine(Engine):
         with self._lock:
             conn = self._connection(create=False)
             try:
-                conn.execute("VACUUM (ANALYZE, SKIP_LOCKED) spans, run_agents, runs, metric_points")
+                conn.execute(
+                    "VACUUM (ANALYZE, SKIP_LOCKED) spans, run_agents, runs, feedback, metric_points"
+                )
             except self._psycopg.errors.QueryCanceled:
                 return  # bounded on purpose: the statement timeout ended it
             except self._psycopg.Error as exc:
@@ -388,14 +396,21 @@ def _schema_version(conn: Any) -> int | None:
     return int(row[0]) if row is not None else None
 
 
-def _create_schema(conn: Any, shown: str) -> None:
-    """Create (or complete) the schema, once, however many writers start at once."""
+def _create_schema(conn: Any, shown: str, before: int | None = None) -> None:
+    """Create (or complete, or upgrade from ``before``) the schema, once, however many
+    writers start at once."""
     psycopg = _psycopg()
     try:
         conn.execute("BEGIN")
         conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_CLASS, SCHEMA_LOCK))
-        for statement in postgres_schema():
+        # An older store's runs get their new columns first (the new indexes are on them).
+        # Only then: ALTER TABLE locks the table whole, even when it has the column, and a
+        # writer creating an empty database's schema while others write must not.
+        upgrade = postgres_upgrade() if before is not None and before < SCHEMA_VERSION else []
+        for statement in [*upgrade, *postgres_schema()]:
             conn.execute(statement)
+        if before is not None and before < 4:  # schema 3's runs: their app, from the spans
+            conn.execute(POSTGRES_BACKFILL)
         conn.execute(
             "INSERT INTO meta (key, value) VALUES ('schema_version', %s) "
             "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",

@@ -122,6 +122,9 @@ class RunSummary:
     nested_runs: int = 0
     derived: bool = False
     """The numbers are sums of the trace's model-call spans (its run spans carry none)."""
+    service_name: str | None = None
+    """The app the run came from (its top span's resource ``service.name``): its project.
+    ``None``: a run stored before schema 4 whose spans did not say."""
 
     @property
     def duration_ns(self) -> int:
@@ -415,6 +418,7 @@ def run_summary(row: Sequence[Any]) -> RunSummary:
         unpriced_models=_names(row[19]),
         nested_runs=int(row[20] or 0),
         derived=bool(row[21]),
+        service_name=row[22],
     )
 
 

@@ -3,7 +3,7 @@
 Why bounded: a prune that deletes a month of a team's spans in one transaction
 holds its locks (and, on PostgreSQL, its dead rows) for as long as that takes,
 and the writers wait. Here each step deletes at most ``batch`` runs (their
-spans, per-agent rows and run row) in a transaction of its own; on PostgreSQL
+spans, per-agent rows, feedback and run row) in a transaction of its own; on PostgreSQL
 it takes the same per-trace locks a writer does, so a batch still arriving
 for one of those traces waits for the step, and only one pruner runs at a
 time (a second finds the prune lock taken and leaves the work to the first).
@@ -87,7 +87,7 @@ def prune_step(store: SpanStore, before_ns: int, *, batch: int = BATCH) -> Prune
                 result.spans = int(
                     tx.rows(f"SELECT COUNT(*) FROM spans WHERE trace_id IN ({marks})", ids)[0][0]
                 )
-                for table in ("spans", "run_agents", "runs"):
+                for table in ("spans", "run_agents", "feedback", "runs"):
                     tx.execute(f"DELETE FROM {table} WHERE trace_id IN ({marks})", ids)
                 result.runs = len(ids)
                 if store.is_file:

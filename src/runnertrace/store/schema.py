@@ -12,6 +12,7 @@ import re
 
 __all__ = [
     "AGENT_COLUMNS",
+    "FEEDBACK_COLUMNS",
     "METRICS_COLUMNS",
     "RUN_COLUMNS",
     "SCHEMA_VERSION",
@@ -21,7 +22,9 @@ __all__ = [
     "sqlite_schema",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+"""4: ``runs.service_name`` (the app a run came from: its projects) and the ``feedback`` table.
+3: the runs' totals and ``run_agents``. 2: the ``runs`` table."""
 
 _SQLITE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS spans (
@@ -70,7 +73,8 @@ CREATE TABLE IF NOT EXISTS runs (
     unpriced_calls  INTEGER NOT NULL DEFAULT 0,
     unpriced_models TEXT,
     nested_runs     INTEGER NOT NULL DEFAULT 0,
-    derived         INTEGER NOT NULL DEFAULT 0
+    derived         INTEGER NOT NULL DEFAULT 0,
+    service_name    TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_start ON runs (start_ns, trace_id);
 CREATE INDEX IF NOT EXISTS runs_by_agent ON runs (agent, start_ns, trace_id);
@@ -78,6 +82,8 @@ CREATE INDEX IF NOT EXISTS runs_by_framework ON runs (framework, start_ns, trace
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, start_ns, trace_id);
 CREATE INDEX IF NOT EXISTS runs_by_session ON runs (session_id, start_ns, trace_id);
 CREATE INDEX IF NOT EXISTS runs_by_seq ON runs (seq);
+-- The project switcher: one app's runs, newest first.
+CREATE INDEX IF NOT EXISTS runs_by_service ON runs (service_name, start_ns, trace_id);
 -- Covers the dashboard's per-agent charts: they read no table row at all.
 CREATE INDEX IF NOT EXISTS runs_for_charts
     ON runs (start_ns, agent, name, end_ns, input_tokens, output_tokens, cost);
@@ -115,6 +121,17 @@ CREATE INDEX IF NOT EXISTS run_agents_by_agent ON run_agents (agent, trace_id);
 -- Covers the cost-by-agent chart.
 CREATE INDEX IF NOT EXISTS run_agents_by_start
     ON run_agents (start_ns, agent, own_cost, own_unpriced_calls);
+-- Thumbs up or down and a note, on a run (span_id '') or on one of its spans: one per
+-- target, the latest kept. Its trace's prune and copy take it along.
+CREATE TABLE IF NOT EXISTS feedback (
+    trace_id   TEXT    NOT NULL,
+    span_id    TEXT    NOT NULL,
+    score      INTEGER NOT NULL,
+    comment    TEXT,
+    source     TEXT    NOT NULL,
+    created_ns INTEGER NOT NULL,
+    PRIMARY KEY (trace_id, span_id)
+) WITHOUT ROWID;
 """
 _METRICS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS metric_points (
@@ -165,7 +182,7 @@ CREATE TABLE IF NOT EXISTS copies (
 RUN_COLUMNS = (
     "trace_id, name, start_ns, end_ns, span_count, error_count, input_tokens, output_tokens, "
     "status, agent, framework, mode, session_id, user_id, cost, model_calls, tool_calls, "
-    "errors, unpriced_calls, unpriced_models, nested_runs, derived"
+    "errors, unpriced_calls, unpriced_models, nested_runs, derived, service_name"
 )
 AGENT_COLUMNS = (
     "trace_id, agent, start_ns, runs, cancelled, failed, depth, started_by, "
@@ -178,6 +195,7 @@ SPAN_COLUMNS = (
     "status_code, status_description, input_tokens, output_tokens, attributes, events, "
     "resource, scope"
 )
+FEEDBACK_COLUMNS = "trace_id, span_id, score, comment, source, created_ns"
 METRICS_COLUMNS = (
     "time_ns, start_ns, name, unit, kind, attributes, value, count, min, max, bounds, bucket_counts"
 )
@@ -241,4 +259,24 @@ RUNS_ADDED = (
     ("unpriced_models", "TEXT"),
     ("nested_runs", "INTEGER NOT NULL DEFAULT 0"),
     ("derived", "INTEGER NOT NULL DEFAULT 0"),
+)
+# Columns schema 4 added to a schema 3 ``runs`` table.
+RUNS_ADDED_4 = (("service_name", "TEXT"),)
+
+
+def postgres_upgrade() -> list[str]:
+    """What a schema 3 PostgreSQL store needs before the schema's statements run (its
+    ``runs`` table lacks the columns the new indexes are on); nothing on an empty one."""
+    return [
+        f"ALTER TABLE IF EXISTS runs ADD COLUMN IF NOT EXISTS {name} {_to_postgres(declaration)}"
+        for name, declaration in RUNS_ADDED_4
+    ]
+
+
+# A schema 3 PostgreSQL store's runs get their app from their top span's resource (the
+# root, else the earliest span), as a writer would have stored it.
+POSTGRES_BACKFILL = (
+    "UPDATE runs SET service_name = (SELECT s.resource::jsonb ->> 'service.name' FROM spans s "
+    "WHERE s.trace_id = runs.trace_id ORDER BY s.is_root DESC, s.start_ns, s.span_id LIMIT 1) "
+    "WHERE service_name IS NULL"
 )

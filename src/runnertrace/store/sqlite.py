@@ -25,7 +25,7 @@ from typing import Any
 from runnertrace.store.dialect import SQLITE
 from runnertrace.store.engine import Engine, Transaction, _fork_guard, inherited_connections
 from runnertrace.store.errors import StoreError, StoreNotFoundError, StoreVersionError
-from runnertrace.store.schema import RUNS_ADDED, SCHEMA_VERSION, sqlite_schema
+from runnertrace.store.schema import RUNS_ADDED, RUNS_ADDED_4, SCHEMA_VERSION, sqlite_schema
 from runnertrace.store.url import StoreUrl
 
 __all__ = ["SqliteEngine", "is_busy", "is_locked"]
@@ -255,8 +255,8 @@ class SqliteEngine(Engine):
         try:
             if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
                 have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
-                if have:  # a schema 2 runs table: the columns schema 3 added
-                    for column, declaration in RUNS_ADDED:
+                if have:  # an older runs table: the columns schemas 3 and 4 added
+                    for column, declaration in (*RUNS_ADDED, *RUNS_ADDED_4):
                         if column not in have:
                             conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {declaration}")
                 for index in _REBUILT_INDEXES:

@@ -429,8 +429,9 @@ def agent_accounts(spans: Sequence[StoredSpan]) -> list[AgentAccount]:
     return _accounts(_trace_runs(stored, calls, (derived, tuple(models)), top_is_run))
 
 
-# span_id, is_root, name, start_ns, end_ns, status_code, attributes (None: a run span's)
-_SummarySpan = tuple[str, int, str, int, int, str, str | None]
+# span_id, is_root, name, start_ns, end_ns, status_code, attributes (None: a run span's),
+# service name
+_SummarySpan = tuple[str, int, str, int, int, str, str | None, str | None]
 
 
 @dataclass
@@ -550,6 +551,7 @@ def _summarise(
         _dumps(list(unpriced_models)) if unpriced_models else None,
         nested,
         0 if ours else 1,
+        top[7] if isinstance(top[7], str) else None,
     )
 
 
@@ -574,9 +576,11 @@ def _statements(d: Dialect) -> _Sql:
     unpriced = f"span_type = 'message' AND input_tokens + output_tokens > 0 AND {cost} IS NULL"
     # The top span of each trace: its root (the earliest, if several), else its earliest
     # span. The attributes of a run span are not sent again (the run tree has them).
+    # And the app it came from (its resource's service.name: the run's project).
     top = (
         "trace_id, span_id, is_root, name, start_ns, end_ns, status_code, "
-        "CASE WHEN span_type = 'run' THEN NULL ELSE attributes END"
+        "CASE WHEN span_type = 'run' THEN NULL ELSE attributes END, "
+        f"{d.text('resource', 'service.name')}"
     )
     is_error = d.flag("status_code = 'ERROR'")
     is_chat = d.flag("span_type = 'message'")

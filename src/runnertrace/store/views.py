@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from runnertrace.store import feedback as feedback_store
 from runnertrace.store.dialect import SQLITE, Dialect
 from runnertrace.store.errors import StoreNotFoundError
 from runnertrace.store.records import RunSummary, agent_account, cost_status, run_summary, span_tree
@@ -45,6 +46,7 @@ __all__ = [
     "MAX_PAGE",
     "SORTS",
     "STATUSES",
+    "UNKNOWN_PROJECT",
     "Dashboard",
     "QueryError",
     "RunFilter",
@@ -56,6 +58,8 @@ __all__ = [
 ]
 
 STATUSES = ("ok", "error", "cancelled", "incomplete")
+UNKNOWN_PROJECT = "(unknown)"
+"""The project of runs whose spans named no app (``project=(unknown)`` lists them)."""
 GROUPINGS = ("agent", "model", "tool")
 MAX_PAGE = 200
 MAX_SERIES = 12  # chart lines (the page's palette has 14 distinct colours); the rest: "other"
@@ -225,6 +229,10 @@ class RunFilter:
     max_ms: int | None = None
     min_cost: float | None = None
     max_cost: float | None = None
+    feedback: str | None = None
+    """``up``/``down``: a thumb so on the run or any of its spans; ``any``; ``none``."""
+    project: str | None = None
+    """The app (``service.name``) the runs came from; :data:`UNKNOWN_PROJECT`: none said."""
 
     @classmethod
     def from_params(cls, params: Mapping[str, str]) -> RunFilter:
@@ -239,6 +247,12 @@ class RunFilter:
             raise QueryError(
                 f"errors={errors!r} is not 'any' (runs with any span in error) or 'recovered' "
                 "(runs that ended ok with a span in error)"
+            )
+
+        feedback = text("feedback")
+        if feedback is not None and feedback not in feedback_store.FILTERS:
+            raise QueryError(
+                f"feedback={feedback!r} is not one of {', '.join(feedback_store.FILTERS)}"
             )
 
         def ms(key: str) -> int | None:
@@ -264,6 +278,8 @@ class RunFilter:
             max_ms=ms("max_ms"),
             min_cost=float_param(params, "min_cost"),
             max_cost=float_param(params, "max_cost"),
+            feedback=feedback,
+            project=text("project"),
         )
 
     def ranges_only(self) -> bool:
@@ -280,6 +296,7 @@ class RunFilter:
             self.status,
             self.session,
             self.search,
+            self.project,
         )
         return any(v is not None for v in ranged) and all(v is None for v in others)
 
@@ -299,6 +316,15 @@ class RunFilter:
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
+        if self.project == UNKNOWN_PROJECT:
+            clauses.append("service_name IS NULL")
+        elif self.project is not None:
+            clauses.append("service_name = ?")
+            params.append(self.project)
+        if self.feedback is not None:
+            condition, values = feedback_store.filter_clause(self.feedback)
+            clauses.append(condition)
+            params.extend(values)
         if self.any_agent is not None:
             # The agent's traces from the per-agent table's agent index.
             clauses.append("trace_id IN (SELECT trace_id FROM run_agents WHERE agent = ?)")
@@ -389,6 +415,9 @@ def _int_param(params: Mapping[str, str], key: str) -> int | None:
 
 
 _CURSOR = re.compile(r"([0-9]{1,19}):([0-9a-f]{32})")
+
+
+_NO_FEEDBACK = feedback_store.FeedbackSummary()
 
 
 def _cursor(value: str | None) -> tuple[int, str] | None:
@@ -618,13 +647,32 @@ class Dashboard:
 
     def _with_previews(self, runs: Sequence[RunSummary]) -> list[dict[str, Any]]:
         """Each run's JSON with the start of its input and output (from its run span)."""
-        found = self.previews([r.trace_id for r in runs])
+        ids = [r.trace_id for r in runs]
+        found = self.previews(ids)
+        judged = feedback_store.summaries(self.store(), ids)
         out = []
         for run in runs:
             data = run_json(run)
             data["input_preview"], data["output_preview"] = found.get(run.trace_id, (None, None))
+            data["feedback"] = judged.get(run.trace_id, _NO_FEEDBACK).to_json()
             out.append(data)
         return out
+
+    def feedback(self, trace_id: str) -> list[dict[str, Any]]:
+        """The trace's feedback, the run's first (the trace page's list)."""
+        return [f.to_json() for f in feedback_store.of_trace(self.store(), trace_id)]
+
+    def projects(self) -> list[dict[str, Any]]:
+        """Each app that sent runs, with how many (the project switcher), most runs first;
+        runs that named none are the :data:`UNKNOWN_PROJECT`."""
+        try:
+            rows = self._read(
+                "SELECT service_name, COUNT(*) FROM runs GROUP BY service_name "
+                "ORDER BY COUNT(*) DESC, service_name"
+            )
+        except StoreNotFoundError:
+            return []
+        return [{"name": name or UNKNOWN_PROJECT, "runs": int(count)} for name, count in rows]
 
     def previews(self, trace_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
         """First input and last output text of each trace's run span (or its root)."""
@@ -665,6 +713,7 @@ class Dashboard:
             "agents_anywhere": sorted(r[0] for r in anywhere),
             "frameworks": sorted(r[0] for r in frameworks),
             "statuses": list(STATUSES),
+            "projects": self.projects(),
         }
 
     def changes(self, after_seq: int, limit: int = 100) -> tuple[int, list[dict[str, Any]]]:
@@ -678,7 +727,11 @@ class Dashboard:
             return after_seq, []
         if not rows:
             return after_seq, []
-        return int(rows[-1][-1]), [run_json(run_summary(row[:-1])) for row in rows]
+        runs = [run_json(run_summary(row[:-1])) for row in rows]
+        judged = feedback_store.summaries(self.store(), [run["trace_id"] for run in runs])
+        for run in runs:
+            run["feedback"] = judged.get(run["trace_id"], _NO_FEEDBACK).to_json()
+        return int(rows[-1][-1]), runs
 
     def last_seq(self) -> int:
         try:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 from runnertrace.report import FORMAT_SCRIPT, render_report
 from runnertrace.store import SpanStore, StoreError, StoreUrl, TraceNotFoundError
+from runnertrace.store import feedback as feedback_store
 from runnertrace.ui.auth import TokenMiddleware
 from runnertrace.ui.compare import by_position
 from runnertrace.ui.ingest import (
@@ -110,11 +111,16 @@ CSV_COLUMNS = (
     "status", "span_count", "error_count", "input_tokens", "output_tokens", "cost",
     "cost_status", "unpriced_calls", "unpriced_models", "model_calls", "tool_calls", "errors",
     "nested_runs", "derived", "session_id", "user_id", "input_preview", "output_preview",
+    "service_name", "feedback", "feedback_comment", "feedback_up", "feedback_down",
 )  # fmt: skip
 """The runs list's columns. ``cost`` is the sum of the priced calls; ``cost_status`` says
 whether that is all of them (``priced``), not (``partial``: ``unpriced_calls`` calls had no
 price, for the ``unpriced_models``), or none (``unpriced``). ``derived``: the numbers were
-summed from the trace's model-call spans, its run spans carrying no totals."""
+summed from the trace's model-call spans, its run spans carrying no totals. ``service_name``:
+the app (project) the run came from. ``feedback`` and ``feedback_comment``: the run's own
+thumb (``up``/``down``) and note; ``feedback_up``/``feedback_down``: the thumbs the run and
+its spans got in all."""
+FEEDBACK_BODY_MAX = 16 * 1024
 CSV_MAX_ROWS = 100_000
 
 
@@ -160,6 +166,8 @@ def create_app(
     ``app.state.ingest`` stores one decoded OTLP request (the gRPC service's way in).
     """
     dashboard = Dashboard(db)
+    writer: list[SpanStore] = []  # opened on the first OTLP request or feedback
+    writer_lock = threading.Lock()
 
     def runs(request: Request) -> Response:
         params = request.query_params
@@ -215,6 +223,9 @@ def create_app(
         while written < CSV_MAX_ROWS:
             page = dashboard.runs(filters, cursor=cursor, limit=MAX_PAGE)
             for run in page["runs"]:
+                judged = run["feedback"]
+                run = {**run, **{f"feedback_{k}": judged[k] for k in ("comment", "up", "down")}}
+                run["feedback"] = judged["score"]
                 writer.writerow([_csv_cell(run.get(column)) for column in CSV_COLUMNS])
             written += len(page["runs"])
             cursor = page["next"]
@@ -225,6 +236,83 @@ def create_app(
             media_type="text/csv",
             headers={**_HEADERS, "Content-Disposition": 'attachment; filename="runs.csv"'},
         )
+
+    def trace_export(request: Request) -> Response:
+        """One trace as JSON with what the store holds beside its spans: the run's row and its
+        feedback (the OTLP file holds spans only, so that any OTLP receiver takes it)."""
+        store = dashboard.store()
+        trace_id = store.resolve(request.path_params["trace_id"])
+        body = {
+            "run": run_json(store.get_run(trace_id)),
+            "feedback": dashboard.feedback(trace_id),
+            "spans": [span.to_json() for span in store.get_trace(trace_id)],
+        }
+        return Response(
+            json.dumps(body, ensure_ascii=False),
+            media_type="application/json",
+            headers={
+                **_HEADERS,
+                "Content-Disposition": f'attachment; filename="trace-{trace_id}.json"',
+            },
+        )
+
+    def trace_feedback(request: Request) -> Response:
+        trace_id = dashboard.store().resolve(request.path_params["trace_id"])
+        return _json({"trace_id": trace_id, "feedback": dashboard.feedback(trace_id)})
+
+    def writer_store() -> SpanStore:
+        """The store's writer (OTLP and feedback), opened on first use; a viewer never writes."""
+        with writer_lock:
+            if not writer:
+                writer.append(SpanStore(dashboard.url))
+            return writer[0]
+
+    def give_feedback(body: bytes) -> dict[str, Any]:
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise feedback_store.FeedbackError(f"the body is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise feedback_store.FeedbackError(
+                "the body is not a JSON object: {trace_id, score, comment?, span_id?}"
+            )
+        unknown = sorted(set(data) - {"trace_id", "span_id", "score", "comment"})
+        if unknown:
+            raise feedback_store.FeedbackError(
+                f"unknown field {unknown[0]!r}: trace_id, score, comment, span_id"
+            )
+        given = feedback_store.give(
+            writer_store(),
+            data.get("trace_id"),
+            data.get("score"),
+            data.get("comment"),
+            data.get("span_id"),
+            source="ui",
+        )
+        return given.to_json()
+
+    async def post_feedback(request: Request) -> Response:
+        """``POST /api/feedback``: thumbs up or down and a note on a run or a span.
+
+        JSON only: a page elsewhere cannot send JSON here without the browser asking first
+        (a CORS preflight this server never grants), so a loopback dashboard, which has no
+        token, takes no feedback forged by another site's form.
+        """
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media != "application/json":
+            return _json({"error": "send the feedback as application/json"}, 415)
+        body = await request.body()
+        if len(body) > FEEDBACK_BODY_MAX:
+            return _json({"error": f"the body is over {FEEDBACK_BODY_MAX // 1024} KiB"}, 413)
+        try:
+            stored = await run_in_threadpool(give_feedback, body)
+        except feedback_store.FeedbackTargetError as exc:
+            return _json({"error": str(exc)}, 404)
+        except feedback_store.FeedbackError as exc:
+            return _json({"error": str(exc)}, 400)
+        except StoreError as exc:
+            return _json({"error": str(exc)}, 503)
+        return _json({"feedback": stored})
 
     def compare(request: Request) -> Response:
         first = text_param(request.query_params, "a")
@@ -281,20 +369,13 @@ def create_app(
             )
         )
 
-    writer: list[SpanStore] = []  # opened on the first OTLP request; a viewer never writes
-    writer_lock = threading.Lock()
-
     def store_spans(body: bytes, content_type: str, encoding: str) -> int:
         return ingest(decode(body, content_type, encoding))
 
     def ingest(request: ExportTraceServiceRequest) -> int:
         """Store one OTLP request's spans through the store's writer (either engine)."""
         spans = readable_spans(request)
-        with writer_lock:
-            if not writer:
-                writer.append(SpanStore(dashboard.url))
-            store = writer[0]
-        return store.write(spans)
+        return writer_store().write(spans)
 
     async def otlp_traces(request: Request) -> Response:
         """OTLP/HTTP trace export: decoded whole, then stored through the store's writer."""
@@ -402,6 +483,9 @@ def create_app(
         Route("/api/compare", _guarded(compare)),
         Route("/api/runs/{trace_id}/otlp", _guarded(export_trace)),
         Route("/api/runs/{trace_id}/agents", _guarded(run_agents)),
+        Route("/api/runs/{trace_id}/feedback", _guarded(trace_feedback)),
+        Route("/api/runs/{trace_id}/export", _guarded(trace_export)),
+        Route("/api/feedback", post_feedback, methods=["POST"]),
         Route("/api/facets", _guarded(facets)),
         Route("/api/runs/{trace_id}", _guarded(run)),
         Route("/trace/{trace_id}", _guarded(trace_page)),

@@ -61,6 +61,40 @@
       });
     });
   }
+  // Feedback goes as JSON: a page elsewhere cannot post JSON here without the browser asking
+  // first, and the server never says yes.
+  function postJson(path, data) {
+    return fetch(path, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Accept: "application/json" },
+      body: JSON.stringify(data)
+    }).then(function (r) {
+      return r.json().then(function (body) {
+        if (!r.ok) {
+          var err = new Error(body.error || r.statusText);
+          err.status = r.status;
+          throw err;
+        }
+        return body;
+      });
+    });
+  }
+  // Shapes every font has (an emoji thumb is a blank box where no emoji font is installed).
+  var THUMBS = { up: "\u25b2 up", down: "\u25bc down" };
+  // A run's feedback in the list: its own thumb (the note on hover), and how many thumbs its
+  // spans got besides.
+  function feedbackCell(tr, feedback) {
+    var td = cell(tr, "", "feedback");
+    var f = feedback || {};
+    td.setAttribute("data-feedback", f.score || "");
+    if (f.score) td.appendChild(el("span", "thumb " + f.score, THUMBS[f.score]));
+    var others = (f.up || 0) + (f.down || 0) - (f.score ? 1 : 0);
+    if (others > 0) td.appendChild(el("span", "hint", " +" + others));
+    td.title = [f.score ? "run: " + f.score + (f.comment ? " \u2013 " + f.comment : "") : "",
+      f.up || f.down ? "thumbs up " + (f.up || 0) + ", down " + (f.down || 0) +
+        " (the run and its spans)" : ""].filter(Boolean).join("\n");
+    return td;
+  }
   function pill(status) { return el("span", "pill " + status, status); }
   function table(headers) {
     var t = el("table", "grid");
@@ -172,10 +206,12 @@
   // -- runs ------------------------------------------------------------------------------------
   // Every filter, the sort and its direction live in the URL: a view can be shared or reloaded.
   var RUN_FILTERS = ["agent", "any_agent", "framework", "status", "range", "session", "q", "model",
-    "provider", "user", "tag", "attr", "errors", "min_ms", "max_ms", "min_cost", "max_cost", "sort", "dir"];
+    "provider", "user", "tag", "attr", "errors", "min_ms", "max_ms", "min_cost", "max_cost",
+    "feedback", "project", "sort", "dir"];
   var RUN_COLUMNS = [["time", "start"], ["agent"], ["framework"], ["status"], ["input"],
     ["output"], ["duration", "duration"], ["spans", "spans"], ["tokens", "tokens"],
-    ["cost", "cost"], ["session"], ["trace"], ["compare"]];
+    ["cost", "cost"], ["session"], ["feedback"], ["trace"], ["compare"]];
+  var FEEDBACK_COLUMN = 11;
 
   function runRow(run) {
     var tr = el("tr", "link");
@@ -204,6 +240,7 @@
       "span carries no totals)";
     costCell(tr, run.cost, run.unpriced_calls, run.unpriced_models, run.cost_status);
     cell(tr, run.session_id || "-", "mono");
+    feedbackCell(tr, run.feedback);
     cell(tr, run.trace_id.slice(0, 12), "mono");
     var pick = el("input", "pick");
     pick.type = "checkbox";
@@ -230,7 +267,9 @@
   function matches(run, params) {
     var keys = { agent: "agent", framework: "framework", status: "status", user: "user_id" };
     var plain = ["q", "range", "model", "provider", "tag", "attr", "min_ms", "max_ms", "min_cost",
-      "max_cost", "sort", "dir", "any_agent"].every(function (k) { return !params.get(k); });
+      "max_cost", "sort", "dir", "any_agent", "feedback"].every(function (k) { return !params.get(k); });
+    var project = params.get("project");
+    if (project && (run.service_name || "(unknown)") !== project) return false;
     return plain && Object.keys(keys).every(function (k) {
       return !params.get(k) || run[keys[k]] === params.get(k);
     }) && (!params.get("session") ||
@@ -272,6 +311,9 @@
       input.value = params.get(name) || "";
       return input;
     }
+    // The project switcher: the apps (service.name) runs came from, with how many each.
+    var project = field("project", select("project", [["", "all projects"]]));
+    project.id = "project";
     var agent = field("agent", select("agent", [["", "any"]]));
     var anyAgent = field("agent anywhere", select("any_agent", [["", "any"]]));
     anyAgent.title = "runs with this agent anywhere in their tree, nested runs included";
@@ -281,6 +323,9 @@
     field("errors", select("errors", [["", "-"], ["any", "any span in error"],
       ["recovered", "recovered (ok, a span in error)"]]));
     field("time", select("range", RANGES));
+    field("feedback", select("feedback", [["", "-"], ["up", THUMBS.up],
+      ["down", THUMBS.down], ["any", "any"], ["none", "none"]])).title =
+      "runs with a thumbs up (or down) on the run or any of its spans, any feedback, or none";
     text("session", "session", "id or its start");
     text("model", "model");
     text("provider", "provider");
@@ -335,6 +380,12 @@
         });
         x[0].value = params.get(x[2]) || "";
       });
+      (f.projects || []).forEach(function (p) {
+        var opt = el("option", null, p.name + " (" + p.runs + ")");
+        opt.value = p.name;
+        project.appendChild(opt);
+      });
+      project.value = params.get("project") || "";
     });
     var notice = el("div", "notice");
     notice.hidden = true;
@@ -402,6 +453,9 @@
           [4, 5].forEach(function (i) {
             if (!row.children[i].textContent) row.children[i].textContent = previous[i].textContent;
           });
+          // nor feedback: keep the thumbs already shown
+          if (!run.feedback) row.replaceChild(previous[FEEDBACK_COLUMN].cloneNode(true),
+            row.children[FEEDBACK_COLUMN]);
           existing.replaceWith(row);
           return;
         }
@@ -423,9 +477,96 @@
     };
   }
 
+  // -- feedback on a run or a span ---------------------------------------------------------
+  function feedbackPanel(traceId, onFrame) {
+    var box = el("div", "feedbackbar");
+    box.id = "feedback";
+    var target = el("select");
+    target.id = "feedback-target";
+    target.setAttribute("aria-label", "feedback on");
+    var runOption = el("option", null, "the run");
+    runOption.value = "";
+    target.appendChild(runOption);
+    var spanOption = el("option");
+    spanOption.hidden = true;
+    target.appendChild(spanOption);
+    onFrame(function (spanId, name) {
+      spanOption.value = spanId;
+      spanOption.textContent = "span " + name + " (" + spanId.slice(0, 8) + ")";
+      spanOption.hidden = false;
+    });
+    var label = el("label", null, "Feedback on ");
+    label.appendChild(target);
+    box.appendChild(label);
+    var comment = el("input");
+    comment.id = "feedback-comment";
+    comment.placeholder = "note (optional)";
+    comment.maxLength = 2000;
+    var status = el("span", "hint");
+    status.id = "feedback-status";
+    var list = el("ul", "feedback-list");
+    list.id = "feedback-list";
+    ["up", "down"].forEach(function (score) {
+      var b = el("button", "thumb " + score, THUMBS[score]);
+      b.type = "button";
+      b.id = "feedback-" + score;
+      b.title = "thumbs " + score + " (with the note, if any)";
+      b.addEventListener("click", function () {
+        var data = { trace_id: traceId, score: score };
+        if (target.value) data.span_id = target.value;
+        if (comment.value.trim()) data.comment = comment.value;
+        status.textContent = "saving\u2026";
+        postJson("/api/feedback", data).then(function () {
+          status.textContent = "saved";
+          comment.value = "";
+          load();
+        }).catch(function (err) { status.textContent = err.message; });
+      });
+      box.appendChild(b);
+    });
+    box.appendChild(comment);
+    box.appendChild(status);
+    box.appendChild(list);
+    function load() {
+      api("/api/runs/" + encodeURIComponent(traceId) + "/feedback").then(function (r) {
+        list.textContent = "";
+        r.feedback.forEach(function (f) {
+          var li = el("li");
+          li.setAttribute("data-span-id", f.span_id || "");
+          li.setAttribute("data-score", f.score);
+          li.appendChild(el("span", "thumb " + f.score, THUMBS[f.score]));
+          li.appendChild(el("span", null, " " + (f.span_id ? "span " + f.span_id.slice(0, 8)
+            : "run")));
+          if (f.comment) li.appendChild(el("span", "note", " \u2013 " + f.comment));
+          li.appendChild(el("span", "hint", " " + f.source + ", " + fmtTime(f.created_ns)));
+          list.appendChild(li);
+        });
+        box.setAttribute("data-feedback", String(r.feedback.length));
+      }).catch(function () { /* the trace's own summary says when it is missing */ });
+    }
+    load();
+    return box;
+  }
+
   // -- one trace -------------------------------------------------------------------------------
   function showTrace(traceId) {
     setNav("runs");
+    var frame = el("iframe", "trace");
+    // The span picked in the waterfall (same origin: its document is ours to listen to).
+    function frameReady(onSpan) {
+      frame.addEventListener("load", function () {
+        var doc = frame.contentDocument;
+        if (!doc) return;
+        var picked = function () {
+          var row = doc.querySelector(".row.selected[data-span-id]");
+          if (row) onSpan(row.getAttribute("data-span-id"),
+            (row.querySelector(".name") || row).textContent);
+        };
+        doc.addEventListener("click", picked);
+        doc.addEventListener("keyup", picked);
+        picked();
+      });
+    }
     view.textContent = "";
     view.classList.add("full");
     var bar = el("div", "tracebar");
@@ -438,8 +579,12 @@
     exportLink.href = "/api/runs/" + encodeURIComponent(traceId) + "/otlp";
     exportLink.setAttribute("download", "trace-" + traceId + ".otlp.json");
     bar.appendChild(exportLink);
+    var jsonLink = el("a", "export", "export JSON (with feedback)");
+    jsonLink.href = "/api/runs/" + encodeURIComponent(traceId) + "/export";
+    jsonLink.setAttribute("download", "trace-" + traceId + ".json");
+    bar.appendChild(jsonLink);
     view.appendChild(bar);
-    var frame = el("iframe", "trace");
+    view.appendChild(feedbackPanel(traceId, frameReady));
     frame.title = "trace waterfall";
     var framed = false;
     function summary() {

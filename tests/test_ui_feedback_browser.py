@@ -1,0 +1,122 @@
+"""Feedback and projects in Chromium: a thumb and a note on a run and on a span picked in the
+waterfall survive a reload, show in the runs list and filter it; the project switcher lists
+each app with its runs and narrows the list, in the URL."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from tests.browser import chromium  # one Chromium lookup for every browser test
+
+from store_engines import ENGINES, new_location
+from test_ui_browser import ARGS  # the same launch flags as every browser test
+from test_ui_otlp import Server
+from ui_fixtures import app_runs, hand_made_runs
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+expect = playwright_api.expect
+MS = 1_000_000
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+# Read at import: the suite's autouse fixture clears every RUNNERTRACE_* variable per test.
+UPDATE_SCREENSHOTS = bool(os.environ.get("RUNNERTRACE_UPDATE_SCREENSHOTS"))
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def base_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    db = new_location(request.param, request, tmp_path_factory.mktemp("ui-feedback"))
+    hand_made_runs(db, time.time_ns() - 3_600_000 * MS, count=2)  # app "unknown_service"
+    app_runs(db, "shop", 3, time.time_ns() - 60_000 * MS)
+    with Server(db) as url:
+        yield url
+
+
+@pytest.fixture
+def pg(base_url: str) -> Iterator[object]:
+    executable = chromium()  # skips without one, fails in CI: see tests/browser.py
+    outside: list[str] = []
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=ARGS, headless=True)
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+
+        def guard(route: object) -> None:
+            url = route.request.url  # type: ignore[attr-defined]
+            if urlsplit(url).hostname == "127.0.0.1" or url.startswith("data:"):
+                route.continue_()  # type: ignore[attr-defined]
+            else:
+                outside.append(url)
+                route.abort()  # type: ignore[attr-defined]
+
+        context.route("**/*", guard)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        yield page
+        assert errors == [], errors
+        browser.close()
+    assert outside == [], f"the page reached beyond loopback: {outside}"
+
+
+def test_feedback_survives_a_reload(pg: object, base_url: str, tmp_path: Path) -> None:
+    pg.goto(base_url + "/#/runs")  # type: ignore[attr-defined]
+    row = pg.locator('#runs tr[data-agent="pricey"]').first  # type: ignore[attr-defined]
+    trace_id = row.get_attribute("data-trace-id")
+    row.click()
+    frame = pg.frame_locator("iframe.trace")  # type: ignore[attr-defined]
+    frame.locator("#rows .row").first.wait_for()
+    listed = pg.locator("#feedback-list li")  # type: ignore[attr-defined]
+    expect(listed).to_have_count(0)
+    # the run: a thumbs up with a note
+    pg.fill("#feedback-comment", "right answer, fast")  # type: ignore[attr-defined]
+    pg.click("#feedback-up")  # type: ignore[attr-defined]
+    expect(listed).to_have_count(1)
+    # a span picked in the waterfall: a thumbs down
+    tool = frame.locator("#rows .row", has_text="execute_tool lookup")
+    tool.click()
+    span_id = tool.get_attribute("data-span-id")
+    target = pg.locator("#feedback-target")  # type: ignore[attr-defined]
+    target.select_option(span_id)
+    pg.click("#feedback-down")  # type: ignore[attr-defined]
+    expect(listed).to_have_count(2)
+    pg.reload()  # type: ignore[attr-defined]
+    expect(listed).to_have_count(2)
+    expect(listed.nth(0)).to_have_attribute("data-score", "up")
+    expect(listed.nth(0)).to_have_attribute("data-span-id", "")
+    expect(listed.nth(0).locator(".note")).to_have_text("\u2013 right answer, fast")
+    expect(listed.nth(1)).to_have_attribute("data-score", "down")
+    expect(listed.nth(1)).to_have_attribute("data-span-id", span_id)
+    shot = DOCS / "ui-feedback.png" if UPDATE_SCREENSHOTS else tmp_path / "ui-feedback.png"
+    pg.screenshot(path=str(shot))  # type: ignore[attr-defined]
+    # the runs list: the run's thumb, its span's besides, and the filter in the URL
+    pg.goto(base_url + "/#/runs?feedback=down")  # type: ignore[attr-defined]
+    rows = pg.locator("#runs tr.link")  # type: ignore[attr-defined]
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_have_attribute("data-trace-id", trace_id)
+    cell = rows.first.locator("td.feedback")
+    expect(cell).to_have_attribute("data-feedback", "up")
+    expect(cell.locator(".hint")).to_have_text(" +1")
+    pg.reload()  # type: ignore[attr-defined]
+    expect(pg.locator('select[name="feedback"]')).to_have_value("down")  # type: ignore[attr-defined]
+    expect(rows).to_have_count(1)
+
+
+def test_the_project_switcher(pg: object, base_url: str) -> None:
+    pg.goto(base_url + "/#/runs")  # type: ignore[attr-defined]
+    rows = pg.locator("#runs tr.link")  # type: ignore[attr-defined]
+    expect(rows).to_have_count(5)
+    switcher = pg.locator("#project")  # type: ignore[attr-defined]
+    expect(switcher.locator("option")).to_have_text(
+        ["all projects", "shop (3)", "unknown_service (2)"]
+    )
+    switcher.select_option("shop")
+    expect(rows).to_have_count(3)
+    assert pg.url.endswith("#/runs?project=shop")  # type: ignore[attr-defined]
+    pg.reload()  # type: ignore[attr-defined]
+    expect(switcher).to_have_value("shop")
+    expect(rows).to_have_count(3)
