@@ -1,0 +1,59 @@
+"""A FastMCP client (``fastmcp.Client``) in a native tool, to a server in another process.
+
+The tool of a traced native run opens a ``fastmcp.Client`` (the full FastMCP
+package) to ``tests/mcp_server_process.py`` (traced with ``trace_server``), over
+stdio and over streamable HTTP, in run and stream mode: FastMCP injects the
+current context into ``params._meta``, and with no app provider its own spans and
+``mcp``'s record nothing and carry ours, so the carrier names our ``execute_tool``
+span and the server's ``tools/call`` span is its child, in the same trace.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+pytest.importorskip("mcp")
+pytest.importorskip("fastmcp")
+
+from tests.across.test_mcp_frameworks import receiver, tool_spans
+from tests.across.test_mcp_native import (
+    SERVER,
+    HttpServer,
+    check_the_server_saw,
+    remote_tool,
+    run_agent,
+)
+from tests.fidelity_helpers import MODES
+from tests.loopback_process import child_env
+from tests.otlp_receiver import OtlpReceiver
+
+from runnertrace.testing import capture_spans
+
+__all__ = ["receiver"]  # the shared fixture, used here by name
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_fastmcp_client_in_a_tool_carries_the_trace(
+    receiver: OtlpReceiver, mode: str, transport: str
+) -> None:
+    from fastmcp import Client
+    from fastmcp.client.transports import StdioTransport
+
+    server = HttpServer("lowlevel", receiver.traces_url) if transport == "http" else None
+    if server is None:
+        args = [str(SERVER), "lowlevel", "stdio", receiver.traces_url]
+        target: object = StdioTransport(command=sys.executable, args=args, env=child_env())
+    else:
+        target = server.url
+    try:
+        with capture_spans(deterministic=False) as captured:
+            result = await run_agent(remote_tool(lambda: Client(target, init_timeout=30)), mode)
+        (tool_span,) = tool_spans(captured)
+        assert tool_span.name == "execute_tool add_remote"
+        check_the_server_saw(tool_span, receiver, result)
+    finally:
+        if server is not None:
+            server.stop()
