@@ -2,8 +2,8 @@
 
 ``python tests/mcp_server_process.py KIND TRANSPORT ENDPOINT [PORT]``
 
-* ``KIND``: ``lowlevel`` (``mcp.server.lowlevel.Server``) or ``mcpserver``
-  (``MCPServer``, the 2.x FastMCP);
+* ``KIND``: ``lowlevel`` (``mcp.server.lowlevel.Server``), ``mcpserver``
+  (``MCPServer``, the 2.x FastMCP) or ``fastmcp`` (the ``fastmcp`` package's ``FastMCP``);
 * ``TRANSPORT``: ``stdio``, or ``http`` (streamable HTTP on 127.0.0.1:PORT, path ``/mcp``);
 * ``ENDPOINT``: the OTLP/HTTP traces URL the server's spans go to
   (``-``: untraced, mcp's own middleware left in place).
@@ -23,6 +23,11 @@ from mcp.server.mcpserver import Context, MCPServer
 
 from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.mcp import trace_server
+
+try:  # the full FastMCP, for KIND fastmcp (FastMCP reads the tool's annotations from here)
+    from fastmcp import Context as FastMCPContext
+except ImportError:
+    FastMCPContext = Any  # type: ignore[misc,assignment]
 
 
 def answer(a: float, b: float, meta: Any) -> str:
@@ -64,7 +69,39 @@ def mcpserver_server() -> Any:
     return server
 
 
+def fastmcp_server() -> Any:
+    from fastmcp import FastMCP
+
+    server = FastMCP("adder")
+
+    @server.tool()
+    def add(a: float, b: float, ctx: FastMCPContext) -> str:
+        """Adds two numbers."""
+        meta = ctx.request_context.meta if ctx.request_context is not None else None
+        return answer(a, b, dict(meta) if meta else None)
+
+    return server
+
+
+def serve_fastmcp(transport: str, endpoint: str, port: int) -> None:
+    """The FastMCP (``fastmcp`` package) server, with its own runners."""
+    server = fastmcp_server()
+    if endpoint != "-":
+        trace_server(server, TraceConfig(type="otlp", otlp={"endpoint": endpoint}))
+    if transport == "stdio":
+        import anyio
+
+        anyio.run(lambda: server.run_stdio_async(show_banner=False))
+    else:
+        import uvicorn
+
+        uvicorn.run(server.http_app(path="/mcp"), host="127.0.0.1", port=port, log_level="warning")
+
+
 def main(kind: str, transport: str, endpoint: str, port: int = 0) -> None:
+    if kind == "fastmcp":
+        serve_fastmcp(transport, endpoint, port)
+        return
     server = lowlevel_server() if kind == "lowlevel" else mcpserver_server()
     if endpoint != "-":
         trace_server(server, TraceConfig(type="otlp", otlp={"endpoint": endpoint}))

@@ -1,6 +1,13 @@
-"""A FastMCP client (``fastmcp.Client``) in a native tool, to a server in another process.
+"""FastMCP (the full ``fastmcp`` package) across processes: its server traced, its client in a tool.
 
-The tool of a traced native run opens a ``fastmcp.Client`` (the full FastMCP
+**Server**: a ``FastMCP`` server in another process, traced with ``trace_server``,
+called from a native tool through a traced ``mcp`` session (stdio and streamable
+HTTP, run and stream): the same checks as the ``mcp`` servers'
+(``test_mcp_native.check_the_call``): its ``tools/call`` span continues our trace
+under our ``execute_tool`` span, once.
+
+**Client**:
+the tool of a traced native run opens a ``fastmcp.Client`` (the full FastMCP
 package) to ``tests/mcp_server_process.py`` (traced with ``trace_server``), over
 stdio and over streamable HTTP, in run and stream mode: FastMCP injects the
 current context into ``params._meta``, and with no app provider its own spans and
@@ -21,15 +28,18 @@ from tests.across.test_mcp_frameworks import receiver, tool_spans
 from tests.across.test_mcp_native import (
     SERVER,
     HttpServer,
+    check_the_call,
     check_the_server_saw,
     remote_tool,
     run_agent,
+    stdio_connect,
 )
 from tests.fidelity_helpers import MODES
 from tests.loopback_process import child_env
 from tests.otlp_receiver import OtlpReceiver
 
 from runnertrace.testing import capture_spans
+from runnertrace.tracing.mcp import connect_streamable_http
 
 __all__ = ["receiver"]  # the shared fixture, used here by name
 
@@ -57,3 +67,25 @@ async def test_a_fastmcp_client_in_a_tool_carries_the_trace(
     finally:
         if server is not None:
             server.stop()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_fastmcp_server_over_stdio_continues_the_trace(
+    receiver: OtlpReceiver, mode: str
+) -> None:
+    with capture_spans(deterministic=False) as captured:
+        result = await run_agent(remote_tool(stdio_connect("fastmcp", receiver.traces_url)), mode)
+    check_the_call(captured, receiver, result, "stdio")
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_fastmcp_server_over_streamable_http_continues_the_trace(
+    receiver: OtlpReceiver, mode: str
+) -> None:
+    server = HttpServer("fastmcp", receiver.traces_url)
+    try:
+        with capture_spans(deterministic=False) as captured:
+            result = await run_agent(remote_tool(lambda: connect_streamable_http(server.url)), mode)
+        check_the_call(captured, receiver, result, "http")
+    finally:
+        server.stop()
