@@ -16,6 +16,7 @@ The spans are exported at exit (the server ends when stdin closes, or on SIGTERM
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -83,8 +84,27 @@ def fastmcp_server() -> Any:
     return server
 
 
+def app_provider(endpoint: str) -> None:
+    """A global provider exporting to ``endpoint`` too, as an app's would: FastMCP's own
+    spans land there (and so beside ours), unless they are suppressed."""
+    import atexit
+
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    trace.set_tracer_provider(provider)
+    atexit.register(provider.shutdown)
+
+
 def serve_fastmcp(transport: str, endpoint: str, port: int) -> None:
-    """The FastMCP (``fastmcp`` package) server, with its own runners."""
+    """The FastMCP (``fastmcp`` package) server, with its own runners; with
+    ``MCP_SERVER_APP_PROVIDER=1`` in the environment, under an app provider."""
+    if os.environ.get("MCP_SERVER_APP_PROVIDER") == "1" and endpoint != "-":
+        app_provider(endpoint)
     server = fastmcp_server()
     if endpoint != "-":
         trace_server(server, TraceConfig(type="otlp", otlp={"endpoint": endpoint}))

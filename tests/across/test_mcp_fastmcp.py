@@ -6,6 +6,9 @@ HTTP, run and stream): the same checks as the ``mcp`` servers'
 (``test_mcp_native.check_the_call``): its ``tools/call`` span continues our trace
 under our ``execute_tool`` span, once.
 
+Under an app provider in the server process, FastMCP's own SERVER span stays beside
+ours: pinned as a strict xfail (a known limit, README "Across processes").
+
 **Client**:
 the tool of a traced native run opens a ``fastmcp.Client`` (the full FastMCP
 package) to ``tests/mcp_server_process.py`` (traced with ``trace_server``), over
@@ -30,12 +33,15 @@ from tests.across.test_mcp_native import (
     HttpServer,
     check_the_call,
     check_the_server_saw,
+    hexid,
     remote_tool,
     run_agent,
+    server_spans,
     stdio_connect,
 )
 from tests.fidelity_helpers import MODES
 from tests.loopback_process import child_env
+from tests.otlp_fixtures import wait_until
 from tests.otlp_receiver import OtlpReceiver
 
 from runnertrace.testing import capture_spans
@@ -89,3 +95,35 @@ async def test_a_fastmcp_server_over_streamable_http_continues_the_trace(
         check_the_call(captured, receiver, result, "http")
     finally:
         server.stop()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit: FastMCP 4.1.7 opens its own SERVER span at the low-level seam, before "
+    "any FastMCP middleware (ours included) runs, so under an app provider the request is two "
+    "SERVER spans (it passes with FASTMCP_TELEMETRY_MODE=propagation_only, process-wide)",
+)
+async def test_under_an_app_provider_fastmcps_own_server_span_is_kept_out(
+    receiver: OtlpReceiver,
+) -> None:
+    """The server process has a global provider exporting to the same receiver: FastMCP's
+    own span for the call would land there beside ours; the call should be one span."""
+    from mcp import StdioServerParameters
+
+    from runnertrace.tracing.mcp import connect_stdio
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[str(SERVER), "fastmcp", "stdio", receiver.traces_url],
+        env=child_env(MCP_SERVER_APP_PROVIDER="1"),
+    )
+    with capture_spans(deterministic=False) as captured:
+        await run_agent(remote_tool(lambda: connect_stdio(params)), "run")
+    (tool_span,) = tool_spans(captured)
+    assert wait_until(lambda: len(server_spans(receiver, "initialize")) >= 1, timeout_s=20)
+    # (runnertrace reuses the app's provider, so each of our spans reaches the receiver twice:
+    # once by our exporter, once by the app's; one span id.)
+    calls = {(s.span_id, s.parent_span_id) for s in server_spans(receiver, "tools/call")}
+    ((_, parent),) = calls
+    assert parent == hexid(tool_span.context.span_id, 16)
+    assert [s.name for s in receiver.spans if s.scope == "fastmcp"] == []

@@ -354,7 +354,10 @@ def _fastmcp_http_request() -> Any:
 
 class FastMCPServerSpans:
     """A FastMCP (the ``fastmcp`` package) server middleware: :class:`ServerSpans` for each
-    request, with FastMCP's own server spans suppressed inside (the same request once)."""
+    request, with FastMCP's own spans suppressed inside. Its SERVER span for the request
+    opens before any FastMCP middleware runs (at the low-level seam): with an app
+    provider it stays beside ours (a known limit; ``fastmcp.settings.telemetry_mode =
+    "propagation_only"`` turns it off, for the whole process)."""
 
     def __init__(self, settings: TraceConfig | None = None) -> None:
         self.spans = ServerSpans(settings)
