@@ -2,8 +2,8 @@
 
 ``python tests/mcp_server_process.py KIND TRANSPORT ENDPOINT [PORT]``
 
-* ``KIND``: ``lowlevel`` (``mcp.server.lowlevel.Server``) or ``mcpserver``
-  (``MCPServer``, the 2.x FastMCP);
+* ``KIND``: ``lowlevel`` (``mcp.server.lowlevel.Server``), ``mcpserver``
+  (``MCPServer``, the 2.x FastMCP) or ``fastmcp`` (the ``fastmcp`` package's ``FastMCP``);
 * ``TRANSPORT``: ``stdio``, or ``http`` (streamable HTTP on 127.0.0.1:PORT, path ``/mcp``);
 * ``ENDPOINT``: the OTLP/HTTP traces URL the server's spans go to
   (``-``: untraced, mcp's own middleware left in place).
@@ -16,6 +16,7 @@ The spans are exported at exit (the server ends when stdin closes, or on SIGTERM
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -23,6 +24,11 @@ from mcp.server.mcpserver import Context, MCPServer
 
 from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.mcp import trace_server
+
+try:  # the full FastMCP, for KIND fastmcp (FastMCP reads the tool's annotations from here)
+    from fastmcp import Context as FastMCPContext
+except ImportError:
+    FastMCPContext = Any  # type: ignore[misc,assignment]
 
 
 def answer(a: float, b: float, meta: Any) -> str:
@@ -64,7 +70,58 @@ def mcpserver_server() -> Any:
     return server
 
 
+def fastmcp_server() -> Any:
+    from fastmcp import FastMCP
+
+    server = FastMCP("adder")
+
+    @server.tool()
+    def add(a: float, b: float, ctx: FastMCPContext) -> str:
+        """Adds two numbers."""
+        meta = ctx.request_context.meta if ctx.request_context is not None else None
+        return answer(a, b, dict(meta) if meta else None)
+
+    return server
+
+
+def app_provider(endpoint: str) -> None:
+    """A global provider exporting to ``endpoint`` too, as an app's would: FastMCP's own
+    spans land there (and so beside ours), unless they are suppressed."""
+    import atexit
+
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    trace.set_tracer_provider(provider)
+    atexit.register(provider.shutdown)
+
+
+def serve_fastmcp(transport: str, endpoint: str, port: int) -> None:
+    """The FastMCP (``fastmcp`` package) server, with its own runners; with
+    ``MCP_SERVER_APP_PROVIDER=1`` in the environment, under an app provider."""
+    if os.environ.get("MCP_SERVER_APP_PROVIDER") == "1" and endpoint != "-":
+        app_provider(endpoint)
+    server = fastmcp_server()
+    if endpoint != "-":
+        trace_server(server, TraceConfig(type="otlp", otlp={"endpoint": endpoint}))
+    if transport == "stdio":
+        import anyio
+
+        anyio.run(lambda: server.run_stdio_async(show_banner=False))
+    else:
+        import uvicorn
+
+        uvicorn.run(server.http_app(path="/mcp"), host="127.0.0.1", port=port, log_level="warning")
+
+
 def main(kind: str, transport: str, endpoint: str, port: int = 0) -> None:
+    if kind == "fastmcp":
+        serve_fastmcp(transport, endpoint, port)
+        return
     server = lowlevel_server() if kind == "lowlevel" else mcpserver_server()
     if endpoint != "-":
         trace_server(server, TraceConfig(type="otlp", otlp={"endpoint": endpoint}))

@@ -27,6 +27,7 @@ tool nests under the ``tools/call`` span.
 from __future__ import annotations
 
 import contextvars
+import sys
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -326,14 +327,74 @@ def _is_tool_error(result: Any) -> bool:
     return getattr(result, "is_error", False) is True
 
 
+class _FastMCPRequest:
+    """What :class:`ServerSpans` reads of a request, from FastMCP's ``MiddlewareContext``."""
+
+    def __init__(self, context: Any) -> None:
+        message = context.message
+        name = getattr(message, "name", None)
+        meta = getattr(message, "meta", None)
+        self.method = context.method
+        self.params = {"name": name} if isinstance(name, str) else {}
+        self.meta = dict(meta) if isinstance(meta, Mapping) else None
+        self.protocol_version = None
+        self.request_id = None
+        self.request = _fastmcp_http_request()
+
+
+def _fastmcp_http_request() -> Any:
+    """The HTTP request being served (``None`` over stdio), through FastMCP's public getter."""
+    from fastmcp.server.dependencies import get_http_request
+
+    try:
+        return get_http_request()
+    except RuntimeError:  # no HTTP request: stdio
+        return None
+
+
+class FastMCPServerSpans:
+    """A FastMCP (the ``fastmcp`` package) server middleware: :class:`ServerSpans` for each
+    request, with FastMCP's own spans suppressed inside. Its SERVER span for the request
+    opens before any FastMCP middleware runs (at the low-level seam): with an app
+    provider it stays beside ours (a known limit; ``fastmcp.settings.telemetry_mode =
+    "propagation_only"`` turns it off, for the whole process)."""
+
+    def __init__(self, settings: TraceConfig | None = None) -> None:
+        self.spans = ServerSpans(settings)
+
+    async def __call__(self, context: Any, call_next: Any) -> Any:
+        if context.type != "request":
+            return await call_next(context)
+        from fastmcp.telemetry import suppress_fastmcp_telemetry
+
+        async def served(_: Any) -> Any:
+            with suppress_fastmcp_telemetry():
+                return await call_next(context)
+
+        return await self.spans(_FastMCPRequest(context), served)
+
+
+def _is_fastmcp(server: Any) -> bool:
+    """Whether ``server`` is a ``fastmcp.FastMCP``: read from the module that defines it,
+    loaded if such a server exists (nothing is imported: ``fastmcp``'s lazy names would
+    import its server half, which may be what fails)."""
+    kind = getattr(sys.modules.get("fastmcp.server.server"), "FastMCP", None)
+    return isinstance(kind, type) and isinstance(server, kind)
+
+
 def trace_server(server: Any, settings: TraceConfig | None = None) -> Any:
-    """Trace an MCP server with runnertrace (a low-level ``Server`` or an ``MCPServer``).
+    """Trace an MCP server with runnertrace (a low-level ``Server``, an ``MCPServer``, or a
+    ``fastmcp.FastMCP``, whose own server spans are then suppressed for its requests).
 
     ``mcp``'s own OpenTelemetry middleware is replaced, so each request is one
     span; ``settings`` is the ``trace`` section to export with (``None``: the
     configuration's). Returns ``server``. Calling it twice changes nothing.
     """
     require("mcp", "mcp")
+    if _is_fastmcp(server):
+        if not any(isinstance(m, FastMCPServerSpans) for m in server.middleware):
+            server.middleware.insert(0, FastMCPServerSpans(settings))  # outermost
+        return server
     mcp_spans: type | None = None  # mcp's own server middleware, replaced by ours
     try:  # private, like the client's gate (checked against mcp 2.3)
         from mcp.server._otel import OpenTelemetryMiddleware

@@ -37,12 +37,14 @@ What the runner does, per run:
   (:mod:`.quiet`).
 * **An agent run as a tool** and **a workflow as the agent**: each run of an inner
   agent is a nested run of its own (:mod:`.nesting`).
+* **MCP tools** (``MCPStdioTool``, ``MCPStreamableHTTPTool``): one ``execute_tool``
+  span per call, with the MCP attributes, the only span for it (:mod:`.mcp`).
 
 The package's modules, the same in every runner: ``runner`` (the runner, its per-run
 class, the module), ``convert`` (requests to native input, native output to ours),
 ``request`` (what a model call is sent, in GenAI shapes), ``mapper`` (native progress
 to builder calls), ``adapter`` (the middleware Agent Framework calls), ``quiet``,
-``nesting``, and ``testing`` (the offline test model).
+``nesting``, ``mcp``, and ``testing`` (the offline test model).
 """
 
 from runnertrace._internal.imports import missing_extra

@@ -37,8 +37,8 @@ agent's and propagate unchanged.
 from __future__ import annotations
 
 import threading
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from functools import partial
 from types import TracebackType
 from typing import Any
@@ -58,6 +58,7 @@ from agent_framework import (
 from runnertrace.runners._kit.adapter import bracket, guarded, passes_through
 from runnertrace.runners.maf.convert import listed
 from runnertrace.runners.maf.mapper import _BOUNDARY, _Mapper
+from runnertrace.runners.maf.mcp import call_scope, server_of
 from runnertrace.runners.maf.nesting import (
     _AgentRun,
     _Delegation,
@@ -129,14 +130,20 @@ class _ToolCall:
 @guarded(_BOUNDARY)
 class _FunctionObserver(FunctionMiddleware):
     """Runs each tool in its tool scope and reports its result or its exception; an
-    agent run as a tool (``agent.as_tool()``) gets its own nested run there."""
+    agent run as a tool (``agent.as_tool()``) gets its own nested run there, and a call
+    to an MCP server (one of ``servers``, the run's MCP tools) is told once (:mod:`.mcp`)."""
 
-    def __init__(self, mapper: _Mapper | None) -> None:
+    def __init__(self, mapper: _Mapper | None, servers: Sequence[Any] = ()) -> None:
         self._mapper = mapper
+        self._servers = servers
 
     def mapper(self) -> _Mapper | None:
         """The mapping this tool call belongs to (``None``: it runs unmapped)."""
         return self._mapper
+
+    def servers(self) -> Sequence[Any]:
+        """The MCP tools whose functions this run's model may call."""
+        return self._servers
 
     def started(self, context: FunctionInvocationContext) -> _ToolCall:
         return _ToolCall(
@@ -165,11 +172,15 @@ class _FunctionObserver(FunctionMiddleware):
     ) -> Iterator[None]:
         """The tool's scope: its span current; in a traced run, Agent Framework's own
         spans quiet (in the whole body when it runs an agent we map, whose spans are
-        ours; else only the tool's own span), and the delegation of its agents open."""
+        ours, or calls an MCP server; else only the tool's own span), and the
+        delegation of its agents open."""
         with mapper.builder.tool_scope(call.id):
+            server = server_of(context.function, self.servers()) if call.traced else None
             delegation = _Delegation.for_tool(context.function) if call.traced else None
-            quiet = tool_quiet(delegation is not None) if call.traced else False
-            with quiet_as(quiet), _delegating(delegation):
+            whole = delegation is not None or server is not None
+            quiet = tool_quiet(whole) if call.traced else False
+            mcp = call_scope(server) if server is not None else nullcontext()
+            with mcp, quiet_as(quiet), _delegating(delegation):
                 yield
 
 
@@ -192,9 +203,10 @@ class _AgentObserver(AgentMiddleware):
             self.mapper.run_finished(context.result)
 
 
-def observers(mapper: _Mapper) -> list[Any]:
-    """Our three middleware of one run, as ``run(middleware=...)`` takes them."""
-    return [_AgentObserver(mapper), _ChatObserver(mapper), _FunctionObserver(mapper)]
+def observers(mapper: _Mapper, servers: Sequence[Any] = ()) -> list[Any]:
+    """Our three middleware of one run, as ``run(middleware=...)`` takes them; ``servers``:
+    the run's MCP tools."""
+    return [_AgentObserver(mapper), _ChatObserver(mapper), _FunctionObserver(mapper, servers)]
 
 
 # -- the framework's code of a run -----------------------------------------------------------------
@@ -344,6 +356,9 @@ class _DelegatedFunction(_FunctionObserver):
 
     def mapper(self) -> _Mapper | None:
         return delegated_mapper(self.agent)
+
+    def servers(self) -> Sequence[Any]:
+        return self.agent.mcp_tools
 
 
 class _Attachment:

@@ -36,6 +36,7 @@ from runnertrace.runners._kit.skeleton import (
 from runnertrace.runners.maf.adapter import _RunContext, attach, observers
 from runnertrace.runners.maf.convert import CONTEXT_KEY, listed, messages_of, reply_output
 from runnertrace.runners.maf.mapper import _BOUNDARY, _Mapper
+from runnertrace.runners.maf.mcp import mcp_servers
 from runnertrace.runners.maf.nesting import _Arrivals, _Delegation
 from runnertrace.runners.maf.quiet import quiet_framework_telemetry
 
@@ -94,7 +95,8 @@ class _Run(FrameworkRun["AgentResponse[Any] | None"]):
         """Our middleware, after the caller's (ours are innermost)."""
         mapper = _Mapper(setup.builder, setup.agent.name, detailed=setup.observed)
         kwargs = self.kwargs
-        kwargs["middleware"] = [*listed(kwargs.get("middleware")), *observers(mapper)]
+        servers = mcp_servers(setup.native, kwargs)
+        kwargs["middleware"] = [*listed(kwargs.get("middleware")), *observers(mapper, servers)]
 
     def silence(self) -> None:
         """Agent Framework's own spans quiet in the framework's code of this run."""

@@ -13,6 +13,7 @@ The package has the same files as every framework runner's:
 * :mod:`.adapter`: the run-time capability Pydantic AI calls;
 * :mod:`.quiet`: Pydantic AI's own spans, silenced in traced runs;
 * :mod:`.nesting`: an agent a traced run's tool runs (delegation) as a nested run;
+* :mod:`.mcp`: a call through an ``MCPToolset`` (the FastMCP client), told once;
 * :mod:`.testing`: offline model helpers (over Pydantic AI's own ``FunctionModel``).
 """
 

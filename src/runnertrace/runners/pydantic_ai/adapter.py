@@ -136,7 +136,7 @@ class _Observer(AbstractCapability[Any]):
         return await bracket(
             _BOUNDARY,
             lambda: handler(args),
-            scope=lambda _: mapper.tool_scope(call),
+            scope=lambda _: mapper.tool_scope(call, tool_def),
             done=lambda _, result: mapper.tool_returned(call, result),
             failed=lambda _, error: mapper.tool_failed(call, error),
             control=_CONTROL_FLOW,

@@ -46,6 +46,7 @@ from runnertrace.runners._kit.adapter import guarded
 from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.runners._kit.genai import as_text
 from runnertrace.runners._kit.skeleton import MappingBoundary
+from runnertrace.runners.pydantic_ai.mcp import mcp_call
 from runnertrace.runners.pydantic_ai.request import request_fields
 
 _BOUNDARY = MappingBoundary("pydantic_ai")
@@ -111,6 +112,7 @@ class _Mapper:
         self._call_ids: dict[int, str] = {}  # part index -> announced call id (open message)
         self._pending: set[str] = set()  # calls asked for in the open step, no result yet
         self._aliases: dict[str, str] = {}  # a call id a later part replaced -> the announced id
+        self.mcp_toolsets: list[Any] = []  # a traced run's MCP toolsets (:mod:`.mcp`)
 
     # nodes and steps ----------------------------------------------------------------------
     def node_started(self, ctx: RunContext[Any], node: AgentNode[Any]) -> None:
@@ -299,14 +301,15 @@ class _Mapper:
         """The id a call was announced under."""
         return self._aliases.get(tool_call_id, tool_call_id)
 
-    def tool_scope(self, call: ToolCallPart) -> AbstractContextManager[None]:
-        """What the tool runs in: its ``execute_tool`` scope, and the mark that an agent
-        it runs is a delegation (:mod:`.nesting`)."""
-        return self._in_tool(self.call_id(call.tool_call_id))
+    def tool_scope(self, call: ToolCallPart, tool_def: Any = None) -> AbstractContextManager[None]:
+        """What the tool runs in: its ``execute_tool`` scope, the mark that an agent it
+        runs is a delegation (:mod:`.nesting`), and for a tool of an MCP toolset, what
+        tells the call once (:mod:`.mcp`)."""
+        return self._in_tool(self.call_id(call.tool_call_id), tool_def)
 
     @contextmanager
-    def _in_tool(self, call_id: str) -> Iterator[None]:
-        with self.builder.tool_scope(call_id):
+    def _in_tool(self, call_id: str, tool_def: Any) -> Iterator[None]:
+        with self.builder.tool_scope(call_id), mcp_call(self.mcp_toolsets, tool_def):
             delegating = IN_TRACED_TOOL.set(True)
             try:
                 yield

@@ -57,6 +57,7 @@ from runnertrace.runners._kit.skeleton import (
 from runnertrace.runners.pydantic_ai.adapter import _Observer, _StreamObserver, _UntracedStream
 from runnertrace.runners.pydantic_ai.convert import reply_of_run, user_prompt_of
 from runnertrace.runners.pydantic_ai.mapper import _BOUNDARY, IN_TRACED_TOOL, _Mapper
+from runnertrace.runners.pydantic_ai.mcp import mcp_toolsets
 from runnertrace.runners.pydantic_ai.nesting import OWN_RUN, install_delegation_hook
 from runnertrace.runners.pydantic_ai.quiet import quiet_framework_telemetry
 
@@ -172,6 +173,7 @@ class PydanticAIRunner(FrameworkRunner[AbstractAgent[Any, Any]]):
             run.observer = _Observer(_Mapper(setup.builder, setup.agent.name, detailed=True))
         if in_traced_run():
             install_delegation_hook()
+            run.observer.mapper.mcp_toolsets = mcp_toolsets(setup.native, run.options)
 
     def quiet(self, setup: RunSetup[AbstractAgent[Any, Any]], run: _Run) -> None:  # type: ignore[override]
         """Pydantic AI's own spans, silenced for this run (see :mod:`.quiet`)."""
