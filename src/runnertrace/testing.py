@@ -103,6 +103,7 @@ def capture_spans(deterministic: bool = True) -> Iterator[CapturedSpans]:
         yield CapturedSpans(exporter, provider)
     finally:
         _setup_override.reset(token)
+        settle_prices()  # a call that waits for the price table ends here, not after shutdown
         provider.shutdown()
 
 

@@ -138,6 +138,21 @@ async def test_a_call_that_ends_before_the_table_loads_is_priced_and_the_run_did
     assert early_run[A.AGG_COST] == costs[0] + costs[1] and A.UNPRICED_CALLS not in early_run
 
 
+async def test_capture_spans_read_after_its_block_has_the_calls_that_waited(
+    held_table: HeldTable,
+) -> None:
+    """The block's end shuts its provider down: what waits for the table ends first,
+    into the block's exporter, so reading after the block finds every span."""
+    from runnertrace.testing import capture_spans
+
+    with capture_spans() as captured:
+        await drive(two_priced_calls(), "run", ForeignAgent("after"))
+        assert held_table.still_loading() and "chat gpt-4o" not in ended(captured)
+        held_table.release.set()
+    assert ended(captured).count("chat gpt-4o") == 2
+    assert ended(captured).count("invoke_agent after") == 1
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_nested_run_that_waits_keeps_its_parents_totals_and_end_order(
     mode: str, held_table: HeldTable, captured_spans: CapturedSpans
