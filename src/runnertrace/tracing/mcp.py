@@ -52,7 +52,6 @@ from runnertrace.tracing.mcp_client import (
     mcp_spans_off,
     moved,
     our_tool_span,
-    propagate_from_runs,
 )
 from runnertrace.tracing.remote import error_type, tracer_for
 
@@ -60,7 +59,6 @@ __all__ = [
     "TracedClientSession",
     "connect_stdio",
     "connect_streamable_http",
-    "propagate_from_runs",
     "trace_server",
     "traced_session",
 ]
