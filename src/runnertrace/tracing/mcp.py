@@ -1,8 +1,12 @@
 """MCP across processes: one ``execute_tool`` span per call, and servers that continue the trace.
 
-Needs ``mcp`` 2.x (``pip install 'runnertrace[mcp]'``), which carries trace
-context in each request's ``params._meta`` (SEP-414) and makes client and
-server spans of its own on the global provider.
+``mcp`` 2.x (``pip install 'runnertrace[mcp]'``) carries trace context in each
+request's ``params._meta`` (SEP-414) and makes client and server spans of its own
+on the global provider. ``mcp`` 1.x (which CrewAI, ``langchain-mcp-adapters`` and
+smolagents pin) sends no context.
+
+**Every client, in traced runs**: see :mod:`.mcp_client` (``mcp`` 1.x clients get
+the carrier in ``params._meta``; a runner's quiet context is never what is sent).
 
 **Client** (a tool of a traced run that calls an MCP server):
 :func:`traced_session` wraps a ``ClientSession``. Its ``call_tool`` puts the
@@ -26,21 +30,30 @@ tool nests under the ``tools/call`` span.
 
 from __future__ import annotations
 
-import contextvars
 import sys
-from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from runnertrace._internal.errors import internal_log
 from runnertrace._internal.imports import require
 from runnertrace.core.propagation import extract
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.config import TraceConfig
+from runnertrace.tracing.mcp_client import (
+    METHOD,
+    PROTOCOL_VERSION,
+    SESSION_ID,
+    TRANSPORT,
+    TRANSPORTS,
+    gate_mcp_tracer,
+    mcp_spans_off,
+    moved,
+    our_tool_span,
+)
 from runnertrace.tracing.remote import error_type, tracer_for
 
 __all__ = [
@@ -50,76 +63,6 @@ __all__ = [
     "trace_server",
     "traced_session",
 ]
-
-METHOD = "mcp.method.name"
-SESSION_ID = "mcp.session.id"
-PROTOCOL_VERSION = "mcp.protocol.version"
-TRANSPORT = "network.transport"
-TRANSPORTS = {"stdio": "pipe", "streamable-http": "tcp", "sse": "tcp"}
-
-_quiet: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "runnertrace_mcp_quiet", default=False
-)
-
-
-class _GatedTracer(trace_api.Tracer):
-    """``mcp``'s tracer, silent while :data:`_quiet` is set: a non-recording span that
-    carries the current context (so ``_meta`` still gets it), as the API's no-op does."""
-
-    def __init__(self, inner: trace_api.Tracer) -> None:
-        self.inner = inner
-        self.noop = trace_api.NoOpTracer()
-
-    def start_span(self, *args: Any, **kwargs: Any) -> trace_api.Span:
-        return (self.noop if _quiet.get() else self.inner).start_span(*args, **kwargs)
-
-    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
-        return (self.noop if _quiet.get() else self.inner).start_as_current_span(*args, **kwargs)
-
-
-def _gate_mcp_tracer() -> None:
-    """Put the gate on ``mcp``'s module tracer (every span it makes goes through it).
-
-    ``mcp`` has no public switch for its client spans, so this reaches its private
-    module (checked against mcp 2.3). A release that moves it loses only the gate: the
-    call is then told twice (ours and mcp's), logged once, and nothing else changes."""
-    try:
-        from mcp.shared import _otel
-    except ImportError:
-        _moved("mcp.shared._otel", "its client spans repeat our execute_tool spans")
-        return
-    tracer = getattr(_otel, "_tracer", None)
-    if tracer is None:
-        _moved("mcp.shared._otel._tracer", "its client spans repeat our execute_tool spans")
-    elif not isinstance(tracer, _GatedTracer):
-        _otel._tracer = _GatedTracer(tracer)  # noqa: SLF001 - mcp has no public seam for it
-
-
-def _moved(name: str, effect: str) -> None:
-    internal_log.warning(
-        f"mcp-moved:{name}",
-        "runnertrace: this mcp release has no %s (runnertrace was checked against mcp 2.3): %s",
-        name,
-        effect,
-    )
-
-
-@contextmanager
-def _mcp_spans_off() -> Iterator[None]:
-    token = _quiet.set(True)
-    try:
-        yield
-    finally:
-        _quiet.reset(token)
-
-
-def _our_tool_span() -> Any:
-    """The current span when it is a recording ``execute_tool`` span, else ``None``."""
-    span = trace_api.get_current_span()
-    if not span.is_recording():
-        return None
-    attributes = getattr(span, "attributes", None) or {}
-    return span if attributes.get(A.OPERATION) == "execute_tool" else None
 
 
 class TracedClientSession:
@@ -143,7 +86,7 @@ class TracedClientSession:
         self._session_id = session_id
         self.server_address = server_address
         self.server_port = server_port
-        _gate_mcp_tracer()
+        gate_mcp_tracer()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.session, name)
@@ -175,11 +118,11 @@ class TracedClientSession:
     async def call_tool(
         self, name: str, arguments: Mapping[str, Any] | None = None, **kwargs: Any
     ) -> Any:
-        span = _our_tool_span()
+        span = our_tool_span()
         if span is None:
             return await self.session.call_tool(name, arguments, **kwargs)
         span.set_attributes(self.attributes())
-        with _mcp_spans_off():
+        with mcp_spans_off():
             result = await self.session.call_tool(name, arguments, **kwargs)
         if getattr(result, "is_error", False):
             span.set_attribute(A.ERROR_TYPE, "tool_error")
@@ -401,7 +344,7 @@ def trace_server(server: Any, settings: TraceConfig | None = None) -> Any:
 
         mcp_spans = OpenTelemetryMiddleware
     except ImportError:  # then mcp's own server spans stay beside ours
-        _moved("mcp.server._otel", "its server spans stay beside ours")
+        moved("mcp.server._otel", "its server spans stay beside ours")
 
     chain = server.middleware
     if any(isinstance(m, ServerSpans) for m in chain):
