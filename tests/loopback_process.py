@@ -40,7 +40,8 @@ def child_env(**extra: str) -> dict[str, str]:
 
 class ServerProcess:
     """``python <script> <args...>``, started and waited for until ``port`` accepts a
-    connection (``start_s`` at most; a child that exits first raises with its stderr)."""
+    connection (``start_s`` at most; a child that exits first raises with its stderr).
+    ``python`` is this interpreter unless given (a server that needs another venv's)."""
 
     def __init__(
         self,
@@ -50,10 +51,11 @@ class ServerProcess:
         *,
         start_s: float = 30.0,
         env: dict[str, str] | None = None,
+        python: str = sys.executable,
     ) -> None:
         self.port = port
         self.process = subprocess.Popen(
-            [sys.executable, str(TESTS / script), *args],
+            [python, str(TESTS / script), *args],
             env=env if env is not None else child_env(),
             stderr=subprocess.PIPE,
         )

@@ -23,9 +23,9 @@ import pytest
 pytest.importorskip("mcp")
 
 from opentelemetry.sdk.trace import ReadableSpan
-from tests.across.test_mcp_native import check_the_server_saw, hexid, server_spans
 from tests.fidelity_helpers import MODES, run
-from tests.loopback_process import TESTS, child_env
+from tests.loopback_process import child_env
+from tests.mcp_checks import SERVER, check_the_server_saw, hexid, server_spans
 from tests.otlp_fixtures import wait_until
 from tests.otlp_receiver import OtlpReceiver
 
@@ -33,7 +33,6 @@ from runnertrace import TracingRunner
 from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.testing import CapturedSpans, capture_spans
 
-SERVER = TESTS / "mcp_server_process.py"
 SERVER_ARGS = [str(SERVER), "lowlevel", "stdio"]
 
 
@@ -98,23 +97,14 @@ async def test_openai_agents_mcp_server_stdio(receiver: OtlpReceiver, mode: str)
 
 
 # -- ADK: McpToolset ------------------------------------------------------------------------------
-ELSEWHERE = pytest.param(
-    "elsewhere",
-    marks=pytest.mark.xfail(
-        strict=True,
-        reason="known limit (README, Across processes): the quiet context's unsampled flag "
-        "reaches the server in initialize and tools/list, whose spans its sampler drops",
-    ),
-)
-
-
-@pytest.mark.parametrize("tracer", ["passed-through", ELSEWHERE])
+@pytest.mark.parametrize("tracer", ["passed-through", "elsewhere"])
 @pytest.mark.parametrize("mode", MODES)
 async def test_adk_mcp_toolset(
     receiver: OtlpReceiver, mode: str, tracer: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``elsewhere``: an ADK whose tracer cannot be wrapped, so the run drives ADK under
-    the unsampled quiet context (``runners.adk.quiet``); the server must not see it."""
+    the unsampled quiet context (``runners.adk.quiet``); the server must not see it:
+    the carriers name our spans, sampled (``core.quiet``)."""
     pytest.importorskip("google.adk")
     if tracer == "elsewhere":
         from runnertrace.runners.adk import quiet

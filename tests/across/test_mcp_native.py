@@ -27,9 +27,10 @@ pytest.importorskip("mcp")
 from mcp import StdioServerParameters
 from mcp.shared import _otel as mcp_otel
 from opentelemetry.sdk.trace import ReadableSpan
-from tests.loopback_process import TESTS, ServerProcess, child_env, free_port
+from tests.loopback_process import child_env
+from tests.mcp_checks import SERVER, HttpServer, check_the_server_saw, hexid, server_spans
 from tests.otlp_fixtures import wait_until
-from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
+from tests.otlp_receiver import OtlpReceiver
 
 from runnertrace.core import Runtime
 from runnertrace.core.models import AgentRequestText
@@ -46,7 +47,6 @@ from runnertrace.tracing import traced
 from runnertrace.tracing.config import Settings
 from runnertrace.tracing.mcp import connect_stdio, connect_streamable_http
 
-SERVER = TESTS / "mcp_server_process.py"
 SERVER_KIND = 2  # OTLP's SPAN_KIND_SERVER
 
 
@@ -54,15 +54,6 @@ SERVER_KIND = 2  # OTLP's SPAN_KIND_SERVER
 def receiver() -> Iterator[OtlpReceiver]:
     with OtlpReceiver() as r:
         yield r
-
-
-class HttpServer(ServerProcess):
-    """The MCP server over streamable HTTP, in a process the test starts and stops."""
-
-    def __init__(self, kind: str, endpoint: str) -> None:
-        port = free_port()
-        super().__init__(SERVER.name, [kind, "http", endpoint, str(port)], port)
-        self.url = f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.fixture
@@ -123,31 +114,6 @@ async def run_agent(add_remote: Any, mode: str) -> str:
         if getattr(c, "tool_call_id", None) == "call_1" and hasattr(c, "status")
     ]
     return str(result.text)
-
-
-def hexid(value: int, width: int) -> str:
-    return format(value, f"0{width}x")
-
-
-def server_spans(receiver: OtlpReceiver, method: str) -> list[ReceivedSpan]:
-    return [s for s in receiver.spans if s.attributes.get("mcp.method.name") == method]
-
-
-def check_the_server_saw(
-    tool_span: ReadableSpan, receiver: OtlpReceiver, tool_result: str
-) -> ReceivedSpan:
-    """The carrier the server found in ``params._meta`` names ``tool_span``, and the
-    server's span for the call is one, in our trace, under it; returns that span."""
-    trace_id = hexid(tool_span.context.trace_id, 32)
-    span_id = hexid(tool_span.context.span_id, 16)
-    seen = json.loads(tool_result)
-    assert seen["sum"] == 42
-    assert seen["traceparent"].split("-")[1:3] == [trace_id, span_id]
-    assert wait_until(lambda: len(server_spans(receiver, "tools/call")) >= 1, timeout_s=20)
-    (call,) = server_spans(receiver, "tools/call")
-    assert call.name == "tools/call add"
-    assert (call.trace_id, call.parent_span_id) == (trace_id, span_id)
-    return call
 
 
 def check_the_call(

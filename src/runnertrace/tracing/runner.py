@@ -104,6 +104,11 @@ class TracingRunner:
     def _begin(self, agent: Any, session: Any, requests: Any, mode: str) -> RunTracer | None:
         # The boundary of handle_internal_errors, inline: this runs once per run.
         try:
+            # MCP clients carry the trace (once mcp is imported); imported here, as
+            # tracing.mcp reaches this module through tracing.remote.
+            from runnertrace.tracing.mcp import propagate_from_runs
+
+            propagate_from_runs()
             outer = _active_run.get()
             policy = self.policy
             return self._tracer(

@@ -18,8 +18,9 @@ under an *unsampled* copy of the run span's context (:func:`quiet_context`):
 parent-based samplers (the SDK default) then drop ADK's spans, and, while they
 record (:func:`adk_spans_record`), the chat span is not made current in a model call
 (spans opened there are dropped with ADK's), and an ``AgentTool``'s sub-runner runs
-under an unsampled copy of its tool span's context (:func:`attached`). That context
-travels with ADK's calls, to an MCP server too (a known limit, issue 33).
+under an unsampled copy of its tool span's context (:func:`attached`). That context is
+marked with our span (``core.quiet``): what carries the trace to another process
+(an MCP request's ``params._meta``) sends our span, sampled, not the unsampled copy.
 
 Every function here is called from the runner's ``quiet`` or ``install`` step, or
 from guarded code (the mapper, the kit's bracket around each pull): a fault in one
@@ -38,6 +39,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from runnertrace.core.context import reset_var
+from runnertrace.core.quiet import quiet_copy
 
 __all__ = [
     "adk_spans_record",
@@ -121,17 +123,11 @@ def quiet_context() -> otel_context.Context:
     """The context a traced run drives ADK in: the current span's ids, not sampled.
 
     Parent-based samplers drop what ADK starts under it; a sampler that ignores
-    the parent would keep ADK's spans, nested under our span.
+    the parent would keep ADK's spans, nested under our span. The copy is marked
+    with our span (``core.quiet``), so a carrier written under it (an MCP request's
+    ``params._meta``) names our span, sampled, not the unsampled copy.
     """
-    current = trace.get_current_span().get_span_context()
-    quiet = trace.SpanContext(
-        trace_id=current.trace_id,
-        span_id=current.span_id,
-        is_remote=False,
-        trace_flags=trace.TraceFlags(trace.TraceFlags.DEFAULT),
-        trace_state=current.trace_state,
-    )
-    return trace.set_span_in_context(trace.NonRecordingSpan(quiet))
+    return quiet_copy()
 
 
 @contextmanager

@@ -95,7 +95,7 @@ from runnertrace.runners.crewai.convert import (
     usage_of,
 )
 from runnertrace.runners.crewai.nesting import Coworker, coworker_of
-from runnertrace.runners.crewai.request import request_fields, tool_definitions
+from runnertrace.runners.crewai.request import offered_tools, request_fields, tool_definitions
 
 _BOUNDARY = MappingBoundary("crewai")
 """The runner's one boundary: every file of the runner uses this one."""
@@ -331,7 +331,7 @@ class _Mapper:
         if coworker is not None:
             lane = self._coworker(lane, coworker, key)
         if lane.builder.observed:
-            lane.tools = tool_definitions(event.tools)
+            lane.tools = tool_definitions(offered_tools(event))
         self._agent_lanes[key] = lane
         lane.agent_steps[key] = role
         self._step_start(lane, role, None, agent_name=role)

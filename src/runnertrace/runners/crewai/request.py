@@ -4,7 +4,9 @@ The chat span starts at CrewAI's ``LLMCallStartedEvent``, with what CrewAI says 
 sends: its messages (a system message is the instructions, the rest the input
 messages), the request parameters the event carries, and the working agent's tools
 as definitions (CrewAI lists them in the ReAct prompt; they are read once per agent
-execution, from its ``AgentExecutionStartedEvent``). The mapper builds these fields
+execution, from its ``AgentExecutionStartedEvent``: the event's tools, the agent's
+own, and the MCP tools CrewAI resolved from the agent's ``mcps`` for this execution,
+which only its executor holds, :func:`offered_tools`). The mapper builds these fields
 only in a traced run, through the boundary's ``detail`` (a fault costs the fields,
 never the message).
 """
@@ -14,12 +16,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from crewai.events.types.agent_events import AgentExecutionStartedEvent
 from crewai.events.types.llm_events import LLMCallStartedEvent
+from crewai.tools.mcp_native_tool import MCPNativeTool
+from crewai.tools.mcp_tool_wrapper import MCPToolWrapper
 from pydantic import JsonValue
 
 from runnertrace.runners._kit import genai
 
-__all__ = ["request_fields", "tool_definitions"]
+__all__ = ["offered_tools", "request_fields", "tool_definitions"]
+
+MCP_TOOLS = (MCPNativeTool, MCPToolWrapper)
+"""The tools CrewAI makes of an agent's ``mcps`` (native configs, and server URLs)."""
 
 
 def _text_of(content: Any) -> str:
@@ -72,3 +80,15 @@ def tool_definitions(tools: Iterable[Any] | None) -> list[dict[str, JsonValue]] 
             )
         )
     return genai.or_none(definitions)
+
+
+def offered_tools(event: AgentExecutionStartedEvent) -> list[Any]:
+    """The tools an agent execution offers its model: the event's (the agent's own
+    ``tools``), then the MCP tools its executor was given for this execution (CrewAI
+    resolves an agent's ``mcps`` per execution and passes them to the executor only)."""
+    offered = list(event.tools or ())
+    executor = getattr(event.agent, "agent_executor", None)
+    for tool in getattr(executor, "original_tools", None) or ():
+        if isinstance(tool, MCP_TOOLS) and all(tool is not known for known in offered):
+            offered.append(tool)
+    return offered
