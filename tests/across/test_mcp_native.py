@@ -246,3 +246,37 @@ def test_an_mcp_release_without_the_private_tracer_loses_only_the_gate(
     assert [type(m) for m in server.middleware] == [traced_mcp.ServerSpans]
     moved = [r for r in caplog.records if "checked against mcp 2.3" in r.getMessage()]
     assert len(moved) == 2
+
+
+def sent(carrier: dict[str, str]) -> tuple[str, bool]:
+    """The parent span id a ``traceparent`` names, and whether it says sampled."""
+    _, _, span_id, flags = carrier["traceparent"].split("-")
+    return span_id, bool(int(flags, 16) & 1)
+
+
+def test_a_quiet_copy_is_sent_as_its_original_and_our_spans_under_it_as_themselves() -> None:
+    """``core.quiet``: the carrier written under a runner's unsampled quiet copy names the
+    span it copies, sampled; a sampled span of ours started under it is sent as itself."""
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace as trace_api
+
+    from runnertrace.core.propagation import inject
+    from runnertrace.core.quiet import quiet_copy, sendable
+
+    with capture_spans(deterministic=False) as captured:
+        tracer = captured.provider.get_tracer("test")
+        with tracer.start_as_current_span("run") as run_span:
+            token = otel_context.attach(quiet_copy())
+            try:
+                quiet = trace_api.get_current_span().get_span_context()
+                assert not quiet.trace_flags.sampled
+                ids = hexid(run_span.get_span_context().span_id, 16)
+                assert sent(inject()) == (ids, False)  # as it is: unsampled
+                assert sent(inject(context=sendable())) == (ids, True)
+                # Our spans take their parent explicitly (the sampler drops any other).
+                parent = trace_api.set_span_in_context(run_span)
+                with tracer.start_as_current_span("tool", context=parent):
+                    assert sendable() is None
+            finally:
+                otel_context.detach(token)
+        assert sendable() is None

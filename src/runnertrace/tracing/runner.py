@@ -44,6 +44,7 @@ from runnertrace.core.observer import (
 from runnertrace.tracing import attributes as A
 from runnertrace.tracing.config import TraceConfig
 from runnertrace.tracing.content import ContentPolicy
+from runnertrace.tracing.mcp_client import propagate_from_runs
 from runnertrace.tracing.setup import TracingSetup, get_tracing_setup, setup_key
 from runnertrace.tracing.state import RunTracer, active_run
 
@@ -104,11 +105,7 @@ class TracingRunner:
     def _begin(self, agent: Any, session: Any, requests: Any, mode: str) -> RunTracer | None:
         # The boundary of handle_internal_errors, inline: this runs once per run.
         try:
-            # MCP clients carry the trace (once mcp is imported); imported here, as
-            # tracing.mcp reaches this module through tracing.remote.
-            from runnertrace.tracing.mcp import propagate_from_runs
-
-            propagate_from_runs()
+            propagate_from_runs()  # MCP clients carry the trace (once mcp is imported)
             outer = _active_run.get()
             policy = self.policy
             return self._tracer(
