@@ -4,7 +4,7 @@
 ``mcp<2``, which cannot share the main venv (``mcp`` 2.3): these tests run in
 ``.venv-mcp1`` (``.ci/extra-mcp1``) and skip elsewhere. ``mcp`` 1.x sends no trace
 context; in traced runs runnertrace makes its ``ClientSession`` carry the current
-span's in ``params._meta`` (``tracing.mcp``). The server
+span's in ``params._meta`` (``tracing.mcp_client``). The server
 (``tests/mcp_server_process.py``: ``mcp`` 2's low-level ``Server``, traced with
 ``trace_server``, exporting by OTLP to a loopback receiver) needs ``mcp`` 2, so it
 runs on another interpreter (``tests.mcp_checks.mcp2_python``). The models are the
