@@ -9,14 +9,31 @@ and start the server with another interpreter.
 from __future__ import annotations
 
 import json
+import os
 import sys
+from pathlib import Path
 
+import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from tests.loopback_process import TESTS, ServerProcess, free_port
 from tests.otlp_fixtures import wait_until
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 SERVER = TESTS / "mcp_server_process.py"
+
+
+def mcp2_python() -> str:
+    """The interpreter the server runs on, one with ``mcp`` 2 (the client under test may
+    have 1.x): ``MCP2_PYTHON`` (the CI scripts set it to the main venv's), else the
+    repository's ``.venv``; set but missing fails, neither skips."""
+    given = os.environ.get("MCP2_PYTHON")
+    if given:
+        assert Path(given).is_file(), f"MCP2_PYTHON={given} is no interpreter"
+        return given
+    default = TESTS.parent / ".venv" / "bin" / "python"
+    if not default.is_file():
+        pytest.skip("no interpreter with mcp 2 for the server (MCP2_PYTHON)")
+    return str(default)
 
 
 class HttpServer(ServerProcess):

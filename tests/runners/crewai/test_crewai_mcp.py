@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,8 +34,14 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 from crewai import Agent as CrewAgent  # noqa: E402
 from crewai.mcp import MCPServerHTTP, MCPServerStdio  # noqa: E402
 from tests.fidelity_helpers import MODES, run  # noqa: E402
-from tests.loopback_process import TESTS, child_env  # noqa: E402
-from tests.mcp_checks import SERVER, HttpServer, check_the_server_saw, hexid  # noqa: E402
+from tests.loopback_process import child_env  # noqa: E402
+from tests.mcp_checks import (  # noqa: E402
+    SERVER,
+    HttpServer,
+    check_the_server_saw,
+    hexid,
+    mcp2_python,
+)
 from tests.otlp_fixtures import wait_until  # noqa: E402
 from tests.otlp_receiver import OtlpReceiver  # noqa: E402
 from tests.runners.crewai.test_crewai import sandbox  # noqa: E402, F401 - autouse
@@ -46,18 +51,6 @@ from runnertrace.core.agent import Agent  # noqa: E402
 from runnertrace.runners.crewai import CrewAIRunner  # noqa: E402
 from runnertrace.runners.crewai.testing import ScriptedLLM, action, final  # noqa: E402
 from runnertrace.testing import CapturedSpans, capture_spans  # noqa: E402
-
-
-def mcp2_python() -> str:
-    """The interpreter the server runs on (see the module); set but missing fails."""
-    given = os.environ.get("MCP2_PYTHON")
-    if given:
-        assert Path(given).is_file(), f"MCP2_PYTHON={given} is no interpreter"
-        return given
-    default = TESTS.parent / ".venv" / "bin" / "python"
-    if not default.is_file():
-        pytest.skip("no interpreter with mcp 2 for the server (MCP2_PYTHON)")
-    return str(default)
 
 
 @pytest.fixture
