@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -44,3 +47,36 @@ def chromium() -> str:
     if _REQUIRED:
         pytest.fail(message + "; CI requires it", pytrace=False)
     pytest.skip(message)
+
+
+@contextmanager
+def loopback_page(width: int, height: int, args: list[str]) -> Iterator[object]:
+    """A headless Chromium page (launched with ``args``) that may reach only loopback.
+
+    Any other request is aborted and reported after the test, as is any uncaught
+    error of the page's own scripts.
+    """
+    from playwright import sync_api as playwright_api
+
+    executable = chromium()  # skips without one, fails in CI
+    outside: list[str] = []
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=args, headless=True)
+        context = browser.new_context(viewport={"width": width, "height": height})
+
+        def guard(route: object) -> None:
+            url = route.request.url  # type: ignore[attr-defined]
+            if urlsplit(url).hostname in ("127.0.0.1", None) or url.startswith("data:"):
+                route.continue_()  # type: ignore[attr-defined]
+            else:
+                outside.append(url)
+                route.abort()  # type: ignore[attr-defined]
+
+        context.route("**/*", guard)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        yield page
+        assert errors == [], errors
+        browser.close()
+    assert outside == [], f"the page reached beyond loopback: {outside}"

@@ -16,9 +16,8 @@ pytest.importorskip("uvicorn", reason="needs the ui extra: pip install -e '.[dev
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
-from tests.browser import chromium
+from tests.browser import loopback_page  # one Chromium lookup and loopback guard for all
 
 from runnertrace.exporters.local_store import SpanStore
 from test_ui_browser import ARGS, Server
@@ -45,28 +44,8 @@ def base_url(db: Path) -> Iterator[str]:
 
 @pytest.fixture
 def pg(base_url: str) -> Iterator[object]:
-    executable = chromium()  # skips without one, fails in CI: see tests/browser.py
-    outside: list[str] = []
-    with playwright_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=ARGS, headless=True)
-        context = browser.new_context(viewport={"width": 1500, "height": 900})
-
-        def guard(route: object) -> None:
-            url = route.request.url  # type: ignore[attr-defined]
-            if urlsplit(url).hostname in ("127.0.0.1", None) or url.startswith("data:"):
-                route.continue_()  # type: ignore[attr-defined]
-            else:
-                outside.append(url)
-                route.abort()  # type: ignore[attr-defined]
-
-        context.route("**/*", guard)
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
+    with loopback_page(1500, 900, ARGS) as page:
         yield page
-        assert errors == [], errors
-        browser.close()
-    assert outside == [], outside
 
 
 def cells(row: object) -> dict[str, str]:

@@ -15,7 +15,6 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 from opentelemetry import trace as trace_api
@@ -24,7 +23,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
-from tests.browser import chromium  # one Chromium lookup for every browser test
+from tests.browser import loopback_page  # one Chromium lookup and loopback guard for all
 
 from runnertrace.exporters.local_store import SqliteSpanExporter
 from store_engines import ENGINES, new_location
@@ -198,28 +197,8 @@ def base_url(
 
 @pytest.fixture
 def pg(base_url: str) -> Iterator[object]:
-    executable = chromium()  # skips without one, fails in CI: see tests/browser.py
-    outside: list[str] = []
-    with playwright_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=ARGS, headless=True)
-        context = browser.new_context(viewport={"width": 1400, "height": 900})
-
-        def guard(route: object) -> None:
-            url = route.request.url  # type: ignore[attr-defined]
-            if urlsplit(url).hostname == "127.0.0.1" or url.startswith("data:"):
-                route.continue_()  # type: ignore[attr-defined]
-            else:
-                outside.append(url)
-                route.abort()  # type: ignore[attr-defined]
-
-        context.route("**/*", guard)
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
+    with loopback_page(1400, 900, ARGS) as page:
         yield page
-        assert errors == [], errors
-        browser.close()
-    assert outside == [], f"the page reached beyond loopback: {outside}"
 
 
 def shot(page: object, name: str, tmp_path: Path) -> None:
