@@ -1,7 +1,7 @@
 """MCP through each framework's own MCP client, to a real server in another process.
 
-The server (``tests/mcp_server_process.py``, the low-level ``Server`` over stdio,
-traced with ``trace_server``) exports by OTLP to a loopback receiver; the
+The server (``tests/mcp_server_process.py``, the low-level ``Server`` over stdio or
+streamable HTTP, traced with ``trace_server``) exports by OTLP to a loopback receiver; the
 framework's run is captured in memory. The model is the framework's own offline
 one. Per framework, in run and stream mode:
 
@@ -23,6 +23,7 @@ import pytest
 pytest.importorskip("mcp")
 
 from opentelemetry.sdk.trace import ReadableSpan
+from tests.across.test_mcp_native import HttpServer
 from tests.fidelity_helpers import MODES, run
 from tests.loopback_process import child_env
 from tests.mcp_checks import SERVER, check_the_server_saw, hexid, server_spans
@@ -34,6 +35,7 @@ from runnertrace.core.agent import Agent as CoreAgent
 from runnertrace.testing import CapturedSpans, capture_spans
 
 SERVER_ARGS = [str(SERVER), "lowlevel", "stdio"]
+TRANSPORTS = ["stdio", "http"]
 
 
 @pytest.fixture
@@ -61,12 +63,25 @@ def listed_tools(chat: ReadableSpan) -> dict[str, Any]:
     return {t["name"]: t for t in json.loads(attrs(chat)["gen_ai.tool.definitions"])}
 
 
-# -- OpenAI Agents: MCPServerStdio ----------------------------------------------------------------
+# -- OpenAI Agents: MCPServerStdio, MCPServerStreamableHttp ---------------------------------------
+def openai_agents_server(receiver: OtlpReceiver, server: HttpServer | None) -> Any:
+    from agents.mcp import MCPServerStdio, MCPServerStdioParams, MCPServerStreamableHttp
+
+    if server is not None:
+        return MCPServerStreamableHttp(params={"url": server.url, "timeout": 30}, name="adder")
+    params = MCPServerStdioParams(
+        command=sys.executable, args=[*SERVER_ARGS, receiver.traces_url], env=child_env()
+    )
+    return MCPServerStdio(params=params, name="adder")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("mode", MODES)
-async def test_openai_agents_mcp_server_stdio(receiver: OtlpReceiver, mode: str) -> None:
+async def test_openai_agents_mcp_server(
+    receiver: OtlpReceiver, http_server: HttpServer | None, mode: str, transport: str
+) -> None:
     pytest.importorskip("agents")
     from agents import Agent
-    from agents.mcp import MCPServerStdio, MCPServerStdioParams
     from agents.testing import ModelStep, assistant_message, function_call
 
     from runnertrace.runners.openai_agents import OpenAIRunner
@@ -78,10 +93,7 @@ async def test_openai_agents_mcp_server_stdio(receiver: OtlpReceiver, mode: str)
             [assistant_message("The sum is 42.")],
         ]
     )
-    params = MCPServerStdioParams(
-        command=sys.executable, args=[*SERVER_ARGS, receiver.traces_url], env=child_env()
-    )
-    async with MCPServerStdio(params=params, name="adder") as server:
+    async with openai_agents_server(receiver, http_server) as server:
         agent = Agent(name="mcp-user", model=model, mcp_servers=[server])
         core = CoreAgent("mcp-user", TracingRunner(OpenAIRunner(), capture_content=True), agent)
         with capture_spans(deterministic=False) as captured:
@@ -97,10 +109,16 @@ async def test_openai_agents_mcp_server_stdio(receiver: OtlpReceiver, mode: str)
 
 
 # -- ADK: McpToolset ------------------------------------------------------------------------------
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("tracer", ["passed-through", "elsewhere"])
 @pytest.mark.parametrize("mode", MODES)
 async def test_adk_mcp_toolset(
-    receiver: OtlpReceiver, mode: str, tracer: str, monkeypatch: pytest.MonkeyPatch
+    receiver: OtlpReceiver,
+    http_server: HttpServer | None,
+    mode: str,
+    tracer: str,
+    transport: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``elsewhere``: an ADK whose tracer cannot be wrapped, so the run drives ADK under
     the unsampled quiet context (``runners.adk.quiet``); the server must not see it:
@@ -111,20 +129,27 @@ async def test_adk_mcp_toolset(
 
         monkeypatch.setattr(quiet, "pass_through_adk_spans", lambda: False)
     from google.adk.agents import LlmAgent
-    from google.adk.tools.mcp_tool import McpToolset, StdioConnectionParams
+    from google.adk.tools.mcp_tool import (
+        McpToolset,
+        StdioConnectionParams,
+        StreamableHTTPConnectionParams,
+    )
     from mcp import StdioServerParameters
 
     from runnertrace.runners.adk import GoogleADKRunner
     from runnertrace.runners.adk.testing import ScriptedAdkLlm, Turn
 
-    toolset = McpToolset(
-        connection_params=StdioConnectionParams(
+    connection: Any = (
+        StreamableHTTPConnectionParams(url=http_server.url, timeout=30)
+        if http_server is not None
+        else StdioConnectionParams(
             server_params=StdioServerParameters(
                 command=sys.executable, args=[*SERVER_ARGS, receiver.traces_url], env=child_env()
             ),
             timeout=30,
         )
     )
+    toolset = McpToolset(connection_params=connection)
     script = [Turn(calls=[("add", {"a": 2, "b": 40}, "c1")]), Turn(text="The sum is 42.")]
     native = LlmAgent(
         name="mcp_user", model=ScriptedAdkLlm(model="fake-llm", script=script), tools=[toolset]

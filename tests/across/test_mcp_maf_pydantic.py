@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -30,6 +29,7 @@ pytest.importorskip("mcp")
 from opentelemetry.sdk.trace import ReadableSpan
 from tests.across.test_mcp_frameworks import (
     SERVER_ARGS,
+    TRANSPORTS,
     attrs,
     check_the_call,
     listed_tools,
@@ -48,21 +48,7 @@ from runnertrace.testing import capture_spans
 
 __all__ = ["receiver"]  # the shared fixture, used here by name
 
-TRANSPORTS = ["stdio", "http"]
 REPO = TESTS.parent
-
-
-@pytest.fixture
-def http_server(request: pytest.FixtureRequest, receiver: OtlpReceiver) -> Iterator[Any]:
-    """The MCP server over streamable HTTP for ``transport == "http"`` (else ``None``)."""
-    if request.node.callspec.params["transport"] != "http":
-        yield None
-        return
-    server = HttpServer("lowlevel", receiver.traces_url)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def check_mcp_attributes(
