@@ -13,7 +13,9 @@ Modes (switchable while running, via ``receiver.mode``):
 * ``500``: answers 500 (records nothing).
 * ``hang``: holds each request open for ``hang_s`` seconds (longer than any
   exporter timeout in the tests) before answering; ``stop()`` releases it.
-* ``refuse``: nothing listens on the port (connection refused).
+* ``refuse``: nothing listens on the port (connection refused). The port stays bound
+  (a socket that never listens) until ``stop()``, so no receiver started meanwhile can be
+  given it: a refused backend's exports can never land on a healthy receiver.
 * ``down``: the port accepts connections but drops every request unanswered,
   as a crashed process behind a proxy does.
 
@@ -32,6 +34,7 @@ decoded: it arrives and is answered an empty 200.
 from __future__ import annotations
 
 import gzip
+import socket
 import threading
 import zlib
 from dataclasses import dataclass, field
@@ -219,6 +222,7 @@ class OtlpReceiver:
         self._release = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._reserved: socket.socket | None = None  # mode "refuse": bound, never listening
         self.port = 0
 
     def hold(self) -> bool:
@@ -237,12 +241,17 @@ class OtlpReceiver:
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> OtlpReceiver:
+        if self.mode == "refuse":
+            # Bound but never listening: a connection is refused, and the kernel cannot hand
+            # the port to the next receiver (closing it could, and that receiver would then
+            # get this one's traffic).
+            self._reserved = socket.socket()
+            self._reserved.bind(("127.0.0.1", 0))
+            self.port = self._reserved.getsockname()[1]
+            return self
         server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         server.daemon_threads = True
         self.port = server.server_address[1]
-        if self.mode == "refuse":
-            server.server_close()  # the port is now closed: connections are refused
-            return self
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
@@ -252,6 +261,9 @@ class OtlpReceiver:
 
     def stop(self) -> None:
         self._release.set()
+        if self._reserved is not None:
+            self._reserved.close()
+            self._reserved = None
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -380,6 +392,19 @@ def _handler(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+_REFUSING: list[OtlpReceiver] = []  # kept for the process, so their ports stay refused
+
+
+def refused_port() -> int:
+    """A loopback port that refuses connections for the rest of the process.
+
+    A port found by binding and closing a probe socket is free for the kernel to give to
+    the next server a test starts, which would then receive what was meant to be refused."""
+    receiver = OtlpReceiver("refuse").start()
+    _REFUSING.append(receiver)
+    return receiver.port
+
+
 def closed_port_url() -> str:
-    """A loopback traces URL on which nothing listens (connection refused)."""
-    return OtlpReceiver("refuse").start().traces_url
+    """A loopback traces URL on which nothing listens (connection refused), for good."""
+    return f"http://127.0.0.1:{refused_port()}/v1/traces"

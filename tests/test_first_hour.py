@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from tests import backends
+from tests.otlp_receiver import refused_port
 from tests.test_cli import ANSWERS, clean_env
 
 from runnertrace.core import Runtime, Session
@@ -136,10 +137,8 @@ def hung_collector() -> Iterator[int]:
 
 @pytest.fixture
 def closed_port() -> int:
-    """A port nothing listens on (connections are refused)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A port nothing listens on (connections are refused), kept from any other server."""
+    return refused_port()
 
 
 # -- 1. failed exports are never silent --------------------------------------------------------

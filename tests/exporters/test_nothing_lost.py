@@ -23,7 +23,7 @@ import pytest
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from tests.otlp_receiver import OtlpReceiver
+from tests.otlp_receiver import OtlpReceiver, refused_port
 
 from runnertrace.exporters.local import LocalBackend, LocalConfig
 from runnertrace.exporters.local_store import SpanStore
@@ -338,12 +338,9 @@ def test_every_module_lock_of_ours_is_new_in_a_forked_child() -> None:
 
 def test_a_refused_collector_is_one_line_naming_the_refusal(tmp_path: Path) -> None:
     """Spans and metrics to a port nothing listens on: one line, the real cause, the counts."""
-    import socket
     import textwrap
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = refused_port()
     (tmp_path / "runnertrace.yaml").write_text(
         textwrap.dedent(
             f"""
