@@ -812,6 +812,28 @@ async def test_model_settings_the_sdk_keeps_do_not_keep_a_finished_runs_mapping(
     assert policy is not None and policy(None) is False  # the agent has no policy of its own
 
 
+@pytest.mark.parametrize("declared", [True, False], ids=["run-config-settings", "none"])
+async def test_a_traced_run_sends_the_run_configs_model_settings_with_our_retry_policy(
+    declared: bool, captured_spans: CapturedSpans
+) -> None:
+    """The observed run config carries our retry policy; it is merged onto the model
+    settings the user's ``RunConfig`` declares, so the model gets both (and with none
+    declared, only the policy)."""
+    s = traced_setup(tool_run("a", USAGE))
+    user_settings = ModelSettings(temperature=0.3, max_tokens=64) if declared else None
+    user_config = RunConfig(model_settings=user_settings)
+    s.module.run_options(s.native, run_config=user_config)
+    await s.run()
+    sent = [call.model_settings for call in s.model.calls]
+    assert len(sent) == 2 and all(settings.retry is not None for settings in sent)
+    expected = (0.3, 64) if declared else (None, None)
+    assert {(settings.temperature, settings.max_tokens) for settings in sent} == {expected}
+    assert user_config.model_settings is user_settings  # the user's config is not changed
+    assert user_settings is None or user_settings.retry is None
+    chat = captured_spans.by_name("chat fake-model")[0]
+    assert chat.attributes.get("gen_ai.request.temperature") == expected[0]
+
+
 # -- the example -------------------------------------------------------------
 def test_the_example_runs_offline(tmp_path: Path) -> None:
     env = {

@@ -223,7 +223,10 @@ def observed_options(options: dict[str, Any], link: HooksLink) -> dict[str, Any]
     # and costs more than the rest of the observation together.
     observed = copy.copy(config)
     observed.tool_error_formatter = formatter
-    observed.model_settings = (config.model_settings or ModelSettings()).resolve(retry)
+    # Merged only onto settings the user declared: ``ModelSettings().resolve(retry)`` is
+    # ``retry`` field for field, at five times the cost (a validated copy per run).
+    settings = config.model_settings
+    observed.model_settings = retry if settings is None else settings.resolve(retry)
     return {**options, "hooks": _compose(hooks, options.get("hooks")), "run_config": observed}
 
 
