@@ -35,7 +35,8 @@ urllib3 | the framework and pydantic):
   46 | 29 | 15 | 13%. Pydantic's dataclass ``__init__`` (+441 a run) was mostly the
   SDK's ``ModelSettings`` rebuilt for our retry policy (``ModelSettings().resolve(retry)``
   when the user declared no settings). After the cut (the retry settings themselves):
-  run +7,350, that line +333 (the SDK's own merge of agent and run settings).
+  that line +333 and pydantic's share 650 -> 543 (the rest, the SDK's own merge of
+  agent and run settings); the whole extra read +7,350, most of the drop the posts.
 - LangGraph: run 19,688 -> 30,076 (+10,387): 44 | 32 | 9 | 16%, the last mostly
   LangChain's callback manager dispatching to our handler (``ahandle_event``, +1,303);
   stream +8,339: 56 | 33 | 8 | 2%.

@@ -40,6 +40,15 @@ Where the untraced runner's time goes (issue 32, measured 2026-12-02 on the load
   1.19x (1.03-1.37); ADK 1.10x (1.01-1.12) / 1.07x (1.03-1.22); CrewAI not run (not in
   this venv). These were taken while other processes loaded the machine: the stream
   ratios' IQRs are wide; rerun on a quiet machine before drawing on them.
+- smolagents stream (``--profile``, 2026-12-03): the own call drains smolagents'
+  generator in its worker thread (``list(agent.run(..., stream=True))``) and hands
+  the loop nothing until the end; the runner hands each item to the loop as it comes,
+  which is what a stream is for. That costs the loop wake-ups a thread's hand-off
+  takes (``call_soon_threadsafe``, the self-pipe's ``recv``: +19 a run, already
+  coalesced to one per batch of items that arrive while the loop is busy) and the
+  queue's futures; the kit's relay and stream loop and the tick drain are about 200 us
+  a run of the profiled time (cProfile inflates every call). A live stream cannot
+  skip the hand-off, so the gap against that baseline stays.
 """
 
 from __future__ import annotations
