@@ -99,6 +99,7 @@ FRAMEWORKS = {"maf": (maf_tool, maf_agent), "pydantic-ai": (pydantic_ai_tool, py
 
 
 def finished() -> list[dict[str, Any]]:
+    provider.force_flush()  # a first priced call's span ends once the price table is in
     found = [
         {
             "name": s.name,

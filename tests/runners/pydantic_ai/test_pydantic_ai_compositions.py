@@ -750,6 +750,9 @@ from runnertrace.core.agent import Agent as CoreAgent
 t.user["tracer"] = trace.get_tracer("user-code")
 
 def seen(team):
+    # A process's first priced calls end once the price table is in (off the run's path):
+    # flushing the provider settles them, as an app reading its exporter must.
+    provider.force_flush()
     spans = list(exporter.get_finished_spans())
     exporter.clear()
     by_id = {s.context.span_id: s for s in spans}
