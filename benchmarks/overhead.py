@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import resource
 import statistics
 import sys
 import tempfile
@@ -116,6 +117,15 @@ DISCARD = TraceConfig(type=f"{__name__}.DiscardBackend", enabled=True)
 
 
 # -- measurement helpers -----------------------------------------------------------------------
+def rss_mb() -> float:
+    """This process's resident set now, in MB (the peak, where /proc has no VmRSS line)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 @dataclass
 class Row:
     label: str

@@ -126,7 +126,6 @@ import gc
 import json
 import os
 import pstats
-import resource
 import statistics
 import subprocess
 import sys
@@ -148,7 +147,7 @@ from frameworks import REQUESTS, _modes, _session_ids  # noqa: E402
 from opentelemetry import trace as trace_api  # noqa: E402
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from otlp_sink import SinkProcess  # noqa: E402
-from overhead import Row, _paired, cpu_clock, print_table  # noqa: E402
+from overhead import Row, _paired, cpu_clock, print_table, rss_mb  # noqa: E402
 from peer_kit import (  # noqa: E402
     MODES,
     CountingProcessor,
@@ -550,24 +549,16 @@ async def measure_machinery(variants: list[Variant], batch: int, budget_s: float
 
 
 # -- throughput, memory, profile ---------------------------------------------------------------
-def _rss_mb() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 async def _run_many(run: ModeFn, runs: int) -> tuple[float, float, float, float]:
     """(CPU s, wall s, RSS MB before, RSS MB after) over ``runs`` runs back to back."""
     gc.collect()
-    rss_before = _rss_mb()
+    rss_before = rss_mb()
     cpu_before, wall_before = cpu_clock(), time.perf_counter()
     for _ in range(runs):
         await run()
     cpu, wall = cpu_clock() - cpu_before, time.perf_counter() - wall_before
     gc.collect()
-    return cpu, wall, rss_before, _rss_mb()
+    return cpu, wall, rss_before, rss_mb()
 
 
 async def measure_scale(fw: Framework, setting: Setting, runs: int) -> list[Row]:
@@ -613,7 +604,7 @@ async def measure_scale(fw: Framework, setting: Setting, runs: int) -> list[Row]
         wrapped.setup.flush()
         cpu += cpu_clock() - flush_start
         spans = max(delivered() - spans_before, 1)
-        rss_after = _rss_mb()
+        rss_after = rss_mb()
         wrapped.setup.shutdown()
         rows += [
             Row(

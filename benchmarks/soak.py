@@ -51,19 +51,12 @@ sys.path.insert(0, str(HERE))
 
 import frameworks as fw  # noqa: E402
 from otlp_sink import SinkProcess  # noqa: E402
+from overhead import rss_mb  # noqa: E402
 from retained import BY_DESIGN, FRAMEWORKS, census  # noqa: E402
 
 from runnertrace import TracingRunner  # noqa: E402
 from runnertrace.tracing.config import TraceConfig  # noqa: E402
 from runnertrace.tracing.export import BoundedBatchSpanProcessor  # noqa: E402
-
-
-def rss_mb() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
 
 
 def settled_rss() -> float:
