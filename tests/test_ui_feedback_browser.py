@@ -4,8 +4,11 @@ each app with its runs and narrows the list, in the URL."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,3 +102,37 @@ def test_the_project_switcher(pg: object, base_url: str) -> None:
     pg.reload()  # type: ignore[attr-defined]
     expect(switcher).to_have_value("shop")
     expect(rows).to_have_count(3)
+
+
+def test_feedback_given_elsewhere_arrives_without_reloading_the_waterfall(
+    pg: object, base_url: str
+) -> None:
+    """Feedback moves the run on the live feed; the open trace shows it in its list, and the
+    waterfall (with the span picked in it) stays as it is: no reload for a change of thumbs."""
+    pg.goto(base_url + "/#/runs")  # type: ignore[attr-defined]
+    row = pg.locator('#runs tr[data-agent="pricey"]').nth(1)  # type: ignore[attr-defined]
+    trace_id = row.get_attribute("data-trace-id")
+    row.click()
+    expect(pg.locator("#live")).to_have_text("live")  # type: ignore[attr-defined]
+    frame = pg.frame_locator("iframe.trace")  # type: ignore[attr-defined]
+    tool = frame.locator("#rows .row", has_text="execute_tool lookup")
+    tool.click()
+    span_id = tool.get_attribute("data-span-id")
+    target = pg.locator("#feedback-target")  # type: ignore[attr-defined]
+    target.select_option(span_id)
+    drawn = pg.locator("iframe.trace").element_handle().content_frame()  # type: ignore[attr-defined]
+    drawn.evaluate("window.drawnOnce = true")
+    seq = int(pg.locator("body").get_attribute("data-live-seq") or 0)  # type: ignore[attr-defined]
+    sent = json.dumps({"trace_id": trace_id, "score": "up", "comment": "from a colleague"})
+    request = urllib.request.Request(
+        base_url + "/api/feedback", sent.encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 200
+    listed = pg.locator("#feedback-list li")  # type: ignore[attr-defined]
+    expect(listed).to_have_count(1)
+    expect(listed.first.locator(".note")).to_have_text("\u2013 from a colleague")
+    expect(pg.locator("body")).not_to_have_attribute("data-live-seq", str(seq))  # type: ignore[attr-defined]
+    assert drawn.evaluate("window.drawnOnce === true")
+    expect(target).to_have_value(span_id)
+    expect(tool).to_have_class(re.compile(r"\bselected\b"))

@@ -545,6 +545,7 @@
       }).catch(function () { /* the trace's own summary says when it is missing */ });
     }
     load();
+    box.refresh = load;  // feedback given elsewhere (another viewer, the API) arrives live
     return box;
   }
 
@@ -584,11 +585,17 @@
     jsonLink.setAttribute("download", "trace-" + traceId + ".json");
     bar.appendChild(jsonLink);
     view.appendChild(bar);
-    view.appendChild(feedbackPanel(traceId, frameReady));
+    var feedback = feedbackPanel(traceId, frameReady);
+    view.appendChild(feedback);
     frame.title = "trace waterfall";
     var framed = false;
+    // What the waterfall was drawn from: a live change that leaves it alone (feedback bumps
+    // the run's seq too) must not reload the frame, which would drop the span picked in it.
+    var drawn = null;
+    function spansOf(run) { return [run.span_count, run.end_ns, run.status].join("|"); }
     function summary() {
       api("/api/runs/" + encodeURIComponent(traceId)).then(function (run) {
+        drawn = spansOf(run);
         if (!framed) {  // the frame only once the trace is known to exist
           framed = true;
           frame.src = "/trace/" + encodeURIComponent(traceId);
@@ -622,7 +629,12 @@
     }
     summary();
     current.onRuns = function (runs) {
-      if (!runs.some(function (r) { return r.trace_id === traceId; })) return;
+      var changed = runs.filter(function (r) { return r.trace_id === traceId; });
+      if (!changed.length) return;
+      if (framed && spansOf(changed[changed.length - 1]) === drawn) {
+        feedback.refresh();
+        return;
+      }
       var hash = "";
       try { hash = frame.contentWindow.location.hash; } catch (err) { hash = ""; }
       frame.src = "/trace/" + encodeURIComponent(traceId) + "?t=" + Date.now() + hash;
