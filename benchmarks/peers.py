@@ -115,6 +115,15 @@ only the machinery per run against the bare spans (no peers), for cuts.
   1.7 -> 1.3 us a span). Both are inside the paired measurement's noise on the
   loaded machine. What is left to cut is mostly outside ``tracing/``: the
   runners' traced-path work and pydantic validation of our own events.
+- Latest (2026-12-03, 200 runs, quiet machine; OTel | our tracing + runner +
+  core | builtins, share of the extra, run / stream): OpenAI Agents 27|30|23%
+  / 32|32|22%; MAF 34|43|21% / 46|65|17% (Agent Framework itself -23% in stream);
+  Pydantic AI 20|20|21% / 25|22|18% (Pydantic AI's own code 19% in run mode);
+  ADK 27|34|16% / 38|42|18%; smolagents 38|36|18% / 36|42|18%. The export
+  thread, profiled apart on MAF: the OTLP encoder ~35%, requests ~30%, the
+  vendor-key copy (``MappedSpanExporter.map_span``) ~15%, metrics ~15%. The
+  table with the split of every cell into untraced runner, run's path and
+  export thread is in ``docs/performance.md`` ("2026-12-03, later").
 """
 
 from __future__ import annotations
