@@ -118,3 +118,29 @@ def test_peers_benchmark_smoke_run(framework: str, tmp_path: Path) -> None:
             assert rows[name]["spans_per_run"] > 0, (name, mode, rows[name])
         for row in rows.values():
             assert row["us_per_run"] > 0 and row["ratio"] > 0, row
+
+
+def test_content_cost_benchmark_smoke_run() -> None:
+    """``content_cost.py`` runs both modes and prints one ratio per mode (no timing asserted)."""
+    if not _installed("agent_framework"):
+        pytest.skip("maf is not installed in this interpreter")
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "content_cost.py"),
+            "--framework",
+            "maf",
+            "--pairs",
+            "2",
+            "--runs",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line.split() for line in done.stdout.splitlines()]
+    assert [(words[0], words[1]) for words in lines] == [("maf", "run"), ("maf", "stream")]
+    assert all(float(words[5].rstrip("x")) > 0 for words in lines), done.stdout
