@@ -2,8 +2,9 @@
 
 ``python tests/mcp_app_process.py FRAMEWORK ENDPOINT [URL]``
 
-* ``FRAMEWORK``: ``maf`` (``MCPStdioTool``, or ``MCPStreamableHTTPTool`` with a URL)
-  or ``pydantic-ai`` (``MCPToolset``);
+* ``FRAMEWORK``: ``maf`` (``MCPStdioTool``, or ``MCPStreamableHTTPTool`` with a URL),
+  ``pydantic-ai`` (``MCPToolset``), ``openai-agents`` (``MCPServerStdio``, or
+  ``MCPServerStreamableHttp``) or ``google-adk`` (``McpToolset``);
 * ``ENDPOINT``: the OTLP traces URL the stdio server (started by the framework) exports to;
 * ``URL``: a streamable-HTTP MCP server to use instead of stdio.
 
@@ -18,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,7 @@ from runnertrace.tracing.config import TraceConfig  # noqa: E402
 
 SERVER = str(Path(__file__).resolve().parent / "mcp_server_process.py")
 KEPT = ("mcp.method.name", "gen_ai.operation.name", "gen_ai.tool.call.result")
+APP = TraceConfig(type="app", capture_content=True)
 
 
 def stdio_args(endpoint: str) -> list[str]:
@@ -95,7 +99,79 @@ def pydantic_ai_agent(toolset: Any) -> CoreAgent:
     return CoreAgent("mcp_user", runner, native)
 
 
-FRAMEWORKS = {"maf": (maf_tool, maf_agent), "pydantic-ai": (pydantic_ai_tool, pydantic_ai_agent)}
+def openai_agents_tool(endpoint: str, url: str | None) -> Any:
+    from agents.mcp import MCPServerStdio, MCPServerStdioParams, MCPServerStreamableHttp
+
+    if url is not None:
+        return MCPServerStreamableHttp(params={"url": url, "timeout": 30}, name="adder")
+    params = MCPServerStdioParams(
+        command=sys.executable, args=stdio_args(endpoint), env=child_env()
+    )
+    return MCPServerStdio(params=params, name="adder")
+
+
+def openai_agents_agent(server: Any) -> CoreAgent:
+    from agents import Agent
+    from agents.testing import ModelStep, assistant_message, function_call
+
+    from runnertrace.runners.openai_agents import OpenAIRunner
+    from runnertrace.runners.openai_agents.testing import FakeModel
+
+    model = FakeModel(
+        [
+            ModelStep(output=[function_call("add", {"a": 2, "b": 40}, call_id="c1")]),
+            [assistant_message("The sum is 42.")],
+        ]
+    )
+    native = Agent(name="mcp-user", model=model, mcp_servers=[server])
+    return CoreAgent("mcp-user", traced(OpenAIRunner(), APP), native)
+
+
+@asynccontextmanager
+async def adk_tool(endpoint: str, url: str | None) -> AsyncIterator[Any]:
+    from google.adk.tools.mcp_tool import (
+        McpToolset,
+        StdioConnectionParams,
+        StreamableHTTPConnectionParams,
+    )
+    from mcp import StdioServerParameters
+
+    connection: Any = (
+        StreamableHTTPConnectionParams(url=url, timeout=30)
+        if url is not None
+        else StdioConnectionParams(
+            server_params=StdioServerParameters(
+                command=sys.executable, args=stdio_args(endpoint), env=child_env()
+            ),
+            timeout=30,
+        )
+    )
+    toolset = McpToolset(connection_params=connection)
+    try:
+        yield toolset
+    finally:
+        await toolset.close()
+
+
+def adk_agent(toolset: Any) -> CoreAgent:
+    from google.adk.agents import LlmAgent
+
+    from runnertrace.runners.adk import GoogleADKRunner
+    from runnertrace.runners.adk.testing import ScriptedAdkLlm, Turn
+
+    script = [Turn(calls=[("add", {"a": 2, "b": 40}, "c1")]), Turn(text="The sum is 42.")]
+    native = LlmAgent(
+        name="mcp_user", model=ScriptedAdkLlm(model="fake-llm", script=script), tools=[toolset]
+    )
+    return CoreAgent("mcp_user", traced(GoogleADKRunner(), APP), native)
+
+
+FRAMEWORKS = {
+    "maf": (maf_tool, maf_agent),
+    "pydantic-ai": (pydantic_ai_tool, pydantic_ai_agent),
+    "openai-agents": (openai_agents_tool, openai_agents_agent),
+    "google-adk": (adk_tool, adk_agent),
+}
 
 
 def finished() -> list[dict[str, Any]]:

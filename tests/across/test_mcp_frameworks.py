@@ -106,6 +106,14 @@ async def test_openai_agents_mcp_server(
     # The SDK hands the model the MCP text content as JSON: the server's answer is inside.
     content = json.loads(attrs(tool_span)["gen_ai.tool.call.result"])
     check_the_call(captured, receiver, content["text"])
+    found = attrs(tool_span)
+    assert found["mcp.method.name"] == "tools/call"
+    if http_server is None:
+        assert found["network.transport"] == "pipe"
+        assert "server.address" not in found
+    else:
+        assert found["network.transport"] == "tcp"
+        assert (found["server.address"], found["server.port"]) == ("127.0.0.1", http_server.port)
 
 
 # -- ADK: McpToolset ------------------------------------------------------------------------------
@@ -167,6 +175,9 @@ async def test_adk_mcp_toolset(
     (tool_span,) = tool_spans(captured)
     result = json.loads(attrs(tool_span)["gen_ai.tool.call.result"])
     check_the_call(captured, receiver, result["content"][0]["text"])
+    # The method only: ADK keeps the connection parameters (transport, address) private.
+    assert attrs(tool_span)["mcp.method.name"] == "tools/call"
+    assert "network.transport" not in attrs(tool_span)
     # The session's initialize and tools/list reach the server sampled, in our trace:
     # ADK's quiet (unsampled) context must not travel to the server.
     trace_id = hexid(tool_span.context.trace_id, 32)

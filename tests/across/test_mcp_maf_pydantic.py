@@ -173,6 +173,22 @@ async def test_pydantic_ai_mcp_toolset(
 
 
 # -- with an app provider: the framework's, FastMCP's and mcp's own spans beside ours -------------
+NEEDS = {
+    "maf": "agent_framework",
+    "pydantic-ai": "fastmcp",
+    "openai-agents": "agents",
+    "google-adk": "google.adk",
+}
+"""The module each framework's MCP client needs."""
+RESULT_TEXT = {
+    "maf": lambda result: result,
+    "pydantic-ai": lambda result: result,
+    "openai-agents": lambda result: json.loads(result)["text"],  # the MCP text content
+    "google-adk": lambda result: json.loads(result)["content"][0]["text"],  # the MCP result
+}
+"""The server's answer inside the tool result each framework hands the model."""
+
+
 def app_run(framework: str, receiver: OtlpReceiver, server: HttpServer | None) -> dict[str, Any]:
     """What the app's provider saw, per mode (``tests/mcp_app_process.py``, a child
     process that owns its global provider)."""
@@ -194,11 +210,11 @@ def app_run(framework: str, receiver: OtlpReceiver, server: HttpServer | None) -
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("framework", ["maf", "pydantic-ai"])
+@pytest.mark.parametrize("framework", ["maf", "pydantic-ai", "openai-agents", "google-adk"])
 def test_with_an_app_provider_the_mcp_call_is_told_once(
     receiver: OtlpReceiver, http_server: HttpServer | None, framework: str, transport: str
 ) -> None:
-    pytest.importorskip("agent_framework" if framework == "maf" else "fastmcp")
+    pytest.importorskip(NEEDS[framework])
     report = app_run(framework, receiver, http_server)
     assert wait_until(lambda: len(server_spans(receiver, "tools/call")) == len(MODES), 20)
     calls = {s.trace_id: s for s in server_spans(receiver, "tools/call")}
@@ -207,7 +223,8 @@ def test_with_an_app_provider_the_mcp_call_is_told_once(
         # Every span of the app's provider that stands for a tools/call: ours, once.
         (tool_span,) = [s for s in spans if s.get("mcp.method.name") == "tools/call"]
         assert (tool_span["name"], tool_span["scope"]) == ("execute_tool add", "runnertrace")
-        seen = json.loads(tool_span["gen_ai.tool.call.result"])
+        assert [s["name"] for s in spans if "tools/call" in s["name"]] == [], spans
+        seen = json.loads(RESULT_TEXT[framework](tool_span["gen_ai.tool.call.result"]))
         assert seen["traceparent"].split("-")[1:3] == [tool_span["trace"], tool_span["id"]]
         assert calls[tool_span["trace"]].parent_span_id == tool_span["id"]
         # Agent Framework's own spans stay quiet in a traced run (not only the MCP one).

@@ -31,7 +31,12 @@ from opentelemetry import trace
 
 from runnertrace._internal.errors import internal_log
 
-__all__ = ["gate_mcp_client_spans", "in_marked_mcp_call", "marked_mcp_call"]
+__all__ = [
+    "gate_mcp_client_spans",
+    "in_marked_mcp_call",
+    "mark_mcp_call_for_this_task",
+    "marked_mcp_call",
+]
 
 MCP_OTEL_MODULE = "mcp.shared._otel"
 
@@ -49,6 +54,13 @@ def marked_mcp_call(span_id: int) -> Iterator[None]:
         yield
     finally:
         _marked.reset(token)
+
+
+def mark_mcp_call_for_this_task(span_id: int) -> None:
+    """Mark the rest of the current task as the body of the MCP call our span
+    ``span_id`` tells, with nothing to undo: for a framework that runs each tool call
+    in a task of its own, whose context ends with the call."""
+    _marked.set(span_id)
 
 
 def in_marked_mcp_call() -> bool:

@@ -19,9 +19,13 @@ from urllib.parse import urlsplit
 
 from opentelemetry import trace
 
-from runnertrace._internal.mcp_gate import gate_mcp_client_spans, marked_mcp_call
+from runnertrace._internal.mcp_gate import (
+    gate_mcp_client_spans,
+    mark_mcp_call_for_this_task,
+    marked_mcp_call,
+)
 
-__all__ = ["mcp_call", "url_attributes"]
+__all__ = ["mark_mcp_call", "mcp_call", "url_attributes"]
 
 DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
 
@@ -40,18 +44,16 @@ def url_attributes(url: Any) -> dict[str, Any]:
     return found
 
 
-@contextmanager
-def mcp_call(
-    transport: str | None, *, session_id: str | None = None, url: Any = None
-) -> Iterator[None]:
-    """The body of a ``tools/call`` told by our ``execute_tool`` span, if it is current:
-    the MCP attributes on it (``transport`` is ``network.transport``: ``pipe`` for stdio,
-    ``tcp`` over HTTP), and ``mcp``'s own client spans for the call kept out."""
+def _our_tool_span() -> Any:
+    """The current span if it is our recording ``execute_tool`` span, else ``None``."""
     span = trace.get_current_span()
     recorded = getattr(span, "attributes", None) or {}
     if not span.is_recording() or recorded.get("gen_ai.operation.name") != "execute_tool":
-        yield
-        return
+        return None
+    return span
+
+
+def _put_attributes(span: Any, transport: str | None, session_id: str | None, url: Any) -> None:
     found: dict[str, Any] = {"mcp.method.name": "tools/call", **url_attributes(url)}
     if transport:
         found["network.transport"] = transport
@@ -59,5 +61,29 @@ def mcp_call(
         found["mcp.session.id"] = session_id
     span.set_attributes(found)
     gate_mcp_client_spans()
+
+
+@contextmanager
+def mcp_call(
+    transport: str | None, *, session_id: str | None = None, url: Any = None
+) -> Iterator[None]:
+    """The body of a ``tools/call`` told by our ``execute_tool`` span, if it is current:
+    the MCP attributes on it (``transport`` is ``network.transport``: ``pipe`` for stdio,
+    ``tcp`` over HTTP), and ``mcp``'s own client spans for the call kept out."""
+    span = _our_tool_span()
+    if span is None:
+        yield
+        return
+    _put_attributes(span, transport, session_id, url)
     with marked_mcp_call(span.get_span_context().span_id):
         yield
+
+
+def mark_mcp_call(transport: str | None, *, session_id: str | None = None, url: Any = None) -> None:
+    """:func:`mcp_call` for a framework whose tool scope is entered in the task that runs
+    the call and never left (the task ends with it: OpenAI Agents): the same attributes
+    and gate, the mark lasting as long as the task."""
+    span = _our_tool_span()
+    if span is not None:
+        _put_attributes(span, transport, session_id, url)
+        mark_mcp_call_for_this_task(span.get_span_context().span_id)

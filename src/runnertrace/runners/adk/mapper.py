@@ -64,9 +64,11 @@ from google.genai import types
 from runnertrace.core.models import AgentReply
 from runnertrace.runners._kit.adapter import ScopeLedger, guarded
 from runnertrace.runners._kit.builder import EventBuilder
+from runnertrace.runners._kit.mcp import mcp_call
 from runnertrace.runners._kit.nesting import NestedAgentRun, NestedRuns
 from runnertrace.runners._kit.skeleton import MappingBoundary, reply_of
 from runnertrace.runners.adk.convert import final_text, result_text
+from runnertrace.runners.adk.mcp import is_mcp_tool
 from runnertrace.runners.adk.nesting import agent_tool_call, inner_run, runs_an_agent
 from runnertrace.runners.adk.quiet import attached, quiet_context, spans_recorded
 from runnertrace.runners.adk.request import provider_of, request_fields
@@ -401,6 +403,8 @@ class _Mapper:
                 tools.enter(call_id, attached(quiet_context()))
         elif self.silenced:
             tools.enter(call_id, spans_recorded())
+        if is_mcp_tool(tool):  # innermost: our span is current for the call's request
+            tools.enter(call_id, mcp_call(None))
 
     def _leave_tool_scope(self, call_id: str) -> None:
         while self._tools.leave(call_id):

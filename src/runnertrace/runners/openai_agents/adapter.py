@@ -85,7 +85,7 @@ class _Hooks(RunHooks[Any]):
 
     @fault_returns(_finished)
     def on_tool_start(self, context: Any, agent: Any, tool: Any) -> Coroutine[Any, Any, None]:
-        self.mapper.tool_start(getattr(context, "tool_call_id", None))
+        self.mapper.tool_start(getattr(context, "tool_call_id", None), agent, tool)
         return _done()
 
     @fault_returns(_finished)

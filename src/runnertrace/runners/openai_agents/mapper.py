@@ -37,6 +37,7 @@ from runnertrace.runners._kit.builder import EventBuilder
 from runnertrace.runners._kit.genai import as_text
 from runnertrace.runners._kit.skeleton import MappingBoundary
 from runnertrace.runners.openai_agents.convert import field
+from runnertrace.runners.openai_agents.mcp import mark_call
 from runnertrace.runners.openai_agents.request import model_of, request_fields
 
 _BOUNDARY = MappingBoundary("openai")
@@ -253,14 +254,17 @@ class _Mapper:
         if not self._streaming:
             self._end_message(list(response.output), response.usage, response.response_id)
 
-    def tool_start(self, call_id: str | None) -> None:
+    def tool_start(self, call_id: str | None, agent: Any = None, tool: Any = None) -> None:
         """``on_tool_start``, in the task the SDK made for this tool, which then starts the
         tool's body in a child task: the scope reaches it. The SDK ends the tool in yet
-        another task, so the scope is left with its own task, never exited elsewhere."""
+        another task, so the scope is left with its own task, never exited elsewhere;
+        an MCP tool's call is marked for that task too (:mod:`.mcp`)."""
         if call_id:
             if self._streaming:  # its result is read off the stream, maybe well after
                 self._ran[call_id] = [time.time_ns()]
             self.builder.tool_scope(call_id).__enter__()
+            if tool is not None:
+                mark_call(agent, tool)
 
     def tool_end(self, call_id: str | None, name: str, result: Any) -> None:
         """``on_tool_end``: run mode reports the result; stream mode notes when it ended."""
