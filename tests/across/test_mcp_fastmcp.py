@@ -7,7 +7,7 @@ HTTP, run and stream): the same checks as the ``mcp`` servers'
 under our ``execute_tool`` span, once.
 
 Under an app provider in the server process, FastMCP's own SERVER span stays beside
-ours: pinned as a strict xfail (a known limit, README "Across processes").
+ours: pinned as a strict xfail (a known limit, docs/across.md).
 
 **Client**:
 the tool of a traced native run opens a ``fastmcp.Client`` (the full FastMCP
