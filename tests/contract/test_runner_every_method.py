@@ -18,7 +18,7 @@ replaced), so the guard is what is tested; a method left unguarded is replaced w
 and its fault reaches the run: that fails here. A method marked ``@passes_through``
 calls into the framework and is written with the kit's bracket, whose parts are the
 mapper's methods (broken here one by one) and whose own guarantees
-tests/test_kit_adapter.py checks. A target the offline scenario never reaches is
+tests/runners/kit/test_kit_adapter.py checks. A target the offline scenario never reaches is
 skipped, with that reason, as it could not fail.
 """
 
