@@ -63,6 +63,28 @@ def listed_tools(chat: ReadableSpan) -> dict[str, Any]:
     return {t["name"]: t for t in json.loads(attrs(chat)["gen_ai.tool.definitions"])}
 
 
+def check_mcp_attributes(
+    tool_span: ReadableSpan,
+    receiver: OtlpReceiver,
+    server: HttpServer | None,
+    session_id: str | None = None,
+) -> None:
+    """The GenAI MCP attributes on our ``execute_tool`` span; ``session_id``: the one the
+    framework's client exposes (then it is the session the server's span names)."""
+    found = attrs(tool_span)
+    assert found["mcp.method.name"] == "tools/call"
+    if server is None:
+        assert found["network.transport"] == "pipe"
+        assert "server.address" not in found
+    else:
+        assert found["network.transport"] == "tcp"
+        assert (found["server.address"], found["server.port"]) == ("127.0.0.1", server.port)
+    assert found.get("mcp.session.id") == session_id
+    if session_id is not None:
+        (call,) = server_spans(receiver, "tools/call")
+        assert call.attributes["mcp.session.id"] == session_id
+
+
 # -- OpenAI Agents: MCPServerStdio, MCPServerStreamableHttp ---------------------------------------
 def openai_agents_server(receiver: OtlpReceiver, server: HttpServer | None) -> Any:
     from agents.mcp import MCPServerStdio, MCPServerStdioParams, MCPServerStreamableHttp
@@ -106,14 +128,7 @@ async def test_openai_agents_mcp_server(
     # The SDK hands the model the MCP text content as JSON: the server's answer is inside.
     content = json.loads(attrs(tool_span)["gen_ai.tool.call.result"])
     check_the_call(captured, receiver, content["text"])
-    found = attrs(tool_span)
-    assert found["mcp.method.name"] == "tools/call"
-    if http_server is None:
-        assert found["network.transport"] == "pipe"
-        assert "server.address" not in found
-    else:
-        assert found["network.transport"] == "tcp"
-        assert (found["server.address"], found["server.port"]) == ("127.0.0.1", http_server.port)
+    check_mcp_attributes(tool_span, receiver, http_server)  # the SDK exposes no session id
 
 
 # -- ADK: McpToolset ------------------------------------------------------------------------------

@@ -26,11 +26,11 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from opentelemetry.sdk.trace import ReadableSpan
 from tests.across.test_mcp_frameworks import (
     SERVER_ARGS,
     TRANSPORTS,
     attrs,
+    check_mcp_attributes,
     check_the_call,
     listed_tools,
     receiver,
@@ -49,28 +49,6 @@ from runnertrace.testing import capture_spans
 __all__ = ["receiver"]  # the shared fixture, used here by name
 
 REPO = TESTS.parent
-
-
-def check_mcp_attributes(
-    tool_span: ReadableSpan,
-    receiver: OtlpReceiver,
-    server: HttpServer | None,
-    session_id: str | None = None,
-) -> None:
-    """The GenAI MCP attributes on our ``execute_tool`` span; ``session_id``: the one the
-    framework's client exposes (then it is the session the server's span names)."""
-    found = attrs(tool_span)
-    assert found["mcp.method.name"] == "tools/call"
-    if server is None:
-        assert found["network.transport"] == "pipe"
-        assert "server.address" not in found
-    else:
-        assert found["network.transport"] == "tcp"
-        assert (found["server.address"], found["server.port"]) == ("127.0.0.1", server.port)
-    assert found.get("mcp.session.id") == session_id
-    if session_id is not None:
-        (call,) = server_spans(receiver, "tools/call")
-        assert call.attributes["mcp.session.id"] == session_id
 
 
 # -- Microsoft Agent Framework: MCPStdioTool, MCPStreamableHTTPTool -------------------------------
